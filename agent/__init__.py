@@ -1,0 +1,1 @@
+"""The worker agent: runs machines, owns their truth in a durable op log."""

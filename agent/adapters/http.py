@@ -1,0 +1,177 @@
+"""The agent's internal HTTP API (aiohttp). Errors become JSON in one middleware."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from agent.api import OfferRequest, PullRequest
+from agent.core.machine import IllegalTransition, MachineState
+from agent.core.records import MachineSpec
+from agent.driver import read_log
+from agent.errors import AgentError, BadRequest
+from agent.publisher import Publisher, machine_view
+from agent.service import Agent, machine_dir
+from imagecache.errors import ImageError
+
+IMAGE_ERROR_STATUS = {
+    "bad_reference": 400,
+    "forbidden_host": 403,
+    "not_found": 404,
+    "unauthorized": 401,
+    "digest_mismatch": 422,
+    "size_mismatch": 422,
+    "unsafe_layer": 422,
+}
+MAX_WAIT_S = 300.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(value: object, status: int = 200) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(value), status=status, content_type="application/json"
+    )
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return json_response({"error": code, "message": message}, status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except AgentError as exc:
+        return error_response(exc.status, exc.code, exc.message)
+    except IllegalTransition as exc:
+        return error_response(409, "illegal_transition", str(exc))
+    except ImageError as exc:
+        return error_response(IMAGE_ERROR_STATUS.get(exc.code, 502), exc.code, str(exc))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return error_response(422, "invalid", str(exc))
+
+
+def build_app(agent: Agent, publisher: Publisher) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware], client_max_size=1 << 20)
+    routes = AgentRoutes(agent, publisher)
+    app.add_routes(
+        [
+            web.post("/v1/offers", routes.offer),
+            web.get("/v1/machines", routes.list_machines),
+            web.get("/v1/machines/{id}", routes.get_machine),
+            web.delete("/v1/machines/{id}", routes.destroy),
+            web.post("/v1/machines/{id}/start", routes.start),
+            web.post("/v1/machines/{id}/stop", routes.stop),
+            web.post("/v1/machines/{id}/suspend", routes.suspend),
+            web.get("/v1/machines/{id}/wait", routes.wait),
+            web.get("/v1/machines/{id}/logs", routes.logs),
+            web.get("/v1/status", routes.status),
+            web.post("/v1/images/pull", routes.pull),
+            web.get("/metrics", routes.metrics),
+            web.get("/healthz", routes.healthz),
+        ]
+    )
+    return app
+
+
+class AgentRoutes:
+    def __init__(self, agent: Agent, publisher: Publisher) -> None:
+        self.agent = agent
+        self.publisher = publisher
+
+    def _view(self, mid: str, status: int = 200) -> web.Response:
+        return json_response(machine_view(self.agent, self.agent.machine(mid)), status)
+
+    async def offer(self, request: web.Request) -> web.Response:
+        offer = msgspec.json.decode(await request.read(), type=OfferRequest)
+        spec = spec_from_offer(offer)
+        known = offer.key in self.agent.state.offers
+        machine = self.agent.offer(offer.key, spec, offer.start)
+        return self._view(machine.id, 200 if known else 201)
+
+    async def list_machines(self, request: web.Request) -> web.Response:
+        app = request.query.get("app")
+        views = [
+            machine_view(self.agent, m)
+            for m in self.agent.state.machines.values()
+            if app is None or m.spec.app == app
+        ]
+        return json_response(views)
+
+    async def get_machine(self, request: web.Request) -> web.Response:
+        return self._view(request.match_info["id"])
+
+    async def destroy(self, request: web.Request) -> web.Response:
+        machine = self.agent.destroy(request.match_info["id"])
+        return json_response(machine_view(self.agent, machine), 202)
+
+    async def start(self, request: web.Request) -> web.Response:
+        return json_response(machine_view(self.agent, self.agent.start(request.match_info["id"])))
+
+    async def stop(self, request: web.Request) -> web.Response:
+        return json_response(machine_view(self.agent, self.agent.stop(request.match_info["id"])))
+
+    async def suspend(self, request: web.Request) -> web.Response:
+        machine = self.agent.suspend(request.match_info["id"])
+        return json_response(machine_view(self.agent, machine))
+
+    async def wait(self, request: web.Request) -> web.Response:
+        mid = request.match_info["id"]
+        try:
+            target = MachineState(request.query.get("state", "started"))
+            timeout_s = float(request.query.get("timeout_s", "60"))
+        except ValueError as exc:
+            raise BadRequest(f"bad wait parameters: {exc}") from None
+        if not 0 < timeout_s <= MAX_WAIT_S:
+            raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
+        self.agent.machine(mid)
+        machine = await self.agent.wait(mid, target, timeout_s)
+        return json_response(machine_view(self.agent, machine))
+
+    async def logs(self, request: web.Request) -> web.Response:
+        mid = request.match_info["id"]
+        self.agent.machine(mid)
+        try:
+            tail = int(request.query.get("tail_bytes", "65536"))
+        except ValueError:
+            raise BadRequest("tail_bytes must be an integer") from None
+        data = read_log(machine_dir(self.agent.config.state_dir, mid) / "log", max(tail, 0))
+        return web.Response(body=data, content_type="text/plain", charset="utf-8")
+
+    async def status(self, request: web.Request) -> web.Response:
+        return json_response(self.publisher.status())
+
+    async def pull(self, request: web.Request) -> web.Response:
+        body = msgspec.json.decode(await request.read(), type=PullRequest)
+        return json_response(await self.agent.pull(body.ref))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.publisher.status()  # refresh gauges
+        return web.Response(body=self.agent.metrics.render(), content_type="text/plain")
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return json_response({"ok": True, "epoch": self.agent.state.epoch})
+
+
+def spec_from_offer(offer: OfferRequest) -> MachineSpec:
+    """Validate an offer's machine spec; 422 naming the field."""
+    if not offer.app:
+        raise AgentError("app must not be empty", code="invalid", status=422)
+    if not offer.image:
+        raise AgentError("image must not be empty", code="invalid", status=422)
+    if offer.guest.cpus <= 0 or offer.guest.memory_mb <= 0:
+        raise AgentError("guest.cpus and guest.memory_mb must be > 0", code="invalid", status=422)
+    if offer.kill_signal not in signal.Signals.__members__:
+        raise AgentError(f"kill_signal {offer.kill_signal!r} is not a signal", code="invalid",
+                         status=422)
+    if offer.kill_timeout_s < 0 or offer.health.timeout_s <= 0:
+        raise AgentError("kill_timeout_s must be >= 0, health.timeout_s > 0", code="invalid",
+                         status=422)
+    return MachineSpec(
+        app=offer.app, image=offer.image, guest=offer.guest, env=dict(offer.env),
+        health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
+    )

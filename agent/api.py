@@ -1,0 +1,63 @@
+"""Wire types of the agent's internal HTTP API (the only agent module others import)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from agent.core.records import Guest, Health
+
+
+class OfferRequest(msgspec.Struct, frozen=True):
+    """`POST /v1/offers`. The key makes the offer idempotent."""
+
+    key: str
+    app: str
+    image: str
+    guest: Guest = Guest()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    health: Health = Health()
+    kill_signal: str = "SIGTERM"
+    kill_timeout_s: float = 5.0
+    start: bool = True
+
+
+class EventView(msgspec.Struct, frozen=True):
+    state: str
+    event: str
+    at: float
+    reason: str = ""
+
+
+class MachineView(msgspec.Struct, frozen=True):
+    id: str
+    app: str
+    worker: str
+    region: str
+    state: str
+    image: str
+    image_digest: str
+    address: str
+    pid: int
+    created_at: float
+    updated_at: float
+    guest: Guest
+    events: list[EventView]
+
+
+class PullRequest(msgspec.Struct, frozen=True):
+    ref: str
+
+
+class StatusView(msgspec.Struct, frozen=True):
+    id: str
+    epoch: int
+    region: str
+    url: str
+    cpus: float
+    memory_mb: int
+    reserved_cpus: float
+    reserved_memory_mb: int
+    machines: dict[str, int]  # state -> count
+    sandboxed: bool
+    layers: int
+    layer_bytes: int

@@ -1,0 +1,39 @@
+"""Agent configuration: frozen, validated at start, units in names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.core.restart import RestartPolicy
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    state_dir: Path
+    region: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    cpus: float = 4.0
+    memory_mb: int = 4096
+    worker_id: str = ""  # "": read from (or created in) the state dir
+    advertise_url: str = ""  # "": http://host:port
+    machine_host: str = "127.0.0.1"  # where machines listen and are reached
+    cache_budget_bytes: int = 2 << 30
+    heartbeat_interval_s: float = 1.0
+    supervise_interval_s: float = 0.1
+    sandbox: bool | None = None  # None: bubblewrap when it works
+    log_max_bytes: int = 1 << 20  # per machine; trimmed to half when exceeded
+    compact_after_records: int = 10_000
+    stop_machines_on_exit: bool = False  # machines outlive the agent by default
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+    def __post_init__(self) -> None:
+        if self.cpus <= 0:
+            raise ValueError("cpus must be > 0")
+        if self.memory_mb <= 0:
+            raise ValueError("memory_mb must be > 0")
+        if not self.region:
+            raise ValueError("region must not be empty")
+        if self.heartbeat_interval_s <= 0:
+            raise ValueError("heartbeat_interval_s must be > 0")

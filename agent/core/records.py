@@ -1,0 +1,82 @@
+"""Op log records: every change of the agent's state is one of these, written first.
+
+The agent's state is a pure replay of these records (see `state.py`). Records
+are facts or intents the agent persisted *before* acting; they never refer to
+live objects. Only add kinds and optional fields: old logs must keep replaying.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Guest(msgspec.Struct, frozen=True):
+    cpus: float = 1.0
+    memory_mb: int = 256
+
+
+class Health(msgspec.Struct, frozen=True):
+    """Readiness check: TCP connect when `path` is empty, else HTTP GET path."""
+
+    path: str = ""
+    timeout_s: float = 30.0
+
+
+class MachineSpec(msgspec.Struct, frozen=True):
+    app: str
+    image: str  # reference as given
+    guest: Guest = Guest()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    health: Health = Health()
+    kill_signal: str = "SIGTERM"
+    kill_timeout_s: float = 5.0
+
+
+class Boot(msgspec.Struct, frozen=True, tag="boot"):
+    """The agent started; `epoch` fences its registrations (grows by one per start)."""
+
+    epoch: int
+    at: float
+
+
+class Created(msgspec.Struct, frozen=True, tag="created"):
+    id: str
+    spec: MachineSpec
+    offer_key: str
+    at: float
+
+
+class Transition(msgspec.Struct, frozen=True, tag="transition"):
+    """Intent or fact of a state change (state after the event)."""
+
+    id: str
+    event: str
+    state: str
+    at: float
+    reason: str = ""
+
+
+class ImageResolved(msgspec.Struct, frozen=True, tag="image"):
+    id: str
+    digest: str
+    at: float
+
+
+class Launched(msgspec.Struct, frozen=True, tag="launched"):
+    """A process now runs the machine; pid + start_time identify it across agent restarts."""
+
+    id: str
+    pid: int
+    start_time: int
+    port: int
+    at: float
+
+
+class Gone(msgspec.Struct, frozen=True, tag="gone"):
+    """The machine's process is known to be gone."""
+
+    id: str
+    at: float
+
+
+Record = Boot | Created | Transition | ImageResolved | Launched | Gone

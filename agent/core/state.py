@@ -1,0 +1,147 @@
+"""The agent's state: a pure fold of op log records.
+
+Decides nothing by itself: `apply` turns one record into the next state, and
+replaying a log from empty gives exactly the state the agent had when it wrote
+the last record. Invariants: a machine exists from its `created` record until
+its `destroyed` transition; capacity is reserved for every existing machine
+(stopped ones too, so that starting them never fails for room); the same offer
+key always names the same machine. It must not know about files or processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agent.core.machine import MachineState
+from agent.core.records import (
+    Boot,
+    Created,
+    Gone,
+    ImageResolved,
+    Launched,
+    MachineSpec,
+    Record,
+    Transition,
+)
+
+EVENTS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    pid: int
+    start_time: int
+    port: int
+
+
+@dataclass(frozen=True)
+class StateChange:
+    state: MachineState
+    event: str
+    at: float
+    reason: str
+
+
+@dataclass
+class Machine:
+    id: str
+    spec: MachineSpec
+    offer_key: str
+    created_at: float
+    state: MachineState = MachineState.CREATED
+    updated_at: float = 0.0
+    image_digest: str = ""
+    process: ProcessRef | None = None
+    events: list[StateChange] = field(default_factory=list)
+    crashes: list[float] = field(default_factory=list)  # times of unasked exits (restart policy)
+
+
+@dataclass
+class AgentState:
+    epoch: int = 0
+    machines: dict[str, Machine] = field(default_factory=dict)
+    offers: dict[str, str] = field(default_factory=dict)  # offer key -> machine id
+
+    def apply(self, record: Record) -> None:
+        match record:
+            case Boot(epoch=epoch):
+                self.epoch = max(self.epoch, epoch)
+            case Created():
+                self._create(record)
+            case Transition():
+                self._transition(record)
+            case ImageResolved(id=mid, digest=digest, at=at):
+                machine = self.machines[mid]
+                machine.image_digest = digest
+                machine.updated_at = at
+            case Launched(id=mid, pid=pid, start_time=start_time, port=port, at=at):
+                machine = self.machines[mid]
+                machine.process = ProcessRef(pid, start_time, port)
+                machine.updated_at = at
+            case Gone(id=mid, at=at):
+                machine = self.machines[mid]
+                machine.process = None
+                machine.updated_at = at
+
+    def _create(self, record: Created) -> None:
+        self.machines[record.id] = Machine(
+            id=record.id,
+            spec=record.spec,
+            offer_key=record.offer_key,
+            created_at=record.at,
+            updated_at=record.at,
+            events=[StateChange(MachineState.CREATED, "create", record.at, "")],
+        )
+        if record.offer_key:
+            self.offers[record.offer_key] = record.id
+
+    def _transition(self, record: Transition) -> None:
+        machine = self.machines[record.id]
+        state = MachineState(record.state)
+        if record.event == "crash":
+            machine.crashes.append(record.at)
+        elif record.event in ("start", "stop"):
+            machine.crashes.clear()  # asked for: a fresh crash budget
+        machine.state = state
+        machine.updated_at = record.at
+        machine.events.append(StateChange(state, record.event, record.at, record.reason))
+        del machine.events[:-EVENTS_KEPT]
+        if state is MachineState.DESTROYED:
+            del self.machines[record.id]
+            self.offers.pop(machine.offer_key, None)
+
+    def reserved(self) -> tuple[float, int]:
+        """(cpus, memory_mb) reserved by the machines that exist."""
+        cpus = sum(m.spec.guest.cpus for m in self.machines.values())
+        memory = sum(m.spec.guest.memory_mb for m in self.machines.values())
+        return cpus, memory
+
+
+def replay(records: Iterable[Record]) -> AgentState:
+    state = AgentState()
+    for record in records:
+        state.apply(record)
+    return state
+
+
+def snapshot(state: AgentState) -> list[Record]:
+    """Records that replay to `state` (for compaction): per machine, its creation,
+    its last transition, its image and its process."""
+    records: list[Record] = [Boot(epoch=state.epoch, at=0.0)]
+    for machine in state.machines.values():
+        records.append(Created(machine.id, machine.spec, machine.offer_key, machine.created_at))
+        for change in machine.events:
+            if change.event == "create":
+                continue
+            records.append(
+                Transition(machine.id, change.event, change.state.value, change.at, change.reason)
+            )
+        if machine.image_digest:
+            records.append(ImageResolved(machine.id, machine.image_digest, machine.updated_at))
+        if machine.process is not None:
+            proc = machine.process
+            records.append(
+                Launched(machine.id, proc.pid, proc.start_time, proc.port, machine.updated_at)
+            )
+    return records

@@ -1,0 +1,139 @@
+"""Publishes the agent's truth to the shared registry: heartbeats, layers, machines.
+
+The registry is a replicated view; publishing failures are logged and repaired
+by the periodic full resync, never allowed to block or fail a machine operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable
+
+from agent.api import EventView, MachineView, StatusView
+from agent.core.machine import MachineState
+from agent.core.state import Machine
+from agent.service import Agent
+from thaw.registry import MachineRecord, Registry, WorkerStatus
+from thaw.registry.types import MachineEvent as RegistryEvent
+
+log = logging.getLogger("thaw.agent")
+
+HEARTBEATS_PER_TTL = 3
+RESYNC_EVERY_BEATS = 10
+
+
+class Publisher:
+    def __init__(self, agent: Agent, registry: Registry, url: str) -> None:
+        self.agent = agent
+        self.registry = registry
+        self.url = url
+        self._dirty: set[str] = set()
+        self._apps: dict[str, str] = {}  # machine id -> app, to delete records of destroyed ones
+        self._layers_dirty = True
+        self._kick = asyncio.Event()
+
+    def machine_changed(self, mid: str) -> None:
+        machine = self.agent.state.machines.get(mid)
+        if machine is not None:
+            self._apps[mid] = machine.spec.app
+        self._dirty.add(mid)
+        self._kick.set()
+
+    def layers_changed(self) -> None:
+        self._layers_dirty = True
+        self._kick.set()
+
+    def status(self) -> StatusView:
+        agent = self.agent
+        cpus, memory = agent.state.reserved()
+        layers = agent.cache.layers()
+        agent.metrics.layer_bytes.set(sum(layers.values()))
+        counts = Counter(m.state.value for m in agent.state.machines.values())
+        for state in MachineState:
+            agent.metrics.machines.labels(state.value).set(counts.get(state.value, 0))
+        return StatusView(
+            id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
+            url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
+            reserved_cpus=cpus, reserved_memory_mb=memory, machines=dict(counts),
+            sandboxed=agent.driver.sandboxed, layers=len(layers),
+            layer_bytes=sum(layers.values()),
+        )
+
+    def worker_status(self) -> WorkerStatus:
+        view = self.status()
+        starting = sum(
+            1 for m in self.agent.state.machines.values() if m.state is MachineState.STARTING
+        )
+        return WorkerStatus(
+            id=view.id, epoch=view.epoch, region=view.region, url=view.url, cpus=view.cpus,
+            memory_mb=view.memory_mb, reserved_cpus=view.reserved_cpus,
+            reserved_memory_mb=view.reserved_memory_mb, machines_starting=starting,
+            draining=self.agent.draining, layers=self.agent.cache.layers(),
+            updated_at=self.agent.clock(),
+        )
+
+    async def run(self) -> None:
+        """Heartbeat every interval; push changed machines as soon as they change."""
+        interval = self.agent.config.heartbeat_interval_s
+        loop = asyncio.get_running_loop()
+        next_beat = loop.time()
+        beats = 0
+        while True:
+            if loop.time() >= next_beat:
+                if beats % RESYNC_EVERY_BEATS == 0:
+                    self._dirty.update(self.agent.state.machines)
+                    self._layers_dirty = True
+                await self._guarded(self._heartbeat(interval))
+                beats += 1
+                next_beat = loop.time() + interval
+            await self._guarded(self._flush())
+            self._kick.clear()
+            try:
+                await asyncio.wait_for(self._kick.wait(), max(0.0, next_beat - loop.time()))
+            except TimeoutError:
+                pass
+
+    async def _heartbeat(self, interval: float) -> None:
+        await self.registry.publish_worker(self.worker_status(), interval * HEARTBEATS_PER_TTL)
+
+    async def _flush(self) -> None:
+        if self._layers_dirty:
+            self._layers_dirty = False
+            await self.registry.set_worker_layers(self.agent.worker_id, self.agent.cache.layers())
+        while self._dirty:
+            mid = self._dirty.pop()
+            machine = self.agent.state.machines.get(mid)
+            if machine is None:
+                app = self._apps.pop(mid, None)
+                if app is not None:
+                    await self.registry.delete_machine(app, mid)
+                continue
+            await self.registry.put_machine(machine_record(self.agent, machine))
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except Exception as exc:  # the registry is advisory: log, resync later
+            log.warning("registry publish failed: %s", exc)
+
+
+def machine_view(agent: Agent, machine: Machine) -> MachineView:
+    return MachineView(
+        id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
+        state=machine.state.value, image=machine.spec.image, image_digest=machine.image_digest,
+        address=agent.address(machine), pid=machine.process.pid if machine.process else 0,
+        created_at=machine.created_at, updated_at=machine.updated_at, guest=machine.spec.guest,
+        events=[EventView(e.state.value, e.event, e.at, e.reason) for e in machine.events],
+    )
+
+
+def machine_record(agent: Agent, machine: Machine) -> MachineRecord:
+    return MachineRecord(
+        id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
+        state=machine.state.value, image_digest=machine.image_digest,
+        created_at=machine.created_at, updated_at=machine.updated_at,
+        address=agent.address(machine), epoch=agent.state.epoch,
+        events=[RegistryEvent(e.state.value, e.at, e.reason) for e in machine.events],
+    )

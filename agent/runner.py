@@ -1,0 +1,101 @@
+"""Wiring of one agent: config -> cache, driver, agent, publisher, HTTP server.
+
+Used by `thaw agent` (one agent per process) and later by `thaw up` (several
+agents in one event loop), so it owns no global state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from pathlib import Path
+
+from aiohttp import web
+
+from agent.adapters.http import build_app
+from agent.config import AgentConfig
+from agent.driver import ProcessDriver
+from agent.publisher import Publisher
+from agent.service import Agent
+from agent.supervisor import recover, watch
+from imagecache.api import LayerChange
+from imagecache.cache import ImageCache
+from thaw.registry import Registry
+
+log = logging.getLogger("thaw.agent")
+
+
+def load_worker_id(state_dir: Path) -> str:
+    """A stable worker id, created on first start and kept in the state dir."""
+    path = state_dir / "worker-id"
+    if path.exists():
+        return path.read_text().strip()
+    worker_id = "w-" + secrets.token_hex(4)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(worker_id + "\n")
+    tmp.replace(path)
+    return worker_id
+
+
+class AgentRuntime:
+    def __init__(self, config: AgentConfig, registry: Registry) -> None:
+        self.config = config
+        self.registry = registry
+        self.url = ""
+        self.agent: Agent | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._publisher: Publisher | None = None
+
+    async def start(self) -> str:
+        """Boot (replay + recover), serve the API, start heartbeats; return the API URL."""
+        config = self.config
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        worker_id = config.worker_id or load_worker_id(config.state_dir)
+        cache = ImageCache(
+            config.state_dir / "images",
+            budget_bytes=config.cache_budget_bytes,
+            on_change=self._layer_changed,
+        )
+        agent = Agent(config, cache=cache, driver=ProcessDriver(sandbox=config.sandbox),
+                      worker_id=worker_id)
+        self.agent = agent
+        epoch = agent.boot()
+        self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent)),
+                                     access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, config.host, config.port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = config.advertise_url or f"http://{config.host}:{port}"
+        publisher = self._publisher_for(agent)
+        publisher.url = self.url
+        agent.on_change = publisher.machine_changed
+        await recover(agent)
+        self._tasks = [asyncio.create_task(publisher.run()), asyncio.create_task(watch(agent))]
+        log.info("agent %s epoch %d serving %s (sandbox=%s)", worker_id, epoch, self.url,
+                 agent.driver.sandboxed)
+        return self.url
+
+    def _publisher_for(self, agent: Agent) -> Publisher:
+        if self._publisher is None:
+            self._publisher = Publisher(agent, self.registry, "")
+        return self._publisher
+
+    def _layer_changed(self, change: LayerChange) -> None:
+        if self._publisher is not None:
+            self._publisher.layers_changed()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.agent is not None:
+            await self.agent.close()
+            await self.agent.cache.close()

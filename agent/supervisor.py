@@ -1,0 +1,99 @@
+"""Recovery after a restart of the agent, and the watch over running machines.
+
+Recovery re-adopts machine processes that are still alive (pid + start time),
+finishes operations the previous agent left half-done, restarts machines that
+should run and do not, and stops strays. The watch notices unasked exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from agent.core.machine import MachineEvent, MachineState
+from agent.core.records import Gone
+from agent.core.state import Machine
+from agent.driver import trim_log
+from agent.service import Agent, ident, machine_dir
+
+log = logging.getLogger("thaw.agent")
+
+S = MachineState
+
+
+async def recover(agent: Agent) -> None:
+    """Bring the world in line with the replayed state (call once, after `boot`)."""
+    lost = {m.id for m in agent.state.machines.values() if m.process is None}
+    for mid, orphan in agent.driver.find_orphans(lost).items():
+        # Launched but never recorded (the agent died in between): nobody knows its port.
+        log.warning("machine %s: stopping an unrecorded process %d", mid, orphan.pid)
+        await agent.driver.stop(orphan, signal.SIGKILL, 0)
+    for machine in list(agent.state.machines.values()):
+        if machine.image_digest and agent.cache.image(machine.image_digest) is not None:
+            agent.cache.pin(machine.id, machine.image_digest)
+        alive = machine.process is not None and agent.driver.alive(ident(machine))
+        if machine.process is not None and not alive:
+            agent.persist(Gone(machine.id, agent.clock()))
+        _resume(agent, machine, alive)
+
+
+def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
+    mid = machine.id
+    match machine.state:
+        case S.STARTED:
+            if not alive:
+                agent.crashed(machine)
+        case S.STARTING:
+            agent.run_op(mid, agent.start_task(mid))
+        case S.SUSPENDING | S.SUSPENDED:
+            if alive and agent.driver.suspend(ident(machine)):
+                if machine.state is S.SUSPENDING:
+                    agent.transition(machine, MachineEvent.SUSPENDED)
+            elif machine.state is S.SUSPENDING:
+                agent.crashed(machine)
+        case S.STOPPING:
+            agent.run_op(mid, agent.stop_task(mid))
+        case S.DESTROYING:
+            agent.run_op(mid, agent.destroy_task(mid))
+        case _:
+            if alive:
+                agent.run_op(mid, agent.kill(machine))
+
+
+async def watch(agent: Agent) -> None:
+    """Notice machines whose process died unasked; keep their logs bounded."""
+    ticks = 0
+    while True:
+        await asyncio.sleep(agent.config.supervise_interval_s)
+        ticks += 1
+        for machine in list(agent.state.machines.values()):
+            if _died(agent, machine):
+                log.warning("machine %s: process %d exited", machine.id, machine.process.pid)  # type: ignore[union-attr]
+                agent.crashed(machine)
+        if ticks % 50 == 0:
+            _trim_logs(agent)
+
+
+def _died(agent: Agent, machine: Machine) -> bool:
+    if machine.process is None or agent.busy(machine.id):
+        return False
+    if machine.state not in (S.STARTED, S.SUSPENDED):
+        return False
+    if agent.driver.alive(ident(machine)):
+        return False
+    if machine.state is S.SUSPENDED:
+        # A frozen machine that died lost its memory: the next start boots it afresh.
+        agent.persist(Gone(machine.id, agent.clock()))
+        return False
+    return True
+
+
+def _trim_logs(agent: Agent) -> None:
+    limit = agent.config.log_max_bytes
+    for mid in list(agent.state.machines):
+        path = machine_dir(agent.config.state_dir, mid) / "log"
+        try:
+            trim_log(path, limit, limit // 2)
+        except OSError as exc:
+            log.warning("machine %s: cannot trim log: %s", mid, exc)

@@ -1,0 +1,1 @@
+"""Content-addressed image layer cache: OCI pulls, verified blobs, safe unpack, byte-LRU."""

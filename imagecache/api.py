@@ -1,0 +1,41 @@
+"""Wire types of the image cache: the only module other packages import from here
+(besides `imagecache.cache.ImageCache`)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Layer(msgspec.Struct, frozen=True):
+    digest: str  # "sha256:<hex>" of the compressed blob
+    size: int  # bytes of the compressed blob
+    media_type: str = ""
+
+
+class ImageConfig(msgspec.Struct, frozen=True):
+    """The runnable part of an OCI image config."""
+
+    entrypoint: list[str] = msgspec.field(default_factory=list)
+    cmd: list[str] = msgspec.field(default_factory=list)
+    env: list[str] = msgspec.field(default_factory=list)  # "KEY=value"
+    working_dir: str = ""
+    exposed_ports: list[str] = msgspec.field(default_factory=list)  # "8080/tcp"
+    user: str = ""
+
+
+class Image(msgspec.Struct, frozen=True):
+    """A pulled and unpacked image. `digest` is the manifest digest (the image's identity)."""
+
+    ref: str
+    digest: str
+    layers: list[Layer]
+    config: ImageConfig
+    rootfs: str  # absolute path of the unpacked, read-only-by-convention root
+
+
+class LayerChange(msgspec.Struct, frozen=True):
+    """A layer appeared (present=True) in or left (present=False) the cache."""
+
+    digest: str
+    size: int
+    present: bool

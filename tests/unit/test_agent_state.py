@@ -1,0 +1,140 @@
+"""The agent state is a pure replay of its records."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.core.machine import IllegalTransition, MachineEvent, MachineState, next_state
+from agent.core.offers import Accept, Capacity, Decline, decide_offer
+from agent.core.records import (
+    Boot,
+    Created,
+    Gone,
+    Guest,
+    Launched,
+    MachineSpec,
+    Record,
+    Transition,
+)
+from agent.core.restart import GiveUp, Restart, RestartPolicy, after_crash
+from agent.core.state import AgentState, replay, snapshot
+
+SPEC = MachineSpec(app="hello", image="img", guest=Guest(cpus=1, memory_mb=256))
+
+
+def test_replay_gives_the_machine_its_last_state_and_process() -> None:
+    state = replay(
+        [
+            Boot(1, 0.0),
+            Created("m1", SPEC, "k1", 1.0),
+            Transition("m1", "start", "starting", 2.0),
+            Launched("m1", 42, 7, 4000, 2.5),
+            Transition("m1", "ready", "started", 3.0),
+        ]
+    )
+    machine = state.machines["m1"]
+    assert machine.state is MachineState.STARTED
+    assert machine.process is not None and machine.process.pid == 42
+    assert state.offers == {"k1": "m1"} and state.epoch == 1
+
+
+def test_a_destroyed_machine_leaves_the_state_and_frees_its_reservation() -> None:
+    state = replay(
+        [
+            Created("m1", SPEC, "k1", 1.0),
+            Transition("m1", "destroy", "destroying", 2.0),
+            Gone("m1", 2.5),
+            Transition("m1", "destroyed", "destroyed", 3.0),
+        ]
+    )
+    assert state.machines == {} and state.reserved() == (0, 0)
+
+
+def test_crashes_are_counted_until_the_machine_is_asked_to_start_again() -> None:
+    state = replay(
+        [
+            Created("m1", SPEC, "", 1.0),
+            Transition("m1", "start", "starting", 2.0),
+            Transition("m1", "ready", "started", 3.0),
+            Transition("m1", "crash", "starting", 4.0),
+            Transition("m1", "crash", "starting", 5.0),
+        ]
+    )
+    assert state.machines["m1"].crashes == [4.0, 5.0]
+    state.apply(Transition("m1", "fail", "failed", 6.0))
+    state.apply(Transition("m1", "start", "starting", 7.0))
+    assert state.machines["m1"].crashes == []
+
+
+EVENTS = list(MachineEvent)
+
+
+def legal_history(choices: list[int]) -> list[Record]:
+    """A random walk over the transition table, as records."""
+    records: list[Record] = [Boot(1, 0.0), Created("m1", SPEC, "k", 0.5)]
+    state = MachineState.CREATED
+    at = 1.0
+    for choice in choices:
+        event = EVENTS[choice % len(EVENTS)]
+        try:
+            state = next_state(state, event)
+        except IllegalTransition:
+            continue
+        at += 1
+        records.append(Transition("m1", event.value, state.value, at))
+        if state is MachineState.STARTING:
+            records.append(Launched("m1", int(at), int(at), 5000, at))
+        if state is MachineState.DESTROYED:
+            break
+    return records
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(min_value=0, max_value=50), max_size=60))
+def test_a_snapshot_replays_to_the_same_state(choices: list[int]) -> None:
+    state = replay(legal_history(choices))
+    again = replay(snapshot(state))
+    assert again.epoch == state.epoch
+    assert again.offers == state.offers
+    assert {k: (m.state, m.process, m.image_digest) for k, m in again.machines.items()} == {
+        k: (m.state, m.process, m.image_digest) for k, m in state.machines.items()
+    }
+
+
+def test_an_offer_that_fits_is_accepted_under_the_new_id() -> None:
+    decision = decide_offer(AgentState(), Capacity(2, 1024), "k", SPEC, "new", draining=False)
+    assert decision == Accept("new", existing=False)
+
+
+def test_an_offer_beyond_capacity_is_declined_with_no_capacity() -> None:
+    state = replay([Created("m1", SPEC, "k1", 1.0), Created("m2", SPEC, "k2", 1.0)])
+    decision = decide_offer(state, Capacity(2, 4096), "k3", SPEC, "m3", draining=False)
+    assert isinstance(decision, Decline) and decision.reason == "no_capacity"
+    big = MachineSpec(app="a", image="i", guest=Guest(cpus=0.5, memory_mb=8192))
+    decision = decide_offer(AgentState(), Capacity(4, 4096), "k4", big, "m4", draining=False)
+    assert isinstance(decision, Decline) and "8192" in decision.message
+
+
+def test_the_same_offer_key_names_the_same_machine_even_when_full() -> None:
+    state = replay([Created("m1", SPEC, "k1", 1.0)])
+    decision = decide_offer(state, Capacity(1, 256), "k1", SPEC, "other", draining=False)
+    assert decision == Accept("m1", existing=True)
+
+
+def test_a_draining_worker_declines_new_offers() -> None:
+    decision = decide_offer(AgentState(), Capacity(8, 8192), "k", SPEC, "m", draining=True)
+    assert isinstance(decision, Decline) and decision.reason == "draining"
+
+
+def test_restart_backoff_doubles_and_is_capped() -> None:
+    policy = RestartPolicy(base_delay_s=0.1, max_delay_s=0.3, max_crashes=10, window_s=60)
+    assert after_crash(policy, [], 100.0) == Restart(0.1)
+    assert after_crash(policy, [99.0], 100.0) == Restart(0.2)
+    assert after_crash(policy, [98.0, 99.0], 100.0) == Restart(0.3)
+
+
+def test_a_crash_loop_gives_up_and_old_crashes_are_forgotten() -> None:
+    policy = RestartPolicy(max_crashes=3, window_s=10)
+    assert isinstance(after_crash(policy, [95.0, 96.0, 97.0], 100.0), GiveUp)
+    assert isinstance(after_crash(policy, [50.0, 60.0, 97.0], 100.0), Restart)

@@ -1,0 +1,3 @@
+from thaw.cli import main
+
+raise SystemExit(main())

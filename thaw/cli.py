@@ -1,0 +1,90 @@
+"""The `thaw` command: services (`agent`, later `edge`, `placement`, `up`) and tools."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from thaw.logs import setup_logging
+
+
+def env_default(name: str, default: str) -> str:
+    return os.environ.get(f"THAW_{name}", default)
+
+
+def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("agent", help="run a worker agent")
+    e = env_default
+    p.add_argument("--host", default=e("AGENT_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(e("AGENT_PORT", "0")))
+    p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/agent")))
+    p.add_argument("--region", default=e("REGION", "local"))
+    p.add_argument("--cpus", type=float, default=float(e("CPUS", str(os.cpu_count()))))
+    p.add_argument("--memory-mb", type=int, default=int(e("MEMORY_MB", "4096")))
+    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    p.add_argument("--id", default=e("WORKER_ID", ""), help="worker id (default: in state dir)")
+    p.add_argument("--cache-budget-mb", type=int, default=int(e("CACHE_BUDGET_MB", "2048")))
+    p.add_argument("--heartbeat-s", type=float, default=float(e("HEARTBEAT_S", "1.0")))
+    p.add_argument("--sandbox", choices=["auto", "on", "off"], default=e("SANDBOX", "auto"))
+    p.add_argument("--stop-machines-on-exit", action="store_true")
+    p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
+
+
+async def run_agent(args: argparse.Namespace) -> int:
+    from agent.config import AgentConfig
+    from agent.runner import AgentRuntime
+    from thaw.registry.factory import open_registry
+
+    config = AgentConfig(
+        state_dir=args.state_dir.resolve(), region=args.region, host=args.host, port=args.port,
+        cpus=args.cpus, memory_mb=args.memory_mb, worker_id=args.id,
+        cache_budget_bytes=args.cache_budget_mb << 20, heartbeat_interval_s=args.heartbeat_s,
+        sandbox={"auto": None, "on": True, "off": False}[args.sandbox],
+        stop_machines_on_exit=args.stop_machines_on_exit,
+    )
+    runtime = AgentRuntime(config, open_registry(args.registry))
+    url = await runtime.start()
+    print(f"thaw agent listening on {url}", flush=True)
+    await wait_for_signal()
+    await runtime.stop()
+    return 0
+
+
+async def wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["image"]:
+        from thaw.imagebuild import image_main
+
+        return image_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="thaw", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    agent_parser(sub)
+    sub.add_parser("image", help="build OCI images: thaw image build DIR -t NAME:TAG ...")
+    args = parser.parse_args(argv)
+    setup_logging(getattr(args, "log_level", "info"))
+    if args.command == "agent":
+        import uvloop
+
+        try:
+            return uvloop.run(run_agent(args))
+        except ValueError as exc:
+            print(f"thaw agent: {exc}", file=sys.stderr)
+            return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

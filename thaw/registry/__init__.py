@@ -1,0 +1,11 @@
+"""The shared registry: a replicated, advisory view of workers, layers, machines and apps.
+
+Agents are the truth for machines and placement's store for app configs; the
+registry is a cache of both. A stale entry costs a declined offer or a retried
+connect, never a wrong result.
+"""
+
+from thaw.registry.port import Registry
+from thaw.registry.types import Change, MachineRecord, WorkerStatus
+
+__all__ = ["Change", "MachineRecord", "Registry", "WorkerStatus"]

@@ -1,0 +1,21 @@
+"""Open a registry backend from its URL: `memory` or `redis://…`."""
+
+from __future__ import annotations
+
+from thaw.registry.memory import MemoryRegistry
+from thaw.registry.port import Registry
+
+
+class UnsupportedRegistry(ValueError):
+    pass
+
+
+def open_registry(url: str) -> Registry:
+    if url == "memory":
+        return MemoryRegistry()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        raise UnsupportedRegistry(
+            "the Redis registry backend is not built yet (planned with issue 3); "
+            "use --registry memory"
+        )
+    raise UnsupportedRegistry(f"unknown registry {url!r}: use memory or redis://HOST:PORT")

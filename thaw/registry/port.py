@@ -1,0 +1,43 @@
+"""The registry port: what services need of the shared view. Two backends implement it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from thaw.registry.types import Change, MachineRecord, WorkerStatus
+
+
+class Registry(Protocol):
+    """All writes are idempotent whole-record puts: a retried write changes nothing."""
+
+    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
+        """Upsert a heartbeat that expires after `ttl_s` unless refreshed.
+
+        A status whose epoch is lower than the stored one is ignored (fencing).
+        """
+        ...
+
+    async def workers(self, region: str | None = None) -> list[WorkerStatus]: ...
+
+    async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
+        """Replace the layer set (digest -> bytes) a worker holds; updates the inverted index."""
+        ...
+
+    async def layer_holders(self, digest: str) -> dict[str, int]:
+        """worker id -> size for every worker holding `digest`."""
+        ...
+
+    async def put_machine(self, record: MachineRecord) -> None:
+        """Upsert; a record older (updated_at) than the stored one is ignored."""
+        ...
+
+    async def delete_machine(self, app: str, machine_id: str) -> None: ...
+
+    async def machines(self, app: str) -> list[MachineRecord]: ...
+
+    def changes(self, after: str | None = None) -> AsyncIterator[Change]:
+        """Changes after `after` (None: from now on), forever; the caller cancels."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,54 @@
+"""Wire types of the registry, shared by every service (JSON via msgspec)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class MachineEvent(msgspec.Struct, frozen=True):
+    """One state transition: `at` is unix seconds."""
+
+    state: str
+    at: float
+    reason: str = ""
+
+
+class WorkerStatus(msgspec.Struct, frozen=True):
+    """A worker's heartbeat. `epoch` is a fencing token that grows on every agent start."""
+
+    id: str
+    epoch: int
+    region: str
+    url: str
+    cpus: float
+    memory_mb: int
+    reserved_cpus: float = 0.0
+    reserved_memory_mb: int = 0
+    machines_starting: int = 0
+    draining: bool = False
+    layers: dict[str, int] = msgspec.field(default_factory=dict)
+    updated_at: float = 0.0
+
+
+class MachineRecord(msgspec.Struct, frozen=True):
+    """The registry's copy of a machine; the worker that runs it holds the truth."""
+
+    id: str
+    app: str
+    worker: str
+    region: str
+    state: str
+    image_digest: str
+    created_at: float
+    updated_at: float
+    address: str = ""
+    epoch: int = 0
+    events: list[MachineEvent] = msgspec.field(default_factory=list)
+
+
+class Change(msgspec.Struct, frozen=True):
+    """One entry of the change feed. `kind` is worker|machine|layers|app; `seq` is opaque."""
+
+    seq: str
+    kind: str
+    key: str
