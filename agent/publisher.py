@@ -100,8 +100,10 @@ class Publisher:
 
     async def _flush(self) -> None:
         if self._layers_dirty:
+            # Placement scores by layers: publish both views of the change at once.
             self._layers_dirty = False
             await self.registry.set_worker_layers(self.agent.worker_id, self.agent.cache.layers())
+            await self._heartbeat(self.agent.config.heartbeat_interval_s)
         while self._dirty:
             mid = self._dirty.pop()
             machine = self.agent.state.machines.get(mid)

@@ -162,14 +162,15 @@ class Agent:
         self.run_op(mid, self.destroy_task(mid))
         return machine
 
-    async def wait(self, mid: str, target: MachineState, timeout_s: float) -> Machine:
-        """Return when the machine is in `target`; 409 if it fails or vanishes first."""
+    async def wait(self, mid: str, target: MachineState, timeout_s: float) -> Machine | None:
+        """Return when the machine is in `target` (None: destroyed, as asked); 409 if it
+        fails or vanishes first; 408 after `timeout_s`."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             machine = self.state.machines.get(mid)
             if machine is None:
                 if target is S.DESTROYED:
-                    raise NotFound(f"machine {mid} is destroyed", code="destroyed", status=200)
+                    return None
                 raise Conflict(f"machine {mid} was destroyed", code="destroyed")
             if machine.state is target:
                 return machine

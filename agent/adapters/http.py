@@ -130,6 +130,8 @@ class AgentRoutes:
             raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
         self.agent.machine(mid)
         machine = await self.agent.wait(mid, target, timeout_s)
+        if machine is None:
+            return json_response({"id": mid, "state": MachineState.DESTROYED.value})
         return json_response(machine_view(self.agent, machine))
 
     async def logs(self, request: web.Request) -> web.Response:

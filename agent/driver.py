@@ -1,0 +1,416 @@
+"""Process driver: a machine is a process session on this host.
+
+Each machine is started in its own session (so its process group id is its
+pid), with stdin from /dev/null and stdout+stderr appended to a log file. It
+is not tied to the agent: an agent killed with -9 leaves its machines
+running, and a new agent re-adopts them by ``ProcessIdentity`` (pid plus the
+start time from /proc, which guards against pid reuse).
+
+With bubblewrap, the session leader is the outer ``bwrap`` (the "wrapper");
+inside its pid namespace bwrap's own init is pid 1 and the app is pid 2.
+Signals other than SIGSTOP/SIGCONT therefore go to every process of the group
+except the wrapper (see docs/process-driver.md for why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import shutil
+import signal as signals
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent import procfs
+
+MACHINE_ID_ENV = "THAW_MACHINE_ID"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SANDBOX_APP_DIR = "/app"
+HOST_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
+WRAPPER_EXE = "bwrap"
+
+_FIRST_POLL_S = 0.002
+_MAX_POLL_S = 0.05
+_BACKOFF = 1.5
+_PROBE_ATTEMPT_S = 1.0
+_SANDBOX_PROBE_S = 5.0
+_KILL_RETRY_S = 1.0
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    machine_id: str
+    argv: list[str]  # entrypoint + cmd; argv[0] may be a bare name resolved via env PATH
+    env: dict[str, str]  # full environment; THAW_MACHINE_ID and a default PATH are added
+    rootfs: Path  # unpacked image root
+    workdir: str  # image WorkingDir ("" = root of the image)
+    log_path: Path  # stdout+stderr appended here (O_APPEND)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    pid: int
+    start_time: int  # field 22 of /proc/<pid>/stat (clock ticks since boot)
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    ready: bool
+    reason: str  # "" | "exited" | "timeout"
+
+
+class ProcessDriver:
+    """Starts, signals, watches and stops machine processes; adopts survivors."""
+
+    def __init__(self, *, sandbox: bool | None = None) -> None:
+        """sandbox: True = bubblewrap (RuntimeError if unusable), False = plain
+        process, None = bubblewrap iff it is installed and a probe run works."""
+        self._bwrap = shutil.which(WRAPPER_EXE)
+        self._system_binds = system_bind_args()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._dying: set[int] = set()  # groups whose leader died with members not yet reaped
+        self._sandboxed = (
+            sandbox is not False
+            and self._bwrap is not None
+            and _probe_sandbox(self._bwrap, self._system_binds)
+        )
+        if sandbox and not self._sandboxed:
+            raise RuntimeError("sandbox requested but bubblewrap is missing or does not work")
+        if self._sandboxed:
+            _become_child_subreaper()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self._sandboxed
+
+    def launch(self, spec: LaunchSpec) -> ProcessIdentity:
+        """Start the machine; returns once it is forked (does not wait for readiness).
+        Raises OSError if the process cannot be started (outside the sandbox, a
+        missing executable raises here; inside, it shows up as an early exit)."""
+        self._reap_finished_children()
+        rel_workdir = os.path.normpath("/" + spec.workdir).lstrip("/")
+        cwd = spec.rootfs / rel_workdir if rel_workdir else spec.rootfs
+        if not cwd.is_dir():
+            raise FileNotFoundError(f"working directory {spec.workdir!r} is not in the image")
+        if self._sandboxed:
+            assert self._bwrap is not None
+            argv = sandbox_argv(self._bwrap, self._system_binds, spec.rootfs, rel_workdir)
+            argv += spec.argv
+            cwd = Path("/")
+        else:
+            argv = list(spec.argv)
+        return self._spawn(argv, cwd, machine_env(spec), spec.log_path)
+
+    def alive(self, ident: ProcessIdentity) -> bool:
+        """The machine's leader exists, is the same process (start time) and is not a zombie."""
+        stat = procfs.read_stat(ident.pid)
+        if stat is not None and stat.start_time != ident.start_time:
+            return False  # the pid now belongs to another process: not our group
+        if stat is None or stat.zombie:
+            if ident.pid in self._children or ident.pid in self._dying:
+                self._reap_group(ident.pid)
+            return False
+        return True
+
+    def signal(self, ident: ProcessIdentity, sig: int) -> bool:
+        """Send ``sig`` to the machine (its whole process group, minus a sandbox
+        wrapper for signals other than SIGSTOP/SIGCONT). False if it is gone."""
+        if not self._owns_group(ident):
+            return False
+        if sig in (signals.SIGSTOP, signals.SIGCONT) or not _is_wrapper(ident.pid):
+            return self._signal_group(ident, sig)
+        members = procfs.group_members(ident.pid)
+        inner = [m.pid for m in members if m.pid != ident.pid and not m.zombie]
+        delivered = [pid for pid in inner if _kill(pid, sig)]
+        return bool(delivered) or self._signal_group(ident, sig)
+
+    def suspend(self, ident: ProcessIdentity) -> bool:
+        """Freeze every process of the machine (SIGSTOP cannot be caught or ignored)."""
+        return self.signal(ident, signals.SIGSTOP)
+
+    def resume(self, ident: ProcessIdentity) -> bool:
+        return self.signal(ident, signals.SIGCONT)
+
+    async def stop(self, ident: ProcessIdentity, kill_signal: int, kill_timeout_s: float) -> None:
+        """SIGCONT, then ``kill_signal``; after ``kill_timeout_s`` seconds SIGKILL.
+        Returns only when no process of the group is left (zombies reaped where
+        they are ours)."""
+        self.signal(ident, signals.SIGCONT)
+        self.signal(ident, kill_signal)
+        if await self._wait_group_gone(ident, kill_timeout_s):
+            return
+        self.signal(ident, signals.SIGKILL)
+        while not await self._wait_group_gone(ident, _KILL_RETRY_S):
+            # Something survived (a stuck wrapper, or a fork racing the signal): all of it.
+            self._signal_group(ident, signals.SIGKILL)
+
+    async def wait_ready(
+        self,
+        ident: ProcessIdentity,
+        host: str,
+        port: int,
+        health_path: str | None,
+        timeout_s: float,
+    ) -> ReadyResult:
+        """Poll host:port (TCP connect, or GET health_path expecting 2xx/3xx) every
+        2 ms backing off to 50 ms, for at most ``timeout_s`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        interval = _FIRST_POLL_S
+        while True:
+            if not self.alive(ident):
+                return ReadyResult(False, "exited")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return ReadyResult(False, "timeout")
+            if await _answers(host, port, health_path, min(remaining, _PROBE_ATTEMPT_S)):
+                return ReadyResult(True, "")
+            await asyncio.sleep(max(0.0, min(interval, deadline - loop.time())))
+            interval = min(interval * _BACKOFF, _MAX_POLL_S)
+
+    def find_orphans(self, machine_ids: set[str]) -> dict[str, ProcessIdentity]:
+        """Live session leaders whose environment names one of ``machine_ids``.
+        If several lead sessions for one id, the oldest is the one launched."""
+        found: dict[str, ProcessIdentity] = {}
+        for stat in procfs.stats():
+            if stat.pid != stat.session or stat.zombie:
+                continue
+            machine_id = procfs.environ_value(stat.pid, MACHINE_ID_ENV)
+            if machine_id not in machine_ids:
+                continue
+            known = found.get(machine_id)
+            if known is None or stat.start_time < known.start_time:
+                found[machine_id] = ProcessIdentity(stat.pid, stat.start_time)
+        return found
+
+    def group_pids(self, ident: ProcessIdentity) -> list[int]:
+        """Live (non-zombie) pids in the machine's process group."""
+        if not self._owns_group(ident):
+            return []
+        return [m.pid for m in procfs.group_members(ident.pid) if not m.zombie]
+
+    def _spawn(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> ProcessIdentity:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        log_fd = os.open(log, flags, 0o640)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log_fd)
+        self._children[proc.pid] = proc
+        stat = procfs.read_stat(proc.pid)  # our unreaped child: its /proc entry exists
+        if stat is None:
+            raise RuntimeError(f"launched pid {proc.pid} vanished from /proc")
+        return ProcessIdentity(proc.pid, stat.start_time)
+
+    def _owns_group(self, ident: ProcessIdentity) -> bool:
+        # A pgid cannot be reused while any member is alive, so if the leader is
+        # gone the group (if any) is still this machine's; if a process with a
+        # different start time holds the pid, the machine's group is empty.
+        stat = procfs.read_stat(ident.pid)
+        return stat is None or stat.start_time == ident.start_time
+
+    def _signal_group(self, ident: ProcessIdentity, sig: int) -> bool:
+        try:
+            os.killpg(ident.pid, sig)
+        except ProcessLookupError:
+            return False
+        return bool(self.group_pids(ident))
+
+    async def _wait_group_gone(self, ident: ProcessIdentity, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        interval = _FIRST_POLL_S
+        while True:
+            if not self._owns_group(ident) or not self._reap_group(ident.pid):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(interval)
+            interval = min(interval * _BACKOFF, _MAX_POLL_S)
+
+    def _reap_group(self, pgid: int) -> bool:
+        """Reap zombies of group ``pgid`` that are our children: the launched
+        leader, and (as child subreaper) bwrap's namespace init, which bwrap's
+        monitor exits without waiting for. True while some member still runs
+        or is a zombie that its parent in the group (or we) will reap later."""
+        me = os.getpid()
+        members = procfs.group_members(pgid)
+        in_group = {member.pid for member in members}
+        pending = False
+        for member in members:
+            if member.zombie and member.ppid == me:
+                self._reap(member.pid)
+            elif not member.zombie or member.ppid in in_group:
+                pending = True
+        if pending:
+            self._dying.add(pgid)
+        else:
+            self._dying.discard(pgid)
+        return pending
+
+    def _reap(self, pid: int) -> None:
+        proc = self._children.pop(pid, None)
+        if proc is not None:
+            if proc.poll() is None:
+                self._children[pid] = proc
+            return
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    def _reap_finished_children(self) -> None:
+        for pid, proc in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[pid]
+        for pgid in list(self._dying):
+            self._reap_group(pgid)
+
+
+def machine_env(spec: LaunchSpec) -> dict[str, str]:
+    """The process environment: the spec's, plus the machine id and a PATH."""
+    env = dict(spec.env)
+    env.setdefault("PATH", DEFAULT_PATH)
+    env[MACHINE_ID_ENV] = spec.machine_id
+    return env
+
+
+def system_bind_args(dirs: tuple[str, ...] = HOST_SYSTEM_DIRS) -> list[str]:
+    """bwrap arguments exposing the host's system dirs read-only; a merged-/usr
+    symlink (/bin -> usr/bin) is recreated as the same symlink."""
+    args: list[str] = []
+    for path in dirs:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def sandbox_argv(bwrap: str, system_binds: list[str], rootfs: Path, rel_workdir: str) -> list[str]:
+    """The bwrap command line up to and including ``--``; the app's argv follows."""
+    chdir = f"{SANDBOX_APP_DIR}/{rel_workdir}" if rel_workdir else SANDBOX_APP_DIR
+    return [
+        bwrap,
+        *system_binds,
+        *("--ro-bind", str(rootfs), SANDBOX_APP_DIR),
+        *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"),
+        *("--unshare-pid", "--unshare-ipc", "--unshare-uts"),
+        *("--chdir", chdir),
+        "--",
+    ]
+
+
+def allocate_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to 0, read, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def read_log(path: Path, tail_bytes: int) -> bytes:
+    """The last ``tail_bytes`` bytes of the log (b"" if there is no log)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - tail_bytes))
+            return f.read(tail_bytes)
+    except FileNotFoundError:
+        return b""
+
+
+def trim_log(path: Path, max_bytes: int, keep_bytes: int) -> bool:
+    """Copy-truncate: if the log exceeds ``max_bytes``, keep only its last
+    ``keep_bytes``. The writer uses O_APPEND, so its next write lands at the new
+    end. Bytes appended during the trim are carried over, except in the last
+    instant between the final size check and the truncate. True if trimmed."""
+    if not 0 <= keep_bytes <= max_bytes:
+        raise ValueError("need 0 <= keep_bytes <= max_bytes")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if size <= max_bytes:
+            return False
+        kept = os.pread(fd, keep_bytes, size - keep_bytes)
+        os.pwrite(fd, kept, 0)
+        end, length = size, len(kept)
+        while (now := os.fstat(fd).st_size) > end:
+            late = os.pread(fd, now - end, end)
+            os.pwrite(fd, late, length)
+            end, length = end + len(late), length + len(late)
+        os.ftruncate(fd, length)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _probe_sandbox(bwrap: str, system_binds: list[str]) -> bool:
+    """Run ``true`` in a sandbox shaped like a machine's: does this host allow it?"""
+    argv = [*sandbox_argv(bwrap, system_binds, Path("/"), ""), "true"]
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": DEFAULT_PATH},
+            timeout=_SANDBOX_PROBE_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _become_child_subreaper() -> None:
+    """Orphans of our machines come back to us instead of pid 1 (see _reap_group)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _is_wrapper(pid: int) -> bool:
+    return procfs.exe_name(pid) == WRAPPER_EXE
+
+
+def _kill(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _answers(host: str, port: int, health_path: str | None, timeout_s: float) -> bool:
+    """One readiness attempt: connect (and GET health_path, expecting 2xx/3xx)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                if health_path is None:
+                    return True
+                request = (
+                    f"GET {health_path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    "User-Agent: thaw-agent\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(request.encode())
+                status_line = await reader.readline()
+                return 200 <= int(status_line.split()[1]) < 400
+            finally:
+                writer.close()
+    except (OSError, ValueError, IndexError):
+        return False

@@ -1,0 +1,101 @@
+"""One contract for every registry backend (memory now; Redis joins this list)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from thaw.registry import MachineRecord, Registry, WorkerStatus
+from thaw.registry.memory import MemoryRegistry
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Registry, FakeClock]]:
+    clock = FakeClock()
+    registry = MemoryRegistry(clock=clock)
+    yield registry, clock
+    await registry.close()
+
+
+def worker(wid: str, epoch: int = 1, region: str = "local", **kw: object) -> WorkerStatus:
+    return WorkerStatus(id=wid, epoch=epoch, region=region, url=f"http://{wid}",
+                        cpus=4, memory_mb=4096, **kw)  # type: ignore[arg-type]
+
+
+def machine(mid: str, app: str = "hello", updated_at: float = 1.0, state: str = "started"):
+    return MachineRecord(id=mid, app=app, worker="w1", region="local", state=state,
+                         image_digest="sha256:aa", created_at=0.0, updated_at=updated_at)
+
+
+async def test_a_published_worker_is_listed_by_its_region(backend) -> None:
+    registry, _ = backend
+    await registry.publish_worker(worker("w1"), ttl_s=3)
+    await registry.publish_worker(worker("w2", region="fra"), ttl_s=3)
+    assert [w.id for w in await registry.workers("local")] == ["w1"]
+    assert {w.id for w in await registry.workers()} == {"w1", "w2"}
+
+
+async def test_a_worker_vanishes_when_its_heartbeat_ttl_lapses(backend) -> None:
+    registry, clock = backend
+    await registry.publish_worker(worker("w1"), ttl_s=3)
+    clock.now += 2.9
+    assert len(await registry.workers()) == 1
+    clock.now += 0.2
+    assert await registry.workers() == []
+
+
+async def test_a_lower_epoch_cannot_overwrite_a_newer_registration(backend) -> None:
+    registry, _ = backend
+    await registry.publish_worker(worker("w1", epoch=5), ttl_s=3)
+    await registry.publish_worker(worker("w1", epoch=4, draining=True), ttl_s=3)
+    [current] = await registry.workers()
+    assert current.epoch == 5 and not current.draining
+
+
+async def test_layer_sets_feed_the_inverted_index(backend) -> None:
+    registry, _ = backend
+    await registry.set_worker_layers("w1", {"sha256:a": 10, "sha256:b": 20})
+    await registry.set_worker_layers("w2", {"sha256:a": 10})
+    assert await registry.layer_holders("sha256:a") == {"w1": 10, "w2": 10}
+    await registry.set_worker_layers("w1", {"sha256:b": 20})
+    assert await registry.layer_holders("sha256:a") == {"w2": 10}
+    assert await registry.layer_holders("sha256:zz") == {}
+
+
+async def test_machine_puts_are_idempotent_and_never_go_back_in_time(backend) -> None:
+    registry, _ = backend
+    await registry.put_machine(machine("m1", updated_at=2.0, state="started"))
+    await registry.put_machine(machine("m1", updated_at=2.0, state="started"))
+    await registry.put_machine(machine("m1", updated_at=1.0, state="starting"))
+    [record] = await registry.machines("hello")
+    assert record.state == "started"
+    await registry.delete_machine("hello", "m1")
+    assert await registry.machines("hello") == []
+
+
+async def test_the_change_feed_reports_every_write_in_order(backend) -> None:
+    registry, _ = backend
+    feed = registry.changes()
+    first = asyncio.ensure_future(feed.__anext__())
+    await asyncio.sleep(0)
+    await registry.put_machine(machine("m1"))
+    change = await asyncio.wait_for(first, 1)
+    assert (change.kind, change.key) == ("machine", "hello/m1")
+    await registry.publish_worker(worker("w1"), ttl_s=3)
+    change2 = await asyncio.wait_for(feed.__anext__(), 1)
+    assert (change2.kind, change2.key) == ("worker", "w1")
+    replay = registry.changes(after=change.seq)
+    again = await asyncio.wait_for(replay.__anext__(), 1)
+    assert again.seq == change2.seq
+    await feed.aclose()
+    await replay.aclose()

@@ -1,0 +1,141 @@
+"""A `thaw agent` run as a real subprocess, and cleanup of every machine it started."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from agent.core.oplog_codec import decode
+from agent.core.state import replay
+from tests.support.ports import free_port, wait_for_port
+
+
+def call(
+    method: str, url: str, body: Any = None, timeout_s: float = 30.0
+) -> tuple[int, Any]:
+    """One HTTP request; returns (status, decoded JSON or text)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    payload = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if payload is not None else {}
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request(method, path, body=payload, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    kind = response.getheader("Content-Type", "")
+    return response.status, json.loads(data) if "json" in kind else data.decode()
+
+
+class AgentProcess:
+    def __init__(self, state_dir: Path, *, cpus: float = 4, memory_mb: int = 4096,
+                 extra: list[str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [
+            sys.executable, "-m", "thaw", "agent", "--port", str(self.port),
+            "--state-dir", str(state_dir), "--cpus", str(cpus), "--memory-mb", str(memory_mb),
+            "--heartbeat-s", "0.5", *(extra or []),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = state_dir.parent / f"{state_dir.name}-agent.log"
+
+    def start(self) -> AgentProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port("127.0.0.1", self.port, timeout_s=20)
+        except TimeoutError:
+            raise RuntimeError(f"agent did not start:\n{self.log_path.read_text()}") from None
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def terminate(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def machine_pids(self) -> list[int]:
+        """Pids the op log knows of, plus unrecorded ones found by machine id."""
+        log = self.state_dir / "oplog"
+        if not log.exists():
+            return []
+        state = replay(decode(log.read_bytes()).records)
+        pids = [m.process.pid for m in state.machines.values() if m.process is not None]
+        pids += find_machine_processes(set(state.machines))
+        return sorted(set(pids))
+
+    def cleanup(self) -> None:
+        """Stop the agent, then kill every machine process group it left."""
+        self.terminate()
+        for pid in self.machine_pids():
+            kill_group(pid)
+
+    def wait_state(self, mid: str, state: str, timeout_s: float = 20) -> dict[str, Any]:
+        status, body = call(
+            "GET", f"{self.url}/v1/machines/{mid}/wait?state={state}&timeout_s={timeout_s}",
+            timeout_s=timeout_s + 5,
+        )
+        assert status == 200, (status, body, self.log_path.read_text()[-3000:])
+        return body  # type: ignore[no-any-return]
+
+
+def find_machine_processes(machine_ids: set[str]) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"THAW_MACHINE_ID=") and item[16:].decode() in machine_ids:
+                found.append(int(entry))
+    return found
+
+
+def kill_group(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until(predicate: Any, timeout_s: float = 10, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(interval_s)

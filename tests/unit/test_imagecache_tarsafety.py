@@ -1,0 +1,121 @@
+"""Lexical judgement of layer members: pure, no disk."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagecache.core.tarsafety import (
+    Action,
+    Member,
+    MemberKind,
+    UnpackLimits,
+    judge,
+    normalise,
+    symlink_stays_inside,
+)
+
+LIMITS = UnpackLimits(max_bytes=1000, max_members=10)
+
+
+def _judge(member: Member, extracted: frozenset[str] = frozenset(), **used: int) -> Action:
+    verdict = judge(
+        member,
+        extracted=extracted,
+        used_bytes=used.get("used_bytes", 0),
+        used_members=used.get("used_members", 0),
+        limits=LIMITS,
+    )
+    return verdict.action
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("./a/b", "a/b"), ("a//b/.", "a/b"), ("./", ""), ("/etc/x", None), ("a/../../x", None)],
+)
+def test_names_are_normalised_or_refused_when_absolute_or_climbing(
+    name: str, expected: str | None
+) -> None:
+    assert normalise(name) == expected
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/x", "a/../../x", "ok/\x00"])
+def test_escaping_names_are_refused(name: str) -> None:
+    assert _judge(Member(name, MemberKind.FILE)) is Action.REFUSE
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "inside"),
+    [
+        ("a/link", "../b", True),
+        ("a/link", "../../b", False),
+        ("link", "..", False),
+        ("a/b/link", "/usr/bin/python3", True),
+        ("a/link", "x/../../..", False),
+    ],
+)
+def test_symlink_targets_resolve_from_the_links_directory(
+    path: str, target: str, inside: bool
+) -> None:
+    assert symlink_stays_inside(path, target) is inside
+
+
+def test_escaping_symlink_is_refused() -> None:
+    assert _judge(Member("a/evil", MemberKind.SYMLINK, linkname="../../etc")) is Action.REFUSE
+
+
+def test_hardlink_must_point_at_an_already_extracted_path_inside_the_root() -> None:
+    link = Member("b", MemberKind.HARDLINK, linkname="a")
+    assert _judge(link, frozenset({"a"})) is Action.EXTRACT
+    assert _judge(link) is Action.REFUSE
+    assert _judge(Member("b", MemberKind.HARDLINK, linkname="/etc/passwd")) is Action.REFUSE
+    assert _judge(Member("b", MemberKind.HARDLINK, linkname="../x")) is Action.REFUSE
+
+
+@pytest.mark.parametrize(
+    "kind", [MemberKind.CHAR_DEVICE, MemberKind.BLOCK_DEVICE, MemberKind.FIFO, MemberKind.OTHER]
+)
+def test_devices_fifos_and_unknown_types_are_refused(kind: MemberKind) -> None:
+    assert _judge(Member("dev/x", kind)) is Action.REFUSE
+
+
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o6755])
+def test_setuid_and_setgid_members_are_refused(mode: int) -> None:
+    assert _judge(Member("bin/x", MemberKind.FILE, mode=mode)) is Action.REFUSE
+
+
+def test_sticky_directory_is_allowed() -> None:
+    assert _judge(Member("tmp", MemberKind.DIR, mode=0o1777)) is Action.EXTRACT
+
+
+def test_member_count_and_byte_limits_refuse_the_member_that_crosses_them() -> None:
+    assert _judge(Member("f", MemberKind.FILE, size=10), used_members=10) is Action.REFUSE
+    assert _judge(Member("f", MemberKind.FILE, size=11), used_bytes=990) is Action.REFUSE
+    assert _judge(Member("f", MemberKind.FILE, size=10), used_bytes=990) is Action.EXTRACT
+
+
+def test_whiteouts_name_the_hidden_path_and_opaque_markers_their_directory() -> None:
+    whiteout = judge(
+        Member("etc/.wh.passwd", MemberKind.FILE),
+        extracted=frozenset(),
+        used_bytes=0,
+        used_members=0,
+        limits=LIMITS,
+    )
+    assert (whiteout.action, whiteout.path) == (Action.WHITEOUT, "etc/passwd")
+    opaque = judge(
+        Member("var/cache/.wh..wh..opq", MemberKind.FILE),
+        extracted=frozenset(),
+        used_bytes=0,
+        used_members=0,
+        limits=LIMITS,
+    )
+    assert (opaque.action, opaque.path) == (Action.OPAQUE, "var/cache")
+
+
+def test_whiteout_cannot_climb_out_of_the_root() -> None:
+    assert _judge(Member("a/.wh...", MemberKind.FILE)) is Action.REFUSE
+    assert _judge(Member("../.wh.x", MemberKind.FILE)) is Action.REFUSE
+
+
+def test_root_directory_entry_is_skipped() -> None:
+    assert _judge(Member("./", MemberKind.DIR)) is Action.SKIP
