@@ -99,3 +99,17 @@ async def test_the_change_feed_reports_every_write_in_order(backend) -> None:
     assert again.seq == change2.seq
     await feed.aclose()
     await replay.aclose()
+
+
+async def test_app_configs_are_stored_whole_and_never_go_back_a_version(backend) -> None:
+    from thaw.appconfig import parse
+
+    registry, _ = backend
+    v2 = parse({"name": "hello", "image": "img:2", "version": 2})
+    v1 = parse({"name": "hello", "image": "img:1", "version": 1})
+    await registry.put_app(v2)
+    await registry.put_app(v1)
+    assert await registry.app("hello") == v2
+    assert [a.name for a in await registry.apps()] == ["hello"]
+    await registry.delete_app("hello")
+    assert await registry.app("hello") is None and await registry.apps() == []

@@ -7,6 +7,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
+from thaw.appconfig import AppConfig
 from thaw.registry.types import Change, MachineRecord, WorkerStatus
 
 FEED_LENGTH = 10_000
@@ -21,6 +22,7 @@ class MemoryRegistry:
         self._layers: dict[str, dict[str, int]] = {}
         self._holders: dict[str, dict[str, int]] = {}
         self._machines: dict[str, dict[str, MachineRecord]] = {}
+        self._apps: dict[str, AppConfig] = {}
         self._feed: deque[Change] = deque(maxlen=FEED_LENGTH)
         self._seq = 0
         self._wakeup = asyncio.Event()
@@ -77,6 +79,23 @@ class MemoryRegistry:
 
     async def machines(self, app: str) -> list[MachineRecord]:
         return list(self._machines.get(app, {}).values())
+
+    async def put_app(self, config: AppConfig) -> None:
+        current = self._apps.get(config.name)
+        if current is not None and current.version > config.version:
+            return
+        self._apps[config.name] = config
+        self._emit("app", config.name)
+
+    async def app(self, name: str) -> AppConfig | None:
+        return self._apps.get(name)
+
+    async def apps(self) -> list[AppConfig]:
+        return list(self._apps.values())
+
+    async def delete_app(self, name: str) -> None:
+        if self._apps.pop(name, None) is not None:
+            self._emit("app", name)
 
     async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
         last = int(after) if after is not None else self._seq

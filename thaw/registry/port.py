@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from thaw.appconfig import AppConfig
 from thaw.registry.types import Change, MachineRecord, WorkerStatus
 
 
@@ -35,6 +36,16 @@ class Registry(Protocol):
     async def delete_machine(self, app: str, machine_id: str) -> None: ...
 
     async def machines(self, app: str) -> list[MachineRecord]: ...
+
+    async def put_app(self, config: AppConfig) -> None:
+        """Upsert; a config with a lower `version` than the stored one is ignored."""
+        ...
+
+    async def app(self, name: str) -> AppConfig | None: ...
+
+    async def apps(self) -> list[AppConfig]: ...
+
+    async def delete_app(self, name: str) -> None: ...
 
     def changes(self, after: str | None = None) -> AsyncIterator[Change]:
         """Changes after `after` (None: from now on), forever; the caller cancels."""
