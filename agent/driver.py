@@ -21,6 +21,7 @@ import shutil
 import signal as signals
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,15 +74,9 @@ class ProcessDriver:
         self._system_binds = system_bind_args()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._dying: set[int] = set()  # groups whose leader died with members not yet reaped
-        self._sandboxed = (
-            sandbox is not False
-            and self._bwrap is not None
-            and _probe_sandbox(self._bwrap, self._system_binds)
-        )
+        self._sandboxed = sandbox is not False and self._probe_sandbox()
         if sandbox and not self._sandboxed:
             raise RuntimeError("sandbox requested but bubblewrap is missing or does not work")
-        if self._sandboxed:
-            _become_child_subreaper()
 
     @property
     def sandboxed(self) -> bool:
@@ -214,6 +209,28 @@ class ProcessDriver:
             raise RuntimeError(f"launched pid {proc.pid} vanished from /proc")
         return ProcessIdentity(proc.pid, stat.start_time)
 
+    def _probe_sandbox(self) -> bool:
+        """Run ``true`` in a sandbox shaped like a machine's: does this host allow it?
+        Run as a machine would be (own session, we are subreaper) so that its
+        namespace init is reaped here too."""
+        if self._bwrap is None:
+            return False
+        _become_child_subreaper()
+        argv = [*sandbox_argv(self._bwrap, self._system_binds, Path("/"), ""), "true"]
+        env = {"PATH": DEFAULT_PATH}
+        try:
+            ident = self._spawn(argv, Path("/"), env, Path(os.devnull))
+        except OSError:
+            return False
+        proc = self._children[ident.pid]
+        deadline = time.monotonic() + _SANDBOX_PROBE_S
+        while self._reap_group(ident.pid) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if proc.poll() is None:  # hung: give up on the sandbox
+            self._signal_group(ident, signals.SIGKILL)
+            return False
+        return proc.returncode == 0
+
     def _owns_group(self, ident: ProcessIdentity) -> bool:
         # A pgid cannot be reused while any member is alive, so if the leader is
         # gone the group (if any) is still this machine's; if a process with a
@@ -251,7 +268,7 @@ class ProcessDriver:
         pending = False
         for member in members:
             if member.zombie and member.ppid == me:
-                self._reap(member.pid)
+                pending = not self._reap(member.pid) or pending
             elif not member.zombie or member.ppid in in_group:
                 pending = True
         if pending:
@@ -260,16 +277,20 @@ class ProcessDriver:
             self._dying.discard(pgid)
         return pending
 
-    def _reap(self, pid: int) -> None:
+    def _reap(self, pid: int) -> bool:
+        """Reap our zombie child ``pid``; False if it cannot be reaped yet (a
+        thread-group leader shows as a zombie before its other threads are gone)."""
         proc = self._children.pop(pid, None)
         if proc is not None:
             if proc.poll() is None:
                 self._children[pid] = proc
-            return
+                return False
+            return True
         try:
-            os.waitpid(pid, os.WNOHANG)
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            pass
+            return True  # not (or no longer) ours to reap
+        return reaped == pid
 
     def _reap_finished_children(self) -> None:
         for pid, proc in list(self._children.items()):
@@ -357,24 +378,6 @@ def trim_log(path: Path, max_bytes: int, keep_bytes: int) -> bool:
         return True
     finally:
         os.close(fd)
-
-
-def _probe_sandbox(bwrap: str, system_binds: list[str]) -> bool:
-    """Run ``true`` in a sandbox shaped like a machine's: does this host allow it?"""
-    argv = [*sandbox_argv(bwrap, system_binds, Path("/"), ""), "true"]
-    try:
-        done = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={"PATH": DEFAULT_PATH},
-            timeout=_SANDBOX_PROBE_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
 
 
 def _become_child_subreaper() -> None:

@@ -221,10 +221,13 @@ class Agent:
                 self.persist(Gone(mid, self.clock()))
             try:
                 image = await self._image_for(machine)
+                self._launch(machine, image)
             except ImageError as exc:
                 self.transition(machine, E.FAIL, f"image {machine.spec.image}: {exc}")
                 return
-            self._launch(machine, image)
+            except OSError as exc:
+                self.transition(machine, E.FAIL, f"launch: {exc}")
+                return
         else:
             self.driver.resume(ident(machine))
         await self._await_ready(machine, began)

@@ -210,3 +210,22 @@ def test_an_image_pushed_with_thaw_image_build_to_a_real_registry_runs_as_a_mach
     assert machine["image_digest"] == digest
     status, body = get(f"http://{machine['address']}/")
     assert status == 200 and f"hello from {machine['id']}" in body
+
+
+def test_a_machine_whose_entrypoint_does_not_exist_fails_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "x.txt").write_text("x")
+    build_image(app_dir, "nope:v1", layout=tmp_path / "layout",
+                overrides=BuildOverrides(entrypoint=["/no/such/binary"]))
+    agent = AgentProcess(tmp_path / "agent", extra=["--sandbox", "off"]).start()
+    try:
+        status, machine = offer(agent, f"oci:{tmp_path / 'layout'}:v1", "k")
+        assert status == 201
+        failed = agent.wait_state(machine["id"], "failed")
+        assert "launch" in failed["events"][-1]["reason"]
+        assert "/no/such/binary" in failed["events"][-1]["reason"]
+    finally:
+        agent.cleanup()
