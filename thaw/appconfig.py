@@ -138,7 +138,7 @@ def _merge(base: Any, patch: Any) -> Any:
 
 
 def _field_of(message: str) -> str:
-    """msgspec says "... - at `$.concurrency.soft_limit`" or "Object missing required field `image`"."""
+    """The field a msgspec error names: "... - at `$.a.b`" or "... required field `image`"."""
     at = re.search(r"at `\$\.([^`]+)`", message)
     if at:
         return re.sub(r"\[\d+\]", "", at.group(1))

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from thaw.commands import add_client_commands, run_client_command
 from thaw.logs import setup_logging
 
 
@@ -54,12 +55,101 @@ async def run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = env_default
+    p = sub.add_parser("placement", help="run the placement service (apps API, market, wake)")
+    p.add_argument("--host", default=e("PLACEMENT_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(e("PLACEMENT_PORT", "4280")))
+    p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/placement")))
+    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
+
+
+def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = env_default
+    p = sub.add_parser("edge", help="run the edge proxy")
+    p.add_argument("--host", default=e("EDGE_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(e("EDGE_PORT", "8080")))
+    p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
+    p.add_argument("--placement", default=e("PLACEMENT_URL", "http://127.0.0.1:4280"))
+    p.add_argument("--domain", default=e("DOMAIN", "localhost"))
+    p.add_argument("--region", default=e("REGION", "local"))
+    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
+
+
+def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = env_default
+    p = sub.add_parser("up", help="the whole platform in one process")
+    p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw")))
+    p.add_argument("--edge-port", type=int, default=int(e("EDGE_PORT", "8080")))
+    p.add_argument("--api-port", type=int, default=int(e("API_PORT", "4280")))
+    p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
+    p.add_argument("--agents", type=int, default=int(e("AGENTS", "3")))
+    p.add_argument("--domain", default=e("DOMAIN", "localhost"))
+    p.add_argument("--hello-set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a field of the example app (e.g. idle_timeout_s=2)")
+    p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
+
+
+async def run_placement(args: argparse.Namespace) -> int:
+    from placement.config import PlacementConfig
+    from placement.runner import PlacementRuntime
+    from thaw.registry.factory import open_registry
+
+    config = PlacementConfig(state_dir=args.state_dir.resolve(), host=args.host, port=args.port)
+    runtime = PlacementRuntime(config, open_registry(args.registry))
+    url = await runtime.start()
+    print(f"thaw placement listening on {url}", flush=True)
+    await wait_for_signal()
+    await runtime.stop()
+    return 0
+
+
+async def run_edge(args: argparse.Namespace) -> int:
+    from edge.config import EdgeConfig
+    from edge.runner import EdgeRuntime
+    from thaw.registry.factory import open_registry
+
+    config = EdgeConfig(placement_url=args.placement, domain=args.domain, host=args.host,
+                        port=args.port, admin_port=args.admin_port, region=args.region)
+    runtime = EdgeRuntime(config, open_registry(args.registry))
+    await runtime.start()
+    print(f"thaw edge listening on {args.host}:{runtime.proxy_port} "
+          f"(admin :{runtime.admin_port})", flush=True)
+    await wait_for_signal()
+    await runtime.stop()
+    return 0
+
+
+async def run_up(args: argparse.Namespace) -> int:
+    from thaw.commands import settings
+    from thaw.up import Platform, UpConfig
+
+    config = UpConfig(
+        state_dir=args.state_dir, edge_port=args.edge_port, api_port=args.api_port,
+        admin_port=args.admin_port, agents=args.agents, domain=args.domain,
+        hello_overrides=tuple(settings(args.hello_set).items()),
+    )
+    platform = Platform(config)
+    try:
+        await platform.start()
+        print(platform.banner(), flush=True)
+        await wait_for_signal()
+    finally:
+        await platform.stop()
+    return 0
+
+
 async def wait_for_signal() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+SERVICES = {"up": run_up, "edge": run_edge, "placement": run_placement, "agent": run_agent}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,20 +160,24 @@ def main(argv: list[str] | None = None) -> int:
         return image_main(argv[1:])
     parser = argparse.ArgumentParser(prog="thaw", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    up_parser(sub)
+    edge_parser(sub)
+    placement_parser(sub)
     agent_parser(sub)
     sub.add_parser("image", help="build OCI images: thaw image build DIR -t NAME:TAG ...")
+    add_client_commands(sub, env_default)
     args = parser.parse_args(argv)
     setup_logging(getattr(args, "log_level", "info"))
-    if args.command == "agent":
-        import uvloop
+    service = SERVICES.get(args.command)
+    if service is None:
+        return run_client_command(args)
+    import uvloop
 
-        try:
-            return uvloop.run(run_agent(args))
-        except ValueError as exc:
-            print(f"thaw agent: {exc}", file=sys.stderr)
-            return 2
-    parser.error(f"unknown command {args.command}")
-    return 2
+    try:
+        return uvloop.run(service(args))
+    except (ValueError, OSError) as exc:
+        print(f"thaw {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
