@@ -14,7 +14,7 @@ import signal
 from agent.core.machine import MachineEvent, MachineState
 from agent.core.records import Gone
 from agent.core.state import Machine
-from agent.driver import trim_log
+from agent.machinelog import trim_log
 from agent.service import Agent, ident, machine_dir
 
 log = logging.getLogger("thaw.agent")

@@ -11,8 +11,8 @@ from aiohttp import web
 from agent.api import OfferRequest, PullRequest
 from agent.core.machine import IllegalTransition, MachineState
 from agent.core.records import MachineSpec
-from agent.driver import read_log
 from agent.errors import AgentError, BadRequest
+from agent.machinelog import read_log
 from agent.publisher import Publisher, machine_view
 from agent.service import Agent, machine_dir
 from imagecache.errors import ImageError

@@ -29,9 +29,8 @@ from agent.driver import (
     ProcessIdentity,
     ReadyResult,
     allocate_port,
-    read_log,
-    trim_log,
 )
+from agent.machinelog import read_log, trim_log
 from tests.support.ports import wait_for_port
 
 pytestmark = pytest.mark.integration
