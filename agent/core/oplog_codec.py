@@ -24,7 +24,7 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
 
 
-class CorruptLog(Exception):
+class CorruptLog(ValueError):
     """A damaged frame before the end of the log: replaying past it would lie."""
 
 

@@ -14,8 +14,7 @@ def open_registry(url: str) -> Registry:
     if url == "memory":
         return MemoryRegistry()
     if url.startswith(("redis://", "rediss://", "unix://")):
-        raise UnsupportedRegistry(
-            "the Redis registry backend is not built yet (planned with issue 3); "
-            "use --registry memory"
-        )
+        from thaw.registry.redis import RedisRegistry
+
+        return RedisRegistry(url)
     raise UnsupportedRegistry(f"unknown registry {url!r}: use memory or redis://HOST:PORT")

@@ -19,6 +19,7 @@ class MemoryRegistry:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._workers: dict[str, tuple[WorkerStatus, float]] = {}
+        self._epochs: dict[str, int] = {}  # outlives the TTL, like the Redis backend
         self._layers: dict[str, dict[str, int]] = {}
         self._holders: dict[str, dict[str, int]] = {}
         self._machines: dict[str, dict[str, MachineRecord]] = {}
@@ -34,9 +35,9 @@ class MemoryRegistry:
         self._wakeup = asyncio.Event()
 
     async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
-        current = self._workers.get(status.id)
-        if current is not None and current[0].epoch > status.epoch:
+        if self._epochs.get(status.id, -1) > status.epoch:
             return
+        self._epochs[status.id] = status.epoch
         self._workers[status.id] = (status, self._clock() + ttl_s)
         self._emit("worker", status.id)
 

@@ -1,0 +1,49 @@
+"""A real redis-server on a free port, started and killed (by PID) by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.support.ports import free_port, wait_for_port
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    port: int
+    pid: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+@contextlib.contextmanager
+def start_redis_server() -> Iterator[RedisServer]:
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    workdir = tempfile.mkdtemp(prefix="thaw-redis-")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir, "--enable-debug-command", "local", "--logfile", ""],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, timeout_s=10)
+        yield RedisServer(port, proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with start_redis_server() as server:
+        yield server

@@ -1,0 +1,38 @@
+"""Every Redis key name thaw uses, built here and nowhere else."""
+
+from __future__ import annotations
+
+PREFIX = "thaw"
+
+
+def worker(worker_id: str) -> str:
+    return f"{PREFIX}:worker:{worker_id}"
+
+
+def workers() -> str:
+    return f"{PREFIX}:workers"
+
+
+def worker_layers(worker_id: str) -> str:
+    return f"{PREFIX}:worker-layers:{worker_id}"
+
+
+def layer_holders(digest: str) -> str:
+    return f"{PREFIX}:layer:{digest}"
+
+
+def machines(app: str) -> str:
+    return f"{PREFIX}:machines:{app}"
+
+
+def apps() -> str:
+    return f"{PREFIX}:apps"
+
+
+def changes() -> str:
+    return f"{PREFIX}:changes"
+
+
+def worker_epochs() -> str:
+    """Highest epoch seen per worker; outlives the heartbeat TTL so fencing survives it."""
+    return f"{PREFIX}:worker-epochs"

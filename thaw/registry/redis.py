@@ -1,0 +1,177 @@
+"""Redis registry backend (redis-py asyncio): the view shared by services on many hosts.
+
+Every write is one Lua script that checks its guard (epoch, updated_at,
+version), writes a whole record and appends to the change stream atomically,
+so a write retried by redis-py after a reconnect changes nothing the second
+time. Timeouts are short: the registry is advisory and callers carry on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from thaw.appconfig import AppConfig
+from thaw.registry import keys
+from thaw.registry.types import Change, MachineRecord, WorkerStatus
+
+FEED_LENGTH = 10_000
+FEED_BLOCK_MS = 1000
+
+_PUBLISH_WORKER = """
+local seen = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
+if seen > tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'worker', 'key', ARGV[1])
+return 1
+"""
+
+_SET_LAYERS = """
+for _, digest in ipairs(redis.call('HKEYS', KEYS[1])) do
+  redis.call('HDEL', ARGV[2] .. digest, ARGV[1])
+end
+redis.call('DEL', KEYS[1])
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', ARGV[2] .. ARGV[i], ARGV[1], ARGV[i + 1])
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'layers', 'key', ARGV[1])
+return 1
+"""
+
+# Upsert a JSON record in a hash unless the stored one has a higher ARGV[3] in field ARGV[4].
+_PUT_GUARDED = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current and tonumber(cjson.decode(current)[ARGV[4]]) > tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'kind', ARGV[6], 'key', ARGV[7])
+return 1
+"""
+
+_DELETE = """
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'kind', ARGV[3], 'key', ARGV[4])
+end
+return 1
+"""
+
+
+class RegistryUnavailable(Exception):
+    """Redis could not be reached in time (translated from redis-py's errors)."""
+
+
+class RedisRegistry:
+    def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
+        self._r = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s, retry=retry,
+        )
+        # XREAD BLOCK needs a socket timeout longer than the block.
+        self._feed = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=FEED_BLOCK_MS / 1000 + timeout_s,
+            socket_connect_timeout=timeout_s, retry=retry,
+        )
+        self._publish_worker = self._r.register_script(_PUBLISH_WORKER)
+        self._set_layers = self._r.register_script(_SET_LAYERS)
+        self._put_guarded = self._r.register_script(_PUT_GUARDED)
+        self._delete = self._r.register_script(_DELETE)
+
+    async def _call(self, awaitable):  # type: ignore[no-untyped-def]
+        try:
+            return await awaitable
+        except (RedisError, OSError) as exc:
+            raise RegistryUnavailable(str(exc)) from exc
+
+    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
+        await self._call(self._publish_worker(
+            keys=[keys.worker(status.id), keys.worker_epochs(), keys.workers(), keys.changes()],
+            args=[status.id, msgspec.json.encode(status), status.epoch,
+                  max(1, int(ttl_s * 1000)), FEED_LENGTH],
+        ))
+
+    async def workers(self, region: str | None = None) -> list[WorkerStatus]:
+        ids = sorted(await self._call(self._r.smembers(keys.workers())))
+        if not ids:
+            return []
+        raw = await self._call(self._r.mget([keys.worker(i) for i in ids]))
+        gone = [wid for wid, value in zip(ids, raw, strict=True) if value is None]
+        if gone:
+            await self._call(self._r.srem(keys.workers(), *gone))
+        found = [msgspec.json.decode(v, type=WorkerStatus) for v in raw if v is not None]
+        return [w for w in found if region is None or w.region == region]
+
+    async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
+        pairs = [item for digest, size in sorted(layers.items()) for item in (digest, size)]
+        await self._call(self._set_layers(
+            keys=[keys.worker_layers(worker_id), keys.changes()],
+            args=[worker_id, keys.layer_holders(""), FEED_LENGTH, *pairs],
+        ))
+
+    async def layer_holders(self, digest: str) -> dict[str, int]:
+        raw = await self._call(self._r.hgetall(keys.layer_holders(digest)))
+        return {worker: int(size) for worker, size in raw.items()}
+
+    async def put_machine(self, record: MachineRecord) -> None:
+        await self._put(keys.machines(record.app), record.id, msgspec.json.encode(record),
+                        record.updated_at, "updated_at", "machine", f"{record.app}/{record.id}")
+
+    async def delete_machine(self, app: str, machine_id: str) -> None:
+        await self._call(self._delete(
+            keys=[keys.machines(app), keys.changes()],
+            args=[machine_id, FEED_LENGTH, "machine", f"{app}/{machine_id}"],
+        ))
+
+    async def machines(self, app: str) -> list[MachineRecord]:
+        raw = await self._call(self._r.hvals(keys.machines(app)))
+        return [msgspec.json.decode(v, type=MachineRecord) for v in raw]
+
+    async def put_app(self, config: AppConfig) -> None:
+        await self._put(keys.apps(), config.name, msgspec.json.encode(config), config.version,
+                        "version", "app", config.name)
+
+    async def app(self, name: str) -> AppConfig | None:
+        raw = await self._call(self._r.hget(keys.apps(), name))
+        return None if raw is None else msgspec.json.decode(raw, type=AppConfig)
+
+    async def apps(self) -> list[AppConfig]:
+        raw = await self._call(self._r.hvals(keys.apps()))
+        return [msgspec.json.decode(v, type=AppConfig) for v in raw]
+
+    async def delete_app(self, name: str) -> None:
+        await self._call(self._delete(
+            keys=[keys.apps(), keys.changes()], args=[name, FEED_LENGTH, "app", name],
+        ))
+
+    async def _put(self, hash_key: str, field: str, payload: bytes, guard: float,
+                   guard_field: str, kind: str, feed_key: str) -> None:
+        await self._call(self._put_guarded(
+            keys=[hash_key, keys.changes()],
+            args=[field, payload, guard, guard_field, FEED_LENGTH, kind, feed_key],
+        ))
+
+    async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
+        last = after if after is not None else await self._stream_end()
+        while True:
+            reply = await self._call(
+                self._feed.xread({keys.changes(): last}, block=FEED_BLOCK_MS, count=500)
+            )
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    yield Change(seq=entry_id, kind=fields["kind"], key=fields["key"])
+
+    async def _stream_end(self) -> str:
+        newest = await self._call(self._r.xrevrange(keys.changes(), count=1))
+        return str(newest[0][0]) if newest else "0-0"
+
+    async def close(self) -> None:
+        await self._r.aclose()
+        await self._feed.aclose()
