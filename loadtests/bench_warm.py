@@ -1,0 +1,163 @@
+"""Warm proxy benchmark: backend direct vs nginx vs thaw edge, side by side, wrk on loopback.
+
+    .venv/bin/python loadtests/bench_warm.py [--rounds 3] [--duration 5] [--connections 50]
+
+Topology on a 2-core machine: the proxy under test (nginx with 1 worker, or
+`thaw edge` as its own process) is pinned to core 0; the backend (nginx
+answering a fixed 200) and wrk share core 1. The edge reads its app and the
+machine's address from a real Redis the script starts (the edge's view), so
+no placement or agent runs during the measurement. Rounds are interleaved
+(direct, nginx, edge, direct, ...) and the report quotes medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadtests.benchlib import (
+    WrkResult,
+    free_port,
+    machine_line,
+    median,
+    process,
+    wait_port,
+    write_section,
+    wrk,
+)
+
+NGINX_BACKEND = """
+worker_processes 1; daemon off; pid {dir}/backend.pid; error_log {dir}/backend.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok\\n"; }} }} }}
+"""
+
+NGINX_PROXY = """
+worker_processes 1; daemon off; pid {dir}/proxy.pid; error_log {dir}/proxy.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{port};
+    location / {{ proxy_pass http://backend; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
+"""
+
+
+async def seed_registry(url: str, backend_port: int) -> None:
+    from thaw.appconfig import parse
+    from thaw.registry.redis import RedisRegistry
+    from thaw.registry.types import MachineRecord
+
+    registry = RedisRegistry(url)
+    await registry.put_app(parse({
+        "name": "bench", "image": "bench:latest", "max_machines": 1, "auto_stop": "off",
+        "concurrency": {"type": "requests", "soft_limit": 10000, "hard_limit": 10000},
+    }))
+    now = time.time()
+    await registry.put_machine(MachineRecord(
+        id="bench-1", app="bench", worker="bench", region="local", state="started",
+        image_digest="", created_at=now, updated_at=now, address=f"127.0.0.1:{backend_port}",
+    ))
+    await registry.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, list[WrkResult]]:
+    work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
+    ports = {name: free_port() for name in ("backend", "nginx", "edge", "admin", "redis")}
+    (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
+    (work / "proxy.conf").write_text(
+        NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
+    redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
+    results: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
+    with (
+        process(["nginx", "-c", str(work / "backend.conf")], cpu=1),
+        process(["nginx", "-c", str(work / "proxy.conf")], cpu=0),
+        process(["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(work)], cpu=1),
+    ):
+        for name in ("backend", "nginx", "redis"):
+            wait_port(ports[name])
+        asyncio.run(seed_registry(redis_url, ports["backend"]))
+        edge_cmd = [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
+                    "--port", str(ports["edge"]), "--admin-port", str(ports["admin"]),
+                    "--placement", "http://127.0.0.1:9", "--log-level", "warning"]
+        with process(edge_cmd, cpu=0, log=work / "edge.log"):
+            wait_port(ports["edge"])
+            targets = {
+                "direct": (f"http://127.0.0.1:{ports['backend']}/", None),
+                "nginx": (f"http://127.0.0.1:{ports['nginx']}/", "bench.localhost"),
+                "edge": (f"http://127.0.0.1:{ports['edge']}/", "bench.localhost"),
+            }
+            for url, host in targets.values():  # warm up every path once
+                wrk(url, host=host, connections=args.connections, duration_s=1, cpu=1)
+            for round_no in range(args.rounds):
+                for name, (url, host) in targets.items():
+                    result = wrk(url, host=host, connections=args.connections,
+                                 duration_s=args.duration, cpu=1)
+                    results[name].append(result)
+                    print(f"round {round_no + 1} {name:6s} {result.requests_per_s:10.0f} req/s "
+                          f"p50 {result.p50_ms:.3f} ms p99 {result.p99_ms:.3f} ms "
+                          f"errors {result.errors}", flush=True)
+    return results
+
+
+def report(results: dict[str, list[WrkResult]], args: argparse.Namespace, command: str) -> str:
+    med = {name: {
+        "rps": median([r.requests_per_s for r in runs]),
+        "p50": median([r.p50_ms for r in runs]),
+        "p99": median([r.p99_ms for r in runs]),
+        "errors": sum(r.errors for r in runs),
+    } for name, runs in results.items()}
+    lines = [
+        "## Warm proxy (`loadtests/bench_warm.py`)", "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine_line()}  ",
+        f"wrk 1 thread, {args.connections} connections, {args.duration} s per run, "
+        f"{args.rounds} interleaved rounds; proxy pinned to core 0, backend (nginx `return 200`) "
+        "and wrk on core 1. Figures are medians over rounds.", "",
+        "| target | req/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|",
+    ]
+    for name, m in med.items():
+        lines.append(f"| {name} | {m['rps']:.0f} | {m['p50']:.3f} | {m['p99']:.3f} | "
+                     f"{m['errors']} |")
+    ratio = med["edge"]["rps"] / med["nginx"]["rps"]
+    added_p50 = med["edge"]["p50"] - med["direct"]["p50"]
+    added_p99 = med["edge"]["p99"] - med["direct"]["p99"]
+    lines += [
+        "",
+        f"- edge / nginx throughput: **{ratio:.2f}** (target ≥ 0.5: "
+        f"{'met' if ratio >= 0.5 else 'NOT met'})",
+        f"- added latency by the edge over direct: p50 {added_p50:.3f} ms, p99 {added_p99:.3f} ms "
+        f"(target p99 ≤ 2 ms: {'met' if added_p99 <= 2 else 'NOT met'})",
+        f"- nginx added: p50 {med['nginx']['p50'] - med['direct']['p50']:.3f} ms, "
+        f"p99 {med['nginx']['p99'] - med['direct']['p99']:.3f} ms",
+        "- per round: " + "; ".join(
+            f"{name} " + "/".join(f"{r.requests_per_s:.0f}" for r in runs)
+            for name, runs in results.items()) + " req/s",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    command = "python loadtests/bench_warm.py " + " ".join(sys.argv[1:])
+    text = report(run(args), args, command.strip())
+    print(text)
+    if not args.no_write:
+        write_section("warm", text)
+
+
+if __name__ == "__main__":
+    main()
