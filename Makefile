@@ -45,9 +45,7 @@ test: sysdeps venv lint typecheck
 	$(PY) -m pytest -q
 
 up: sysdeps venv
-	@echo "make up: 'thaw up' (edge + placement + agents in one process) is not built yet (issue 3)."
-	@echo "Run one agent instead: $(VENV)/bin/thaw agent --port 7001 --state-dir /tmp/thaw-agent"
-	@exit 1
+	$(VENV)/bin/thaw up $(UP_ARGS)
 
 clean:
 	rm -rf $(VENV) .thaw .pytest_cache .mypy_cache .ruff_cache

@@ -7,6 +7,7 @@ by the periodic full resync, never allowed to block or fail a machine operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable
@@ -90,10 +91,11 @@ class Publisher:
                 next_beat = loop.time() + interval
             await self._guarded(self._flush())
             self._kick.clear()
-            try:
-                await asyncio.wait_for(self._kick.wait(), max(0.0, next_beat - loop.time()))
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
+            # that races with the event, and stop() would then wait forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_beat - loop.time())):
+                    await self._kick.wait()
 
     async def _heartbeat(self, interval: float) -> None:
         await self.registry.publish_worker(self.worker_status(), interval * HEARTBEATS_PER_TTL)

@@ -182,7 +182,8 @@ class Agent:
             if remaining <= 0:
                 raise_timeout(mid, target, machine.state)
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 raise_timeout(mid, target, machine.state)
 

@@ -1,1 +1,4 @@
-"""The edge proxy. Not built yet: see issue 3 and README ("What does not work yet")."""
+"""The edge proxy: routes Host to an app, holds requests of cold apps while
+placement wakes a machine, balances warm requests over started machines, and
+stops idle machines through placement. See docs/edge.md.
+"""

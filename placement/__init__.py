@@ -1,1 +1,1 @@
-"""Placement (apps API, market, wake). Not built yet: see issue 3 and README."""
+"""Placement: the Apps and Machines API, the market that places machines, and wake."""

@@ -98,6 +98,9 @@ class MemoryRegistry:
         if self._apps.pop(name, None) is not None:
             self._emit("app", name)
 
+    async def feed_position(self) -> str:
+        return str(self._seq)
+
     async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
         last = int(after) if after is not None else self._seq
         while True:

@@ -47,8 +47,13 @@ class Registry(Protocol):
 
     async def delete_app(self, name: str) -> None: ...
 
+    async def feed_position(self) -> str:
+        """The position of the newest change: take it *before* a full load, then follow
+        `changes(after=position)` so that nothing written in between is missed."""
+        ...
+
     def changes(self, after: str | None = None) -> AsyncIterator[Change]:
-        """Changes after `after` (None: from now on), forever; the caller cancels."""
+        """Changes after `after` (None: from when the iterator first runs), forever."""
         ...
 
     async def close(self) -> None: ...

@@ -158,7 +158,7 @@ class RedisRegistry:
         ))
 
     async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
-        last = after if after is not None else await self._stream_end()
+        last = after if after is not None else await self.feed_position()
         while True:
             reply = await self._call(
                 self._feed.xread({keys.changes(): last}, block=FEED_BLOCK_MS, count=500)
@@ -168,7 +168,7 @@ class RedisRegistry:
                     last = entry_id
                     yield Change(seq=entry_id, kind=fields["kind"], key=fields["key"])
 
-    async def _stream_end(self) -> str:
+    async def feed_position(self) -> str:
         newest = await self._call(self._r.xrevrange(keys.changes(), count=1))
         return str(newest[0][0]) if newest else "0-0"
 

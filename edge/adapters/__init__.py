@@ -1,0 +1,1 @@
+"""IO of the edge's control side: placement client, admin HTTP server."""

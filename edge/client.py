@@ -1,0 +1,286 @@
+"""The client side of the data path: an asyncio Protocol around httptools' request parser.
+
+HTTP/1.1 keep-alive and pipelining (one exchange active per connection, the
+next parsed and queued with reading paused, so answers go out in order),
+HTTP/1.0, streamed bodies with backpressure both ways, a header-read deadline
+and a keep-alive idle timeout. Any parse or framing error ends the connection
+after a 400 (or 408/413/431/501) JSON answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, cast
+
+import httptools
+
+from edge.core.framing import BODY_NONE, Rejection, RequestHead, check_request
+from edge.errors import error_response
+from edge.exchange import DONE, Exchange
+
+if TYPE_CHECKING:
+    from edge.service import Edge
+
+PAUSE_PIPELINE = 1
+PAUSE_UPSTREAM = 4
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def _placeholder_head() -> RequestHead:
+    return RequestHead(host="", authority=b"", target=b"", body=BODY_NONE, content_length=0,
+                       expect_continue=False, request_id=None, forwarded_for=None,
+                       hold_timeout_s=None, forward=[])
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback to stop parsing; the reason is kept on the connection."""
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, edge: Edge) -> None:
+        self.edge = edge
+        self.config = edge.config
+        self.loop = edge.loop
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.peer = b"unknown"
+        self.exchanges: deque[Exchange] = deque()
+        self.parsing: Exchange | None = None
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        self.raw_head_bytes = 0
+        self.in_head = False
+        self.stopped = False  # no more parsing: a rejected request or a closing connection
+        self.reject: tuple[str, str] | None = None
+        self.pause_reasons = 0
+        self.reading_paused = False
+        self.write_paused = False
+        self.closed = False
+        # one watchdog per connection, no timer per request: it checks these two times
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.head_started = 0.0  # loop time the request head being read began
+        self.last_active = 0.0  # loop time the connection last finished an exchange
+        self.watch_every_s = min(self.config.header_timeout_s, self.config.idle_timeout_s) / 4
+
+    # -- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport = transport
+        transport.set_write_buffer_limits(high=self.config.write_buffer_high_bytes)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = str(peer[0]).encode()
+        self.edge.connections.add(self)
+        self.last_active = self.loop.time()
+        self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.stopped = True
+        self.edge.connections.discard(self)
+        self._cancel_timers()
+        while self.exchanges:
+            self.exchanges.popleft().abort()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.exchanges and (upstream := self.exchanges[0].upstream) is not None:
+            upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.exchanges and (upstream := self.exchanges[0].upstream) is not None:
+            upstream.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.stopped:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reject("upgrade_not_supported", "Upgrade (websockets, h2c) is not supported")
+            return
+        except httptools.HttpParserError as exc:
+            code, message = self.reject or ("bad_request", f"malformed HTTP: {exc}")
+            self._reject(code, message)
+            return
+        if self.in_head:
+            # httptools keeps a partial header line to itself: count raw bytes too
+            self.raw_head_bytes += len(data)
+            if self.raw_head_bytes > self.config.max_header_bytes:
+                self._reject("headers_too_large", "request head too large")
+
+    # -- parser callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.in_head = True
+        self.url = b""
+        self.headers = []
+        self.head_bytes = 0
+        self.raw_head_bytes = 0
+        self.head_started = self.loop.time()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self.head_bytes += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        self.head_bytes += len(name) + len(value) + 4
+        if len(self.headers) > self.config.max_headers or (
+            self.head_bytes > self.config.max_header_bytes
+        ):
+            self.reject = ("headers_too_large", "too many or too large request headers")
+            raise _Stop
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        parser = self.parser
+        if parser.should_upgrade():
+            self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
+            raise _Stop
+        version = parser.get_http_version()
+        head = check_request(parser.get_method(), version, self.url, self.headers,
+                             self.config.max_body_bytes)
+        if isinstance(head, Rejection):
+            self.reject = (head.code, head.message)
+            raise _Stop
+        exchange = Exchange(self, parser.get_method(), head, parser.should_keep_alive(),
+                            version == "1.0")
+        self.parsing = exchange
+        self.exchanges.append(exchange)
+        if len(self.exchanges) == 1:
+            self._start(exchange)
+        else:
+            self.pause(PAUSE_PIPELINE)
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.parsing
+        if exchange is None:
+            return
+        if exchange.received + len(body) > self.config.max_body_bytes:
+            self.reject = ("body_too_large", f"body over {self.config.max_body_bytes} bytes")
+            raise _Stop
+        exchange.feed_body(body)
+
+    def on_message_complete(self) -> None:
+        exchange = self.parsing
+        self.parsing = None
+        if exchange is not None:
+            exchange.end_body()
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    def _start(self, exchange: Exchange) -> None:
+        if exchange.error is not None:
+            exchange.fail(*exchange.error)
+            return
+        if exchange.head.expect_continue and not exchange.body_done:
+            self.write(CONTINUE)
+        self.edge.dispatch(exchange)
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        """`exchange` (the active one) has answered; start the next or close."""
+        if self.exchanges and self.exchanges[0] is exchange:
+            self.exchanges.popleft()
+        if exchange.close_after or self.closed:
+            self.stopped = True
+            self._close()
+            return
+        if len(self.exchanges) <= 1:
+            self.unpause(PAUSE_PIPELINE)
+        if self.exchanges:
+            self._start(self.exchanges[0])
+        else:
+            self.last_active = self.loop.time()
+
+    def _reject(self, code: str, message: str) -> None:
+        """Stop parsing and answer `code` after the exchanges already queued, then close."""
+        self.stopped = True
+        self.in_head = False
+        self.pause(PAUSE_PIPELINE)
+        parsing = self.parsing
+        if parsing is not None and parsing.state != DONE:
+            if parsing is self.exchanges[0] and not parsing.response_started:
+                parsing.fail(code, message)
+            else:
+                self.abort_transport()
+            return
+        if not self.exchanges:
+            self._answer_and_close(code, message)
+            return
+        placeholder = Exchange(self, b"", _placeholder_head(), False, False)
+        placeholder.error = (code, message)
+        self.exchanges.append(placeholder)
+
+    def _answer_and_close(self, code: str, message: str) -> None:
+        self.edge.count_rejected(code)
+        self.write(error_response(code, message, keep_alive=False))
+        self._close()
+
+    # -- IO helpers ----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(parts)
+
+    def pause(self, reason: int) -> None:
+        self.pause_reasons |= reason
+        if not self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def unpause(self, reason: int) -> None:
+        self.pause_reasons &= ~reason
+        if self.reading_paused and not self.pause_reasons and not self.closed:
+            self.reading_paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
+
+    def _close(self) -> None:
+        self._cancel_timers()
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort_transport(self) -> None:
+        self.stopped = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close_if_idle(self) -> bool:
+        if not self.exchanges:
+            self._close()
+            return True
+        return False
+
+    def _watch(self) -> None:
+        """Header-read deadline (408, or a cut when an exchange is active) and idle close."""
+        self.watchdog = None
+        if self.closed:
+            return
+        now = self.loop.time()
+        if self.in_head and now - self.head_started >= self.config.header_timeout_s:
+            self.in_head = False
+            if self.exchanges:
+                self.abort_transport()
+            else:
+                self.stopped = True
+                self._answer_and_close("request_timeout", "request head not received in time")
+            return
+        if (not self.exchanges and not self.in_head
+                and now - self.last_active >= self.config.idle_timeout_s):
+            self._close()
+            return
+        self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
+
+    def _cancel_timers(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None

@@ -1,0 +1,56 @@
+"""Edge configuration: frozen, validated at start, units in names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EdgeConfig:
+    placement_url: str  # e.g. http://127.0.0.1:4280
+    domain: str = "localhost"  # Host "{app}.{domain}" routes to app
+    host: str = "127.0.0.1"
+    port: int = 8080  # proxy port; 0: any free port
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 0  # /metrics /healthz /v1/state; 0: any free port
+    region: str = "local"
+    max_header_bytes: int = 65536  # request line + headers
+    max_headers: int = 100
+    max_body_bytes: int = 1 << 30
+    header_timeout_s: float = 10.0  # from the first byte of a request to the end of its head
+    idle_timeout_s: float = 60.0  # keep-alive connection with no request in progress
+    max_held_total: int = 10000
+    resync_interval_s: float = 30.0
+    autostop_interval_s: float = 1.0
+    upstream_connect_timeout_s: float = 5.0
+    upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
+    upstream_pool_per_machine: int = 64  # idle connections kept per machine
+    wake_grace_s: float = 2.0  # extra seconds the wake call may take past its deadline
+    wake_retry_after_s: int = 1  # Retry-After on 503 answers
+    body_buffer_bytes: int = 256 * 1024  # request body buffered while held before pausing
+    write_buffer_high_bytes: int = 256 * 1024  # transport write buffer high-water mark
+    max_connect_attempts: int = 3  # machines tried per request before 502
+    shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
+
+    def __post_init__(self) -> None:
+        if not self.placement_url.startswith(("http://", "https://")):
+            raise ValueError("placement_url must be an http(s) URL")
+        if not self.domain or self.domain.startswith("."):
+            raise ValueError("domain must be a host name without a leading dot")
+        for name in ("port", "admin_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise ValueError(f"{name} must be in 0..65535")
+        for name in (
+            "max_header_bytes", "max_headers", "max_body_bytes", "header_timeout_s",
+            "idle_timeout_s", "resync_interval_s", "autostop_interval_s",
+            "upstream_connect_timeout_s", "upstream_idle_timeout_s", "body_buffer_bytes",
+            "write_buffer_high_bytes", "max_connect_attempts",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        for name in ("max_held_total", "upstream_pool_per_machine", "wake_grace_s",
+                     "wake_retry_after_s", "shutdown_grace_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if not self.region:
+            raise ValueError("region must not be empty")

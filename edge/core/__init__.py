@@ -1,0 +1,1 @@
+"""Pure decisions of the edge: no asyncio, sockets, clocks or randomness."""

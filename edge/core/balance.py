@@ -1,0 +1,57 @@
+"""Which started machine takes the next request, or none (hold it).
+
+Prefer machines under `soft_limit`, the least loaded; with more than
+`P2C_ABOVE` such machines, the less loaded of two random ones (power of two
+choices), so cost stays flat. When every machine is at or over soft, the
+least loaded one under `hard_limit`. Never above `hard_limit`: when no machine
+has room the answer is None and the request is held, even if machines exist.
+It does not know addresses or sockets; randomness is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+P2C_ABOVE = 4
+
+
+class Loaded(Protocol):
+    @property
+    def in_flight(self) -> int: ...
+
+
+class RandomSource(Protocol):
+    def random(self) -> float:
+        """A float in [0, 1)."""
+        ...
+
+
+M = TypeVar("M", bound=Loaded)
+
+
+def pick(machines: Sequence[M], soft_limit: int, hard_limit: int, rand: RandomSource) -> M | None:
+    """The machine for one request; `machines` are the routable ones."""
+    n = len(machines)
+    if n > P2C_ABOVE:
+        a = machines[int(rand.random() * n)]
+        b = machines[int(rand.random() * n)]
+        best = a if a.in_flight <= b.in_flight else b
+        if best.in_flight < soft_limit:
+            return best
+    under_soft = [m for m in machines if m.in_flight < soft_limit]
+    if under_soft:
+        return min(under_soft, key=_load)
+    under_hard = [m for m in machines if m.in_flight < hard_limit]
+    if under_hard:
+        return min(under_hard, key=_load)
+    return None
+
+
+def free_slots(machines: Sequence[Loaded], hard_limit: int) -> int:
+    """Requests the machines can still take before every one is at `hard_limit`."""
+    return sum(max(0, hard_limit - m.in_flight) for m in machines)
+
+
+def _load(machine: Loaded) -> int:
+    return machine.in_flight

@@ -1,0 +1,129 @@
+"""Hold queues: which held requests wait, expire or are released, and in what order.
+
+One bounded FIFO per app (`max_pending`) plus a bound on the total held over
+all apps (`max_held_total`). Each entry has a deadline: `now + min(hold
+timeout, the client's timeout when it gave one)`. Invariants: release is FIFO
+per app; an entry leaves exactly once (released, expired, removed or failed);
+a full queue is a return value, not an exception. It knows nothing of sockets
+or clocks: `now` is an argument, items are opaque.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Held:
+    """The item waits; `deadline` is in the caller's clock (seconds)."""
+
+    position: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """`reason` is "queue_full" (the app's max_pending) or "edge_full" (max_held_total)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Expired(Generic[T]):
+    app: str
+    item: T
+    waited_s: float
+
+
+@dataclass
+class _Entry(Generic[T]):
+    item: T
+    since: float
+    deadline: float
+
+
+class HoldQueues(Generic[T]):
+    """Items are keyed by identity: the same object may not be held twice."""
+
+    def __init__(self, max_total: int) -> None:
+        if max_total < 0:
+            raise ValueError("max_total must be >= 0")
+        self.max_total = max_total
+        self.total = 0
+        self._queues: dict[str, OrderedDict[int, _Entry[T]]] = {}
+
+    def enqueue(
+        self,
+        app: str,
+        item: T,
+        now: float,
+        hold_timeout_s: float,
+        max_pending: int,
+        client_timeout_s: float | None = None,
+    ) -> Held | Rejected:
+        queue = self._queues.setdefault(app, OrderedDict())
+        if len(queue) >= max_pending:
+            return Rejected("queue_full")
+        if self.total >= self.max_total:
+            return Rejected("edge_full")
+        budget = hold_timeout_s
+        if client_timeout_s is not None:
+            budget = min(budget, max(client_timeout_s, 0.0))
+        entry = _Entry(item, now, now + budget)
+        queue[id(item)] = entry
+        self.total += 1
+        return Held(len(queue), entry.deadline)
+
+    def held(self, app: str) -> int:
+        queue = self._queues.get(app)
+        return len(queue) if queue else 0
+
+    def apps(self) -> list[str]:
+        """Apps with at least one held item."""
+        return [app for app, queue in self._queues.items() if queue]
+
+    def release(self, app: str, capacity: int) -> list[T]:
+        """Up to `capacity` items of `app`, oldest first."""
+        queue = self._queues.get(app)
+        out: list[T] = []
+        while queue and len(out) < capacity:
+            _, entry = queue.popitem(last=False)
+            out.append(entry.item)
+        self.total -= len(out)
+        return out
+
+    def expire(self, now: float) -> list[Expired[T]]:
+        """Every item whose deadline is at or before `now`, in each app's FIFO order."""
+        out: list[Expired[T]] = []
+        for app, queue in self._queues.items():
+            late = [key for key, entry in queue.items() if entry.deadline <= now]
+            for key in late:
+                entry = queue.pop(key)
+                out.append(Expired(app, entry.item, now - entry.since))
+        self.total -= len(out)
+        return out
+
+    def remove(self, app: str, item: T) -> bool:
+        """Forget `item` (its client went away); False if it was not held."""
+        queue = self._queues.get(app)
+        if queue is None or queue.pop(id(item), None) is None:
+            return False
+        self.total -= 1
+        return True
+
+    def fail_all(self, app: str) -> list[T]:
+        """Every held item of `app`, oldest first (the wake failed)."""
+        return self.release(app, self.held(app))
+
+    def waited_s(self, app: str, item: T, now: float) -> float | None:
+        queue = self._queues.get(app)
+        entry = queue.get(id(item)) if queue else None
+        return None if entry is None else now - entry.since
+
+    def next_deadline(self) -> float | None:
+        deadlines = [e.deadline for q in self._queues.values() for e in q.values()]
+        return min(deadlines) if deadlines else None

@@ -1,0 +1,88 @@
+"""Edge error codes, their HTTP statuses, and the one place answers are built.
+
+Every answer the edge makes itself is JSON `{"error": code, "message": text}`
+(Knative-activator style: 503 when the app cannot take it now, 504 when time
+ran out, 502 when the machine failed the request).
+"""
+
+from __future__ import annotations
+
+import json
+from http import HTTPStatus
+
+STATUS: dict[str, int] = {
+    "bad_request": 400,
+    "bad_framing": 400,
+    "missing_host": 400,
+    "duplicate_host": 400,
+    "conflicting_host": 400,
+    "unknown_app": 404,
+    "not_found": 404,  # placement does not know the app
+    "request_timeout": 408,
+    "body_too_large": 413,
+    "headers_too_large": 431,
+    "upgrade_not_supported": 501,
+    "bad_gateway": 502,
+    "queue_full": 503,
+    "edge_full": 503,
+    "no_capacity": 503,
+    "start_failed": 503,
+    "auto_start_off": 503,
+    "shutting_down": 503,
+    "wake_failed": 503,
+    "hold_timeout": 504,
+    "deadline": 504,
+}
+RETRY_AFTER = frozenset(
+    {"queue_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
+     "shutting_down", "wake_failed"}
+)
+
+
+class EdgeError(Exception):
+    """An IO failure translated at an adapter edge; `code` is a key of STATUS."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status_of(code: str) -> int:
+    return STATUS.get(code, 500)
+
+
+def reason_phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"Unknown"
+
+
+def error_body(code: str, message: str) -> bytes:
+    return json.dumps({"error": code, "message": message}).encode()
+
+
+def error_response(
+    code: str,
+    message: str,
+    *,
+    keep_alive: bool,
+    retry_after_s: int = 1,
+    extra_headers: bytes = b"",
+) -> bytes:
+    """A whole HTTP/1.1 answer for `code`; `extra_headers` are complete CRLF-ended lines."""
+    status = status_of(code)
+    body = error_body(code, message)
+    lines = [
+        b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status)),
+        b"Content-Type: application/json\r\n",
+        b"Content-Length: %d\r\n" % len(body),
+        b"Connection: keep-alive\r\n" if keep_alive else b"Connection: close\r\n",
+    ]
+    if code in RETRY_AFTER:
+        lines.append(b"Retry-After: %d\r\n" % retry_after_s)
+    lines.append(extra_headers)
+    lines.append(b"\r\n")
+    lines.append(body)
+    return b"".join(lines)

@@ -1,0 +1,115 @@
+"""Wiring of one edge: config + registry -> view, feed, Edge, proxy and admin listeners.
+
+Runs on the current event loop (uvloop when the CLI picks it, the default loop
+in `thaw up` and tests), and owns no global state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiohttp import web
+
+from edge.adapters.admin import build_admin_app
+from edge.client import ClientConnection
+from edge.config import EdgeConfig
+from edge.service import Edge
+from edge.view import RegistryFeed, View
+from thaw.registry import Registry
+
+log = logging.getLogger("thaw.edge")
+
+STALE_SWEEP_S = 5.0
+
+
+class EdgeRuntime:
+    def __init__(self, config: EdgeConfig, registry: Registry) -> None:
+        self.config = config
+        self.registry = registry
+        self.edge: Edge | None = None
+        self._feed: RegistryFeed | None = None
+        self._server: asyncio.Server | None = None
+        self._admin: web.AppRunner | None = None
+        self._proxy_port = 0
+        self._admin_port = 0
+        self._janitor: asyncio.Task[None] | None = None
+
+    @property
+    def proxy_port(self) -> int:
+        return self._proxy_port
+
+    @property
+    def admin_port(self) -> int:
+        return self._admin_port
+
+    async def start(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        view = View(config.domain, loop.time)
+        edge = Edge(config, view)
+        self.edge = edge
+        self._feed = RegistryFeed(view, self.registry, config.resync_interval_s)
+        try:
+            await self._feed.load()
+        except Exception as exc:
+            log.warning("registry unavailable at start, starting with an empty view: %s", exc)
+        self._feed.start()
+        self._server = await loop.create_server(
+            lambda: ClientConnection(edge), config.host, config.port, backlog=4096,
+            reuse_address=True,
+        )
+        self._proxy_port = self._server.sockets[0].getsockname()[1]
+        self._admin = web.AppRunner(build_admin_app(edge), access_log=None)
+        await self._admin.setup()
+        site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
+        await site.start()
+        self._admin_port = self._admin.addresses[0][1]
+        edge.waker.start_autostop()
+        self._janitor = asyncio.create_task(self._sweep_stale())
+        log.info("edge proxy on %s:%d, admin on %s:%d", config.host, self._proxy_port,
+                 config.admin_host, self._admin_port)
+
+    async def _sweep_stale(self) -> None:
+        while True:
+            await asyncio.sleep(STALE_SWEEP_S)
+            if self.edge is not None:
+                self.edge.pool.close_stale()
+
+    async def stop(self) -> None:
+        edge = self.edge
+        if self._server is not None:
+            self._server.close()
+        if edge is not None:
+            await edge.stop_serving()
+            await self._drain(edge)
+            await edge.waker.stop()
+        for task in [self._janitor, *(edge.tasks if edge else ())]:
+            if task is not None:
+                task.cancel()
+        if self._janitor is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._janitor
+        if edge is not None and edge.tasks:
+            await asyncio.gather(*edge.tasks, return_exceptions=True)
+        if self._feed is not None:
+            await self._feed.stop()
+        if self._admin is not None:
+            await self._admin.cleanup()
+        if edge is not None:
+            edge.pool.close_all()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _drain(self, edge: Edge) -> None:
+        """Idle connections close now; busy ones get `shutdown_grace_s` to finish."""
+        deadline = edge.loop.time() + self.config.shutdown_grace_s
+        while True:
+            busy = [c for c in list(edge.connections) if not c.close_if_idle()]
+            if not busy or edge.loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        for conn in list(edge.connections):
+            conn.abort_transport()

@@ -1,0 +1,287 @@
+"""The edge's shell: feeds events to the pure cores and carries out what they decide.
+
+Warm path: route Host -> app, `balance.pick` a machine, forward. Cold path:
+hold (`HoldQueues`), wake through placement (single flight, `scaling`),
+release held requests as machines take them, expire the late ones. Every
+exchange ends in exactly one answer; accounting (in-flight per machine, held
+counts, metrics) happens in `exchange_finished` / `exchange_aborted` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+from typing import TYPE_CHECKING
+
+from edge.config import EdgeConfig
+from edge.core import balance
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
+from edge.core.holdqueue import HoldQueues, Rejected
+from edge.core.scaling import AppLoad, next_wake
+from edge.errors import status_of
+from edge.exchange import CONNECTING, DONE, HELD, Exchange
+from edge.metrics import EdgeMetrics
+from edge.upstream import UpstreamPool
+from edge.view import AppEntry, MachineSlot, View
+from edge.wake import Waker
+from placement.api import WakeTimings
+
+if TYPE_CHECKING:
+    from edge.client import ClientConnection
+
+log = logging.getLogger("thaw.edge")
+
+HOLD_SWEEP_S = 0.05
+
+
+class Edge:
+    def __init__(self, config: EdgeConfig, view: View, waker_factory: type[Waker] = Waker) -> None:
+        self.config = config
+        self.loop = asyncio.get_running_loop()
+        self.view = view
+        self.metrics = EdgeMetrics()
+        self.holds: HoldQueues[Exchange] = HoldQueues(config.max_held_total)
+        self.pool = UpstreamPool(self)
+        self.connections: set[ClientConnection] = set()
+        self.random = random.Random()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.waker = waker_factory(self)
+        self.closing = False
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex().encode()
+        self._sweeper: asyncio.TimerHandle | None = None
+        view.on_machine_removed = self._machine_removed
+
+    def spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # -- routing and dispatch ------------------------------------------------------------
+
+    def dispatch(self, exchange: Exchange) -> None:
+        """Start an exchange that reached the head of its connection's queue."""
+        if self.closing:
+            exchange.fail("shutting_down", "the edge is shutting down")
+            return
+        app = exchange.app
+        if app is None:
+            app = self.view.route(exchange.head.host)
+            if app is None:
+                exchange.fail("unknown_app", f"no app serves host {exchange.head.host!r}")
+                return
+            exchange.app = app
+            exchange.upstream_head = self._upstream_head(exchange)
+        config = app.config.concurrency
+        slot = balance.pick(app.routable, config.soft_limit, config.hard_limit, self.random)
+        if slot is None:
+            self._hold(exchange, app)
+        else:
+            self._forward(exchange, app, slot)
+
+    def _upstream_head(self, exchange: Exchange) -> bytes:
+        head = exchange.head
+        request_id = head.request_id or b"%s-%x" % (self._id_prefix, next(self._ids))
+        exchange.request_id = request_id
+        peer = exchange.client.peer
+        forwarded_for = head.forwarded_for + b", " + peer if head.forwarded_for else peer
+        parts = [exchange.method, b" ", head.target, b" HTTP/1.1\r\nHost: ", head.authority]
+        for name, value in head.forward:
+            parts += (b"\r\n", name, b": ", value)
+        parts += (b"\r\nX-Forwarded-For: ", forwarded_for, b"\r\nX-Forwarded-Proto: http",
+                  b"\r\nX-Forwarded-Host: ", head.authority, b"\r\nX-Request-Id: ", request_id)
+        if head.body == BODY_LENGTH:
+            parts.append(b"\r\nContent-Length: %d" % head.content_length)
+        elif head.body == BODY_CHUNKED:
+            parts.append(b"\r\nTransfer-Encoding: chunked")
+        parts.append(b"\r\n\r\n")
+        return b"".join(parts)
+
+    def _forward(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
+        slot.in_flight += 1
+        slot.last_start = self.loop.time()
+        app.in_flight += 1
+        exchange.slot = slot
+        conn = self.pool.acquire(slot.address)
+        if conn is not None:
+            conn.send(exchange)
+        else:
+            exchange.state = CONNECTING
+            self.spawn(self._connect(exchange, app, slot))
+
+    async def _connect(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
+        try:
+            conn = await self.pool.connect(slot)
+        except (OSError, TimeoutError) as exc:
+            self._connect_failed(exchange, app, slot, exc)
+            return
+        if exchange.state == DONE:
+            self.pool.release(conn, True)
+        else:
+            conn.send(exchange)
+
+    def _connect_failed(self, exchange: Exchange, app: AppEntry, slot: MachineSlot,
+                        exc: BaseException) -> None:
+        """Nothing was delivered: try another machine or hold and wake, whatever the method."""
+        self.metrics.connect_errors.labels(app.name).inc()
+        log.warning("connect to machine %s (%s) failed: %r", slot.id, slot.address, exc)
+        self.view.mark(slot, "gone")
+        if exchange.state == DONE:
+            return
+        self._unslot(exchange)
+        exchange.attempts += 1
+        if exchange.attempts >= self.config.max_connect_attempts:
+            exchange.fail("bad_gateway", f"could not connect to a machine of {app.name}")
+        else:
+            self.dispatch(exchange)
+
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool) -> None:
+        """The machine closed mid-exchange (the request was delivered)."""
+        if exchange.state == DONE:
+            return
+        if not got_bytes and exchange.retryable:
+            self._unslot(exchange)
+            exchange.attempts += 1
+            exchange.upstream = None
+            if exchange.attempts < self.config.max_connect_attempts:
+                self.dispatch(exchange)
+                return
+        exchange.fail("bad_gateway", "the machine closed the connection before answering")
+
+    def _unslot(self, exchange: Exchange) -> None:
+        slot = exchange.slot
+        if slot is not None:
+            exchange.slot = None
+            slot.in_flight -= 1
+            if exchange.app is not None:
+                exchange.app.in_flight -= 1
+
+    # -- endings -------------------------------------------------------------------------
+
+    def exchange_finished(self, exchange: Exchange) -> None:
+        app = exchange.app
+        self.metrics.requests.add(app.name if app else "", exchange.status)
+        self._release_accounting(exchange)
+
+    def exchange_aborted(self, exchange: Exchange) -> None:
+        self._release_accounting(exchange)
+
+    def _release_accounting(self, exchange: Exchange) -> None:
+        app = exchange.app
+        if app is None:
+            return
+        if exchange.state == HELD:
+            self.holds.remove(app.name, exchange)
+        had_slot = exchange.slot is not None
+        self._unslot(exchange)
+        if had_slot and self.holds.held(app.name):
+            self.release_held(app)
+
+    def count_rejected(self, code: str) -> None:
+        self.metrics.requests.add("", status_of(code))
+
+    # -- the cold path -------------------------------------------------------------------
+
+    def _hold(self, exchange: Exchange, app: AppEntry) -> None:
+        config = app.config
+        if not config.auto_start and not app.routable:
+            exchange.fail("auto_start_off", f"{app.name} has no started machine")
+            return
+        now = self.loop.time()
+        decision = self.holds.enqueue(app.name, exchange, now, config.hold_timeout_s,
+                                      config.max_pending, exchange.head.hold_timeout_s)
+        if isinstance(decision, Rejected):
+            exchange.fail(decision.reason, f"{app.name} holds too many requests")
+            return
+        exchange.state = HELD
+        if not exchange.held_at:
+            exchange.held_at = now
+        self._arm_sweeper()
+        if config.auto_start:
+            self.maybe_wake(app)
+
+    def maybe_wake(self, app: AppEntry) -> None:
+        load = AppLoad(
+            in_flight=app.in_flight, held=self.holds.held(app.name), started=len(app.routable),
+            starting=app.starting, soft_limit=app.config.concurrency.soft_limit,
+            max_machines=app.config.max_machines, wake_in_flight=app.wake_in_flight,
+        )
+        count = next_wake(load)
+        if count > 0 and self.loop.time() >= self.waker.backoff_until.get(app.name, 0.0):
+            app.wake_in_flight = True
+            app.starting = count
+            self.spawn(self.waker.wake(app, count))
+
+    def release_held(self, app: AppEntry, timings: WakeTimings | None = None) -> None:
+        """Held requests of `app`, oldest first, as many as its machines can take."""
+        concurrency = app.config.concurrency
+        capacity = balance.free_slots(app.routable, concurrency.hard_limit)
+        if capacity <= 0:
+            return
+        now = self.loop.time()
+        for exchange in self.holds.release(app.name, capacity):
+            slot = balance.pick(app.routable, concurrency.soft_limit, concurrency.hard_limit,
+                                self.random)
+            if slot is None:  # cannot happen: capacity was counted above
+                exchange.fail("no_capacity", "no machine had room")
+                continue
+            hold_s = now - exchange.held_at
+            self.metrics.hold_seconds.labels(app.name).observe(hold_s)
+            wake_timings = timings or self.waker.last_timings(app, exchange)
+            exchange.timing = server_timing(hold_s, wake_timings)
+            self._forward(exchange, app, slot)
+
+    def fail_held_by_name(self, app: str, code: str, message: str) -> None:
+        for exchange in self.holds.fail_all(app):
+            exchange.fail(code, message)
+
+    def _arm_sweeper(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(HOLD_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        for expired in self.holds.expire(self.loop.time()):
+            self.metrics.hold_seconds.labels(expired.app).observe(expired.waited_s)
+            expired.item.fail(
+                "hold_timeout",
+                f"no machine of {expired.app} could take the request within "
+                f"{expired.waited_s:.3f}s",
+            )
+        for name in self.holds.apps():
+            entry = self.view.apps.get(name)
+            if entry is None:
+                self.fail_held_by_name(name, "unknown_app", f"app {name} was deleted")
+                continue
+            self.release_held(entry)  # machines may have appeared through the registry
+            if entry.config.auto_start:
+                self.maybe_wake(entry)
+        if self.holds.total:
+            self._arm_sweeper()
+
+    def _machine_removed(self, slot: MachineSlot) -> None:
+        self.pool.close_address(slot.address)
+
+    async def stop_serving(self) -> None:
+        """Answer every held request and stop taking new ones."""
+        self.closing = True
+        for name in self.holds.apps():
+            entry = self.view.apps.get(name)
+            for exchange in self.holds.release(name, self.holds.held(name)):
+                exchange.fail("shutting_down", "the edge is shutting down")
+            if entry is not None:
+                entry.wake_in_flight = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+
+def server_timing(hold_s: float, timings: WakeTimings | None) -> bytes:
+    """`hold;dur=X, place;dur=Y, pull;dur=Z, boot;dur=W` in milliseconds."""
+    timings = timings or WakeTimings()
+    return b"hold;dur=%.1f, place;dur=%.1f, pull;dur=%.1f, boot;dur=%.1f" % (
+        hold_s * 1000.0, timings.place_ms, timings.pull_ms, timings.boot_ms,
+    )

@@ -1,0 +1,239 @@
+"""The machine side of the data path: keep-alive connections parsed with httptools.
+
+One request at a time per connection; after a complete response whose framing
+allows it the connection goes back to its machine's idle pool. A connection
+lost before any response byte is reported as such, so the Edge can decide
+whether the request may be sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, cast
+
+import httptools
+
+from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead, check_response
+
+if TYPE_CHECKING:
+    from edge.exchange import Exchange
+    from edge.service import Edge
+    from edge.view import MachineSlot
+
+PAUSE_UPSTREAM = 4
+
+
+class UpstreamConnection(asyncio.Protocol):
+    def __init__(self, pool: UpstreamPool, address: str) -> None:
+        self.pool = pool
+        self.address = address
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.got_bytes = False
+        self.skip_interim = False
+        self.head_only = False
+        self.response: ResponseHead | None = None
+        self.keep_alive = True
+        self.closed = False
+        self.reading_paused = False
+        self.idle_since = 0.0
+        self.used = 0
+
+    # -- driven by the exchange ----------------------------------------------------------
+
+    def send(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.got_bytes = False
+        self.response = None
+        self.head_only = False
+        self.used += 1
+        exchange.attach(self)
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(parts)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.closed and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def abandon(self) -> None:
+        """The exchange no longer wants this response: the connection cannot be reused."""
+        self.exchange = None
+        self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport = transport
+        transport.set_write_buffer_limits(high=self.pool.write_buffer_high_bytes)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        exchange = self.exchange
+        self.exchange = None
+        if exchange is None:
+            return
+        exchange.client.unpause(PAUSE_UPSTREAM)
+        response = self.response
+        if response is not None and response.body == BODY_UNTIL_CLOSE:
+            exchange.response_end()  # the close is the end of this body
+        else:
+            self.pool.edge.upstream_lost(exchange, self.got_bytes)
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.pause(PAUSE_UPSTREAM)
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.unpause(PAUSE_UPSTREAM)
+
+    def data_received(self, data: bytes) -> None:
+        if self.exchange is None:
+            self.close()  # bytes nobody asked for: the connection is out of step
+            return
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            exchange = self.exchange
+            self.exchange = None
+            self.close()
+            if exchange is not None:
+                exchange.fail("bad_gateway", f"machine sent a malformed response: {exc}")
+            return
+        if self.head_only:
+            # llhttp would wait for a HEAD response's body: start a fresh parser instead
+            self.parser = httptools.HttpResponseParser(self)
+            self.head_only = False
+            self._complete()
+
+    # -- parser callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.headers = []
+        self.reason = b""
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        exchange = self.exchange
+        if exchange is None:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            self.skip_interim = True  # 1xx: the edge answered Expect itself
+            return
+        head_request = exchange.method == b"HEAD"
+        response = check_response(status, self.headers, head_request)
+        self.response = response
+        self.keep_alive = self.parser.should_keep_alive() and not response.close
+        exchange.response_head(status, self.reason, response)
+        if head_request and response.body == BODY_NONE:
+            self.head_only = True
+
+    def on_body(self, body: bytes) -> None:
+        if self.exchange is not None and not self.skip_interim:
+            self.exchange.response_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.skip_interim:
+            self.skip_interim = False
+            return
+        if not self.head_only:
+            self._complete()
+
+    def _complete(self) -> None:
+        exchange = self.exchange
+        self.exchange = None
+        if exchange is None:
+            return
+        exchange.client.unpause(PAUSE_UPSTREAM)
+        self.pool.release(self, self.keep_alive and exchange.sent_all)
+        exchange.response_end()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections per machine address."""
+
+    def __init__(self, edge: Edge) -> None:
+        self.edge = edge
+        self.loop = edge.loop
+        config = edge.config
+        self.write_buffer_high_bytes = config.write_buffer_high_bytes
+        self.max_idle = config.upstream_pool_per_machine
+        self.idle_timeout_s = config.upstream_idle_timeout_s
+        self.connect_timeout_s = config.upstream_connect_timeout_s
+        self.idle: dict[str, list[UpstreamConnection]] = {}
+        self.accepted = 0
+
+    def acquire(self, address: str) -> UpstreamConnection | None:
+        conns = self.idle.get(address)
+        while conns:
+            conn = conns.pop()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return None
+
+    async def connect(self, slot: MachineSlot) -> UpstreamConnection:
+        """A new connection to `slot`; OSError or TimeoutError when it cannot be made."""
+        async with asyncio.timeout(self.connect_timeout_s):
+            _, protocol = await self.loop.create_connection(
+                lambda: UpstreamConnection(self, slot.address), slot.host, slot.port
+            )
+        return protocol
+
+    def release(self, conn: UpstreamConnection, reusable: bool) -> None:
+        conns = self.idle.setdefault(conn.address, [])
+        if reusable and not conn.closed and len(conns) < self.max_idle:
+            conn.resume_reading()  # a slow client may have paused it for the last bytes
+            conn.idle_since = self.loop.time()
+            conns.append(conn)
+        else:
+            conn.close()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        conns = self.idle.get(conn.address)
+        if conns and conn in conns:
+            conns.remove(conn)
+
+    def close_address(self, address: str) -> None:
+        for conn in self.idle.pop(address, []):
+            conn.close()
+
+    def close_stale(self) -> None:
+        """Close idle connections older than the idle timeout (machines may close them first)."""
+        cutoff = self.loop.time() - self.idle_timeout_s
+        for conns in self.idle.values():
+            for conn in [c for c in conns if c.idle_since < cutoff]:
+                conns.remove(conn)
+                conn.close()
+
+    def close_all(self) -> None:
+        for address in list(self.idle):
+            self.close_address(address)

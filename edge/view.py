@@ -1,0 +1,235 @@
+"""The edge's in-memory view of apps and machines, and the registry feed that keeps it.
+
+Nothing on the hot path touches the registry: routing and balancing read this
+view. It is loaded at start, refreshed per key from `registry.changes()`, and
+fully resynced every `resync_interval_s`; when the registry errors the view is
+kept as is (warm apps keep being served) and the feed retries. What the edge
+learnt itself (a wake answered, a machine refused connects, placement stopped
+a machine) wins over registry records older than that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from thaw.appconfig import AppConfig
+from thaw.registry import MachineRecord, Registry
+
+log = logging.getLogger("thaw.edge.view")
+
+STARTED = "started"
+FEED_RETRY_S = 1.0
+
+
+class MachineSlot:
+    """One machine as the edge sees it. `last_start` is loop time of the last request start."""
+
+    __slots__ = ("address", "app", "draining", "host", "id", "in_flight", "known_wall",
+                 "last_start", "port", "seen", "state")
+
+    def __init__(self, app: str, machine_id: str, address: str, state: str, now: float) -> None:
+        self.app = app
+        self.id = machine_id
+        self.address = address
+        host, _, port = address.rpartition(":")
+        self.host = host.strip("[]") or "127.0.0.1"
+        self.port = int(port) if port.isdigit() else 0
+        self.state = state
+        self.in_flight = 0
+        self.last_start = now
+        self.draining = False
+        self.known_wall = 0.0  # wall time of the edge's own knowledge; older records lose
+        self.seen = False  # the registry has had a record of it
+
+    @property
+    def routable(self) -> bool:
+        return self.state == STARTED and not self.draining and self.port > 0
+
+
+class AppEntry:
+    """An app's config, machines and counters; `routable` is rebuilt on every change."""
+
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.machines: dict[str, MachineSlot] = {}
+        self.routable: list[MachineSlot] = []
+        self.in_flight = 0
+        self.wake_in_flight = False
+        self.starting = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def rebuild(self) -> None:
+        self.routable = [m for m in self.machines.values() if m.routable]
+
+
+class View:
+    def __init__(self, domain: str, clock: Callable[[], float],
+                 wall: Callable[[], float] = time.time) -> None:
+        self.domain_suffix = "." + domain.lower().rstrip(".")
+        self.clock = clock
+        self.wall = wall
+        self.apps: dict[str, AppEntry] = {}
+        self.hosts: dict[str, str] = {}
+        self.on_machine_removed: Callable[[MachineSlot], None] = lambda slot: None
+
+    def route(self, host: str) -> AppEntry | None:
+        """The app serving `host` (lower-case, without port), or None."""
+        name = self.hosts.get(host)
+        if name is None and host.endswith(self.domain_suffix):
+            name = host[: -len(self.domain_suffix)]
+        return self.apps.get(name) if name else None
+
+    def set_app(self, name: str, config: AppConfig | None) -> None:
+        entry = self.apps.get(name)
+        if config is None:
+            if entry is not None:
+                del self.apps[name]
+                for slot in entry.machines.values():
+                    self.on_machine_removed(slot)
+        elif entry is None:
+            self.apps[name] = AppEntry(config)
+        else:
+            entry.config = config
+        self.hosts = {h.lower(): a.name for a in self.apps.values() for h in a.config.hosts}
+
+    def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
+        """A registry record (None: deleted) for one machine, unless the edge knows better."""
+        entry = self.apps.get(app)
+        if entry is None:
+            return
+        slot = entry.machines.get(machine_id)
+        if slot is not None and record is not None and record.updated_at < slot.known_wall:
+            return
+        if record is None or record.state != STARTED or not record.address:
+            if slot is not None and record is None and not slot.seen:
+                return  # woken machines may reach the registry after the wake answer
+            self._drop(entry, machine_id, record.state if record else "destroyed")
+            return
+        if slot is None or slot.address != record.address:
+            slot = MachineSlot(app, machine_id, record.address, STARTED, self.clock())
+            entry.machines[machine_id] = slot
+        slot.state = STARTED
+        slot.seen = True
+        entry.rebuild()
+
+    def add_started(self, app: str, machine_id: str, address: str) -> MachineSlot | None:
+        """A machine placement just reported started (a wake answer)."""
+        entry = self.apps.get(app)
+        if entry is None:
+            return None
+        slot = entry.machines.get(machine_id)
+        if slot is None or slot.address != address:
+            slot = MachineSlot(app, machine_id, address, STARTED, self.clock())
+            entry.machines[machine_id] = slot
+        slot.state = STARTED
+        slot.draining = False
+        slot.last_start = self.clock()
+        slot.known_wall = self.wall()
+        entry.rebuild()
+        return slot
+
+    def mark(self, slot: MachineSlot, state: str) -> None:
+        """The edge learnt `slot` is no longer serving (gone, stopped, suspended)."""
+        slot.known_wall = self.wall()
+        entry = self.apps.get(slot.app)
+        if entry is not None and entry.machines.get(slot.id) is slot:
+            self._drop(entry, slot.id, state)
+
+    def set_draining(self, slot: MachineSlot, draining: bool) -> None:
+        slot.draining = draining
+        entry = self.apps.get(slot.app)
+        if entry is not None:
+            entry.rebuild()
+
+    def _drop(self, entry: AppEntry, machine_id: str, state: str) -> None:
+        slot = entry.machines.pop(machine_id, None)
+        if slot is not None:
+            slot.state = state
+            entry.rebuild()
+            self.on_machine_removed(slot)
+
+
+class RegistryFeed:
+    """Loads the view, follows the change feed, resyncs; survives registry errors."""
+
+    def __init__(self, view: View, registry: Registry, resync_interval_s: float) -> None:
+        self.view = view
+        self.registry = registry
+        self.resync_interval_s = resync_interval_s
+        self.position: str | None = None  # of the last change applied
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def load(self) -> None:
+        if self.position is None:
+            self.position = await self.registry.feed_position()
+        configs = await self.registry.apps()
+        names = {c.name for c in configs}
+        for name in [n for n in self.view.apps if n not in names]:
+            self.view.set_app(name, None)
+        for config in configs:
+            self.view.set_app(config.name, config)
+            await self._load_machines(config.name)
+
+    async def _load_machines(self, app: str) -> None:
+        records = {r.id: r for r in await self.registry.machines(app)}
+        entry = self.view.apps.get(app)
+        if entry is None:
+            return
+        for machine_id in set(entry.machines) | set(records):
+            self.view.apply_record(app, machine_id, records.get(machine_id))
+
+    async def refresh(self, kind: str, key: str) -> None:
+        if kind == "app":
+            self.view.set_app(key, await self.registry.app(key))
+            if key in self.view.apps:
+                await self._load_machines(key)
+        elif kind == "machine":
+            app, _, machine_id = key.partition("/")
+            if app in self.view.apps:
+                records = await self.registry.machines(app)
+                found = next((r for r in records if r.id == machine_id), None)
+                self.view.apply_record(app, machine_id, found)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._resync())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _follow(self) -> None:
+        """Follow the feed from the position taken before the first load, so no change
+        written during the load is missed; after an error, resume from the last one seen
+        and reload (the stream may have been trimmed past it)."""
+        while True:
+            try:
+                async for change in self.registry.changes(after=self.position):
+                    self.position = change.seq
+                    await self.refresh(change.kind, change.key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("registry feed failed, keeping the view: %s", exc)
+            await asyncio.sleep(FEED_RETRY_S)
+            with contextlib.suppress(Exception):
+                await self.load()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_interval_s)
+            try:
+                await self.load()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("registry resync failed, keeping the view: %s", exc)

@@ -1,0 +1,132 @@
+"""Wakes (single flight per app) and auto-stop, carried out against placement.
+
+The decisions come from edge/core (`scaling.next_wake`, `autostop.machines_to_stop`);
+this module awaits placement and applies the answers to the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from edge.adapters.placement import PlacementClient
+from edge.core.autostop import MachineActivity, machines_to_stop
+from edge.errors import EdgeError
+from edge.view import STARTED, AppEntry, MachineSlot
+from placement.api import AutostopRequest, WakeRequest, WakeTimings
+
+if TYPE_CHECKING:
+    from edge.exchange import Exchange
+    from edge.service import Edge
+
+log = logging.getLogger("thaw.edge.wake")
+
+WAKE_BACKOFF_S = 1.0
+
+
+class Waker:
+    def __init__(self, edge: Edge) -> None:
+        self.edge = edge
+        self.placement = PlacementClient(edge.config.placement_url)
+        self.backoff_until: dict[str, float] = {}
+        self._timings: dict[str, tuple[float, WakeTimings]] = {}
+        self._autostop_task: asyncio.Task[None] | None = None
+
+    def last_timings(self, app: AppEntry, exchange: Exchange) -> WakeTimings | None:
+        """Timings of the wake that ended while `exchange` was held, if any."""
+        found = self._timings.get(app.name)
+        if found is None or found[0] < exchange.held_at:
+            return None
+        return found[1]
+
+    async def wake(self, app: AppEntry, count: int) -> None:
+        edge = self.edge
+        loop = edge.loop
+        budget_s = app.config.hold_timeout_s
+        region = edge.config.region if edge.config.region in app.config.regions else ""
+        request = WakeRequest(count=count, deadline_ms=int(budget_s * 1000), region=region)
+        started = loop.time()
+        try:
+            answer = await self.placement.wake(app.name, request,
+                                               budget_s + edge.config.wake_grace_s)
+        except EdgeError as exc:
+            self._wake_failed(app, exc, loop.time() - started)
+            return
+        finally:
+            app.wake_in_flight = False
+            app.starting = 0
+        edge.metrics.wake_seconds.labels(app.name).observe(loop.time() - started)
+        edge.metrics.wakes.labels(app.name, "ok").inc()
+        for phase, ms in (("place", answer.timings.place_ms), ("pull", answer.timings.pull_ms),
+                          ("boot", answer.timings.boot_ms)):
+            edge.metrics.wake_phase_seconds.labels(phase).observe(ms / 1000.0)
+        self._timings[app.name] = (loop.time(), answer.timings)
+        current = edge.view.apps.get(app.name, app)
+        for machine in answer.machines:
+            edge.view.add_started(app.name, machine.id, machine.address)
+        edge.release_held(current, answer.timings)
+        edge.maybe_wake(current)
+
+    def _wake_failed(self, app: AppEntry, exc: EdgeError, took_s: float) -> None:
+        edge = self.edge
+        edge.metrics.wake_seconds.labels(app.name).observe(took_s)
+        edge.metrics.wakes.labels(app.name, exc.code).inc()
+        log.warning("wake of %s failed: %s %s", app.name, exc.code, exc.message)
+        self.backoff_until[app.name] = edge.loop.time() + WAKE_BACKOFF_S
+        if not app.routable:
+            edge.fail_held_by_name(app.name, exc.code, f"wake failed: {exc.message}")
+
+    # -- auto-stop -----------------------------------------------------------------------
+
+    def start_autostop(self) -> None:
+        self._autostop_task = asyncio.create_task(self._autostop_loop())
+
+    async def stop(self) -> None:
+        if self._autostop_task is not None:
+            self._autostop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._autostop_task
+        await self.placement.close()
+
+    async def _autostop_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.edge.config.autostop_interval_s)
+            try:
+                self.autostop_pass()
+            except Exception:
+                log.exception("auto-stop pass failed")
+
+    def autostop_pass(self) -> None:
+        now = self.edge.loop.time()
+        for app in list(self.edge.view.apps.values()):
+            config = app.config
+            activity = [
+                MachineActivity(m.id, m.in_flight, m.last_start, m.draining)
+                for m in app.machines.values() if m.state == STARTED
+            ]
+            for machine_id in machines_to_stop(activity, config.auto_stop, config.idle_timeout_s,
+                                               config.min_machines_running, now):
+                slot = app.machines[machine_id]
+                self.edge.view.set_draining(slot, True)
+                self.edge.spawn(self._autostop(app, slot, now - slot.last_start))
+
+    async def _autostop(self, app: AppEntry, slot: MachineSlot, idle_s: float) -> None:
+        edge = self.edge
+        try:
+            stopped = await self.placement.autostop(app.name, slot.id, AutostopRequest(idle_s))
+        except EdgeError as exc:
+            log.warning("autostop of %s/%s failed: %s", app.name, slot.id, exc.message)
+            stopped, result = False, "error"
+        else:
+            result = "stopped" if stopped else "kept"
+        edge.metrics.autostops.labels(app.name, result).inc()
+        if stopped:
+            edge.view.mark(slot, "stopped")
+            return
+        slot.last_start = edge.loop.time()  # kept: give it another idle period
+        edge.view.set_draining(slot, False)
+        current = edge.view.apps.get(app.name)
+        if current is not None:
+            edge.release_held(current)

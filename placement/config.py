@@ -1,0 +1,51 @@
+"""Placement configuration: frozen, validated at start, units in names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from placement.core.market import DEFAULT_UTILITY, MarketParams, UtilityPoints
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 4280  # 0: any free port
+    heartbeat_interval_s: float = 1.0  # the agents'; a worker is healthy for 3 of them
+    heartbeats_fresh: int = 3
+    reference_bandwidth_bytes_per_s: float = 100e6
+    reference_pull_time_s: float = 2.0
+    utility_points: UtilityPoints = DEFAULT_UTILITY
+    candidate_threshold: int = 128
+    max_offers: int = 3
+    offer_timeout_s: float = 5.0  # one offer (or agent call) before it counts as unreachable
+    pull_timeout_s: float = 120.0
+    wake_margin_ms: int = 50  # a wake answers this long before its deadline
+    decisions_kept: int = 50  # per app, for GET /v1/apps/{app}/placements
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError("port must be in 0..65535")
+        for name in ("heartbeat_interval_s", "reference_bandwidth_bytes_per_s",
+                     "reference_pull_time_s", "offer_timeout_s", "pull_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        for name in ("heartbeats_fresh", "candidate_threshold", "max_offers", "decisions_kept"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.wake_margin_ms < 0:
+            raise ValueError("wake_margin_ms must be >= 0")
+        xs = [x for x, _ in self.utility_points]
+        if len(xs) < 2 or xs != sorted(xs) or any(not 0 <= y <= 1 for _, y in self.utility_points):
+            raise ValueError("utility_points: at least two (x, y) sorted by x, y in [0, 1]")
+
+    def market(self) -> MarketParams:
+        return MarketParams(
+            heartbeat_freshness_s=self.heartbeat_interval_s * self.heartbeats_fresh,
+            reference_bandwidth_bytes_per_s=self.reference_bandwidth_bytes_per_s,
+            reference_pull_time_s=self.reference_pull_time_s,
+            utility_points=self.utility_points,
+            candidate_threshold=self.candidate_threshold,
+        )

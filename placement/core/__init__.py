@@ -1,0 +1,1 @@
+"""Pure placement logic: the market, the offer loop, wake and autostop plans."""

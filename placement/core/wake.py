@@ -1,0 +1,130 @@
+"""Wake and autostop plans: which machines of an app to start, or whether one may stop.
+
+Decides, from the app's config and its machines (as the agents report them),
+which stopped machines to start again and how many new ones to place, and
+whether an idle machine may be stopped. Invariants: a wake never makes the
+app's machines exceed `max_machines` (machines that exist count, whatever their
+state, except on workers that are gone); suspended machines are preferred to
+stopped ones and those to never-started spares, because resuming is fastest;
+an autostop never leaves fewer than `min_machines_running` started machines.
+It must not know about HTTP, agents or time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from thaw.appconfig import AppConfig
+
+ACTIVE = frozenset({"starting", "started"})
+# Best first: a suspended machine resumes in about a millisecond, a stopped one has
+# its image cached, a spare that was never started (created) was pulled at deploy.
+REUSABLE_ORDER = ("suspended", "stopped", "created")
+GONE = frozenset({"destroying", "destroyed"})
+
+
+@dataclass(frozen=True)
+class MachineState:
+    """What the wake plan needs to know of one machine."""
+
+    id: str
+    worker: str
+    state: str
+
+
+@dataclass(frozen=True)
+class WakePlan:
+    reuse: tuple[MachineState, ...]
+    new: int
+    shortfall: str  # "" when the plan starts all that was asked
+
+
+@dataclass(frozen=True)
+class Stop:
+    suspend: bool
+
+
+@dataclass(frozen=True)
+class Refuse:
+    code: str
+    message: str
+
+
+def plan_wake(
+    config: AppConfig,
+    machines: Sequence[MachineState],
+    live_workers: Collection[str],
+    count: int,
+    claimed: Collection[str] = (),
+    placing: int = 0,
+) -> WakePlan:
+    """Start up to `count` machines: reuse stopped ones on live workers first, then new.
+
+    `claimed`: machines another wake is already starting (not reused twice);
+    `placing`: new machines other wakes are placing that no agent reports yet.
+    """
+    present = [m for m in machines if m.state not in GONE and m.worker in live_workers]
+    active = placing + sum(1 for m in present if m.state in ACTIVE or m.id in claimed)
+    wanted = max(0, min(count, config.max_machines - active))
+    reusable = sorted(
+        (m for m in present if m.state in REUSABLE_ORDER and m.id not in claimed),
+        key=lambda m: (REUSABLE_ORDER.index(m.state), m.id),
+    )
+    reuse = tuple(reusable[:wanted])
+    room = max(0, config.max_machines - len(present) - placing)
+    new = min(wanted - len(reuse), room)
+    shortfall = ""
+    if len(reuse) + new < count:
+        shortfall = (
+            f"capped by max_machines={config.max_machines}: {active} active, "
+            f"{len(present)} exist, starting {len(reuse) + new} of {count}"
+        )
+    return WakePlan(reuse=reuse, new=new, shortfall=shortfall)
+
+
+def decide_autostop(
+    config: AppConfig, machines: Sequence[MachineState], machine_id: str
+) -> Stop | Refuse:
+    """Stop or suspend `machine_id` per `auto_stop`, never below `min_machines_running`."""
+    if config.auto_stop == "off":
+        return Refuse("auto_stop_off", f"app {config.name} has auto_stop off")
+    target = next((m for m in machines if m.id == machine_id), None)
+    if target is None:
+        return Refuse("not_found", f"machine {machine_id} not found")
+    if target.state != "started":
+        return Refuse("not_started", f"machine {machine_id} is {target.state}")
+    started = sum(1 for m in machines if m.state == "started")
+    if started - 1 < config.min_machines_running:
+        return Refuse(
+            "min_machines_running",
+            f"{started} started, min_machines_running={config.min_machines_running}",
+        )
+    return Stop(suspend=config.auto_stop == "suspend")
+
+
+def deploy_shortfall(
+    config: AppConfig, machines: Sequence[MachineState]
+) -> tuple[int, int]:
+    """(running machines to add, spares to add) so the app has its minimum and spares,
+    within `max_machines`."""
+    present = [m for m in machines if m.state not in GONE]
+    running = sum(1 for m in present if m.state in ACTIVE)
+    standby = sum(1 for m in present if m.state in REUSABLE_ORDER)
+    room = max(0, config.max_machines - len(present))
+    add_running = min(room, max(0, config.min_machines_running - running))
+    add_spares = min(room - add_running, max(0, config.spares - standby))
+    return add_running, add_spares
+
+
+def wake_failure(failures: Sequence[str], pending: int) -> str:
+    """The error code of a wake in which no machine became ready (see WAKE_ERRORS).
+
+    `failures`: codes of the machines that ended (no_capacity | start_failed);
+    `pending`: machines still starting when the budget ran out.
+    """
+    if pending:
+        return "deadline"
+    if "start_failed" in failures:
+        return "start_failed"
+    return "no_capacity"

@@ -1,0 +1,60 @@
+"""Placement errors: one base with an HTTP status, mapped to a JSON response in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PlacementError(Exception):
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+class NotFound(PlacementError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(PlacementError):
+    status = 409
+    code = "conflict"
+
+
+class BadRequest(PlacementError):
+    status = 400
+    code = "bad_request"
+
+
+class Unavailable(PlacementError):
+    """No capacity, a failed start, a worker that cannot be reached."""
+
+    status = 503
+    code = "unavailable"
+
+
+class AgentReplied(PlacementError):
+    """An agent's error answer, passed through with its status and JSON body."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        message = body.get("message", "") if isinstance(body, dict) else str(body)
+        code = body.get("error", "agent_error") if isinstance(body, dict) else "agent_error"
+        super().__init__(message, code=code, status=status)
+        self.reply = body
+
+    def body(self) -> dict[str, Any]:
+        if isinstance(self.reply, dict):
+            return self.reply
+        return super().body()

@@ -1,0 +1,194 @@
+"""The shell of the market: gathers the fleet, asks the core for a decision, sends offers.
+
+One `Round` is the fleet as seen at the start of a wake or deploy; every
+placement in it updates the round's copy (reservations, machines of the app,
+workers that declined), so several machines placed in a row spread sensibly
+without re-reading the registry.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.core.market import Decision, MarketParams, PlacementRequest, decide
+from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
+from placement.fleet import Fleet, ImageInfo, offer_ref
+from placement.metrics import PlacementMetrics
+from thaw.appconfig import AppConfig
+from thaw.registry import WorkerStatus
+
+
+@dataclass
+class Round:
+    """The fleet of one region for a run of placements (mutated as machines are placed)."""
+
+    config: AppConfig
+    region: str
+    image: ImageInfo
+    workers: dict[str, WorkerStatus]
+    app_machines: Counter[str]
+    held_bytes: dict[str, int]
+    declined: set[str] = field(default_factory=set)
+
+    def placed(self, worker_id: str) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is not None:
+            guest = self.config.guest
+            self.workers[worker_id] = msgspec.structs.replace(
+                worker,
+                reserved_cpus=worker.reserved_cpus + guest.cpus,
+                reserved_memory_mb=worker.reserved_memory_mb + guest.memory_mb,
+                machines_starting=worker.machines_starting + 1,
+            )
+        self.app_machines[worker_id] += 1
+
+
+@dataclass(frozen=True)
+class NewMachine:
+    worker: str
+    url: str
+    view: dict[str, Any]
+
+
+class Placer:
+    def __init__(
+        self,
+        fleet: Fleet,
+        agents: AgentClient,
+        params: MarketParams,
+        metrics: PlacementMetrics,
+        *,
+        max_offers: int,
+        decisions_kept: int,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.agents = agents
+        self.params = params
+        self.metrics = metrics
+        self.max_offers = max_offers
+        self.decisions_kept = decisions_kept
+        self.rng = rng or random.Random()
+        self.decisions: dict[str, deque[dict[str, Any]]] = {}
+
+    async def round(
+        self, config: AppConfig, region: str, machines: list[dict[str, Any]]
+    ) -> Round:
+        """`machines`: the app's machines as their agents report them (for `spread`)."""
+        workers = {w.id: w for w in await self.fleet.workers(region)}
+        live = await self.fleet.live_workers(region)
+        image = await self.fleet.image(config, live.values())
+        on_workers = Counter(
+            m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
+        )
+        held = await self.fleet.held_bytes(image)
+        return Round(config, region, image, workers, on_workers, held)
+
+    def decide(self, rnd: Round, avoid: frozenset[str] = frozenset()) -> Decision:
+        guest = rnd.config.guest
+        request = PlacementRequest(
+            app=rnd.config.name, region=rnd.region, cpus=guest.cpus, memory_mb=guest.memory_mb,
+            image_layers=rnd.image.layers, declined=frozenset(rnd.declined | avoid),
+        )
+        began = time.perf_counter()
+        decision = decide(
+            request, list(rnd.workers.values()), now=self.fleet.clock(), params=self.params,
+            app_machines=rnd.app_machines, held_bytes=rnd.held_bytes, sampler=self.rng,
+        )
+        self.metrics.decision_seconds.observe(time.perf_counter() - began)
+        self.metrics.decisions.labels(decision.outcome).inc()
+        return decision
+
+    async def place(
+        self, rnd: Round, *, start: bool, avoid: frozenset[str] = frozenset()
+    ) -> NewMachine | NoCapacity:
+        """Offer one machine down the ranking; `avoid` is a preference (spares elsewhere)."""
+        decision = self.decide(rnd, avoid)
+        if not decision.ranked and avoid:
+            decision = self.decide(rnd)
+        placement_id = secrets.token_hex(6)
+        answers: list[Answer] = []
+        while True:
+            step = next_offer(decision, answers, placement_id, self.max_offers)
+            if isinstance(step, OfferTo):
+                answer, view = await self._offer(rnd, step, start)
+                answers.append(answer)
+                if answer.reply is not Reply.ACCEPTED:
+                    rnd.declined.add(step.worker)
+                elif view is not None:
+                    self.record(decision, answers)
+                    rnd.placed(step.worker)
+                    self.fleet.remember(rnd.config.name, view)
+                    return NewMachine(step.worker, step.url, view)
+            elif isinstance(step, Placed):  # accepted without a view: cannot happen
+                raise AssertionError("accepted offer without a machine")
+            else:
+                self.record(decision, answers)
+                return step
+
+    async def _offer(
+        self, rnd: Round, step: OfferTo, start: bool
+    ) -> tuple[Answer, dict[str, Any] | None]:
+        body = offer_body(rnd.config, step.key, start)
+        try:
+            status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
+        except AgentUnreachable as exc:
+            self.metrics.offers.labels(Reply.UNREACHABLE.value).inc()
+            return Answer(step.worker, Reply.UNREACHABLE, message=exc.message), None
+        if status in (200, 201) and isinstance(reply, dict):
+            self.metrics.offers.labels(Reply.ACCEPTED.value).inc()
+            return Answer(step.worker, Reply.ACCEPTED, machine_id=reply["id"]), reply
+        code = reply.get("error", "") if isinstance(reply, dict) else ""
+        result = {"no_capacity": Reply.NO_CAPACITY, "draining": Reply.DRAINING}.get(
+            code, Reply.UNREACHABLE
+        )
+        self.metrics.offers.labels(result.value).inc()
+        message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
+        return Answer(step.worker, result, message=f"{status} {message}"), None
+
+    def record(self, decision: Decision, answers: list[Answer]) -> None:
+        kept = self.decisions.setdefault(decision.app, deque(maxlen=self.decisions_kept))
+        kept.append(decision_view(decision, answers, self.fleet.clock()))
+
+
+def offer_body(config: AppConfig, key: str, start: bool) -> dict[str, Any]:
+    return {
+        "key": key, "app": config.name, "image": offer_ref(config),
+        "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
+        "env": config.env,
+        "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
+        "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
+        "start": start,
+    }
+
+
+def decision_view(decision: Decision, answers: list[Answer], at: float) -> dict[str, Any]:
+    return {
+        "at": at,
+        "app": decision.app,
+        "region": decision.region,
+        "outcome": "placed" if any(a.reply is Reply.ACCEPTED for a in answers) else "no_capacity",
+        "fleet": decision.fleet,
+        "considered": decision.considered,
+        "ranked": [
+            {"worker": s.worker, "score": round(s.score, 4),
+             "terms": {k: round(v, 4) for k, v in s.terms.items()}}
+            for s in decision.ranked[:10]
+        ],
+        "filtered": [
+            {"worker": f.worker, "stage": f.stage, "reason": f.reason} for f in decision.filtered
+        ],
+        "offers": [
+            {"worker": a.worker, "reply": a.reply.value, "machine_id": a.machine_id,
+             "message": a.message}
+            for a in answers
+        ],
+    }

@@ -1,0 +1,207 @@
+"""The placement shell: apps (stored, published), deploys, machines, wake and autostop.
+
+App configs live in the SQLite store (the truth) and are copied to the registry
+after every change. Machine operations are forwarded to the agent that owns the
+machine; its answer — errors included — is passed through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.adapters.store import AppStore
+from placement.api import WakeRequest, WakeResponse
+from placement.core.offers import NoCapacity
+from placement.core.wake import GONE, MachineState, deploy_shortfall
+from placement.errors import AgentReplied, BadRequest, Conflict, NotFound, Unavailable
+from placement.fleet import Fleet
+from placement.placer import NewMachine, Placer, Round
+from placement.waker import Waker
+from thaw.appconfig import AppConfig, InvalidConfig, check, parse, patched
+from thaw.registry import Registry
+
+MACHINE_ACTIONS = ("start", "stop", "suspend")
+
+
+class Placement:
+    def __init__(
+        self,
+        registry: Registry,
+        store: AppStore,
+        fleet: Fleet,
+        agents: AgentClient,
+        placer: Placer,
+        waker: Waker,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.fleet = fleet
+        self.agents = agents
+        self.placer = placer
+        self.waker = waker
+
+    # -- apps ------------------------------------------------------------------
+
+    async def publish_all(self) -> int:
+        apps = self.store.list()
+        for config in apps:
+            await self.registry.put_app(config)
+        return len(apps)
+
+    async def create_app(self, body: bytes) -> AppConfig:
+        config = self.store.create(parse(body))
+        await self.registry.put_app(config)
+        return config
+
+    def app(self, name: str) -> AppConfig:
+        return self.store.get(name)
+
+    async def update_app(self, name: str, patch: Any) -> AppConfig:
+        if not isinstance(patch, dict):
+            raise InvalidConfig("body", "a JSON merge patch must be an object")
+        current = self.store.get(name)
+        patch = {k: v for k, v in patch.items() if k != "version"}
+        config = patched(current, patch)
+        if config.image != current.image and "image_digest" not in patch:
+            config = msgspec.structs.replace(config, image_digest="")  # re-pinned at deploy
+        config = self.store.update(config)
+        await self.registry.put_app(config)
+        return config
+
+    async def delete_app(self, name: str) -> list[str]:
+        self.store.get(name)
+        views = await self.fleet.app_machines(name)
+        destroyed = await asyncio.gather(
+            *(self._destroy(name, v) for v in views if v["state"] not in GONE)
+        )
+        self.store.delete(name)
+        await self.registry.delete_app(name)
+        return [mid for mid in destroyed if mid]
+
+    async def _destroy(self, app: str, view: dict[str, Any]) -> str:
+        try:
+            url = await self.fleet.worker_url(view["worker"])
+            status, _ = await self.agents.call("DELETE", url, f"/v1/machines/{view['id']}")
+        except (AgentUnreachable, Unavailable):
+            return ""
+        return view["id"] if status in (200, 202) else ""
+
+    # -- deploy ----------------------------------------------------------------
+
+    async def deploy(self, name: str, body: Any) -> dict[str, Any]:
+        """Pin the image digest, then create the missing running machines and spares."""
+        config = self.store.get(name)
+        image = body.get("image") if isinstance(body, dict) else None
+        if image:
+            config = check(msgspec.structs.replace(config, image=str(image), image_digest=""))
+        region = config.regions[0]
+        live = await self.fleet.live_workers(region)
+        if not live:
+            raise Unavailable(f"no live worker in region {region}", code="no_capacity")
+        info = await self.fleet.image(msgspec.structs.replace(config, image_digest=""),
+                                      live.values())
+        config = self.store.update(msgspec.structs.replace(config, image_digest=info.digest))
+        self.fleet.keep(config, info)
+        await self.registry.put_app(config)
+        created, shortfall = await self._fill(config, region)
+        return {"app": msgspec.to_builtins(config), "machines": created, "shortfall": shortfall}
+
+    async def _fill(self, config: AppConfig, region: str) -> tuple[list[dict[str, Any]], str]:
+        views = await self.fleet.app_machines(config.name)
+        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+        add_running, add_spares = deploy_shortfall(config, states)
+        if not add_running and not add_spares:
+            return [], ""
+        rnd = await self.placer.round(config, region, views)
+        running = {v["worker"] for v in views if v["state"] in ("starting", "started")}
+        created: list[dict[str, Any]] = []
+        for _ in range(add_running):
+            placed = await self.placer.place(rnd, start=True)
+            if isinstance(placed, NoCapacity):
+                return created, placed.reason
+            running.add(placed.worker)
+            created.append(placed.view)
+        for _ in range(add_spares):
+            spare = await self._spare(rnd, frozenset(running))
+            if isinstance(spare, NoCapacity):
+                return created, spare.reason
+            created.append(spare.view)
+        return created, ""
+
+    async def _spare(self, rnd: Round, avoid: frozenset[str]) -> NewMachine | NoCapacity:
+        """A stopped machine, preferably on a worker without a running one, image pulled."""
+        placed = await self.placer.place(rnd, start=False, avoid=avoid)
+        if isinstance(placed, NewMachine):
+            await self.fleet.pull(placed.url, rnd.image.ref)
+        return placed
+
+    # -- machines --------------------------------------------------------------
+
+    async def machines(self, app: str) -> list[dict[str, Any]]:
+        self.store.get(app)
+        return sorted(await self.fleet.app_machines(app), key=lambda v: v["created_at"])
+
+    async def create_machine(self, app: str, body: Any) -> dict[str, Any]:
+        config = self.store.get(app)
+        options = body if isinstance(body, dict) else {}
+        start = options.get("start", True)
+        region = options.get("region") or config.regions[0]
+        if not isinstance(start, bool) or not isinstance(region, str):
+            raise BadRequest("start must be a boolean and region a string")
+        views = await self.fleet.app_machines(app)
+        if sum(1 for v in views if v["state"] not in GONE) >= config.max_machines:
+            raise Conflict(f"app {app} has max_machines={config.max_machines}",
+                           code="max_machines")
+        rnd = await self.placer.round(config, region, views)
+        placed = await (self.placer.place(rnd, start=True) if start
+                        else self._spare(rnd, frozenset()))
+        if isinstance(placed, NoCapacity):
+            raise Unavailable(placed.reason, code="no_capacity")
+        return placed.view
+
+    async def machine(
+        self, app: str, mid: str, method: str = "GET", action: str = "",
+        params: dict[str, str] | None = None, timeout_s: float | None = None,
+    ) -> tuple[int, Any]:
+        """Forward one machine call to its agent; agent errors pass through."""
+        self.store.get(app)
+        url = await self.fleet.locate(app, mid)
+        path = f"/v1/machines/{mid}" + (f"/{action}" if action else "")
+        try:
+            status, body = await self.agents.call(method, url, path, params=params,
+                                                  timeout_s=timeout_s)
+        except AgentUnreachable as exc:
+            raise Unavailable(exc.message, code="worker_unreachable") from None
+        if status >= 400:
+            raise AgentReplied(status, body)
+        if isinstance(body, dict) and body.get("app", app) != app:
+            raise NotFound(f"machine {mid} of app {app} not found")
+        return status, body
+
+    # -- wake, autostop, introspection ------------------------------------------
+
+    async def wake(self, app: str, request: WakeRequest) -> WakeResponse:
+        if request.count < 1 or request.deadline_ms < 1:
+            raise BadRequest("count and deadline_ms must be >= 1")
+        return await self.waker.wake(self.store.get(app), request)
+
+    async def autostop(self, app: str, mid: str) -> dict[str, Any]:
+        return await self.waker.autostop(self.store.get(app), mid)
+
+    def placements(self, app: str) -> list[dict[str, Any]]:
+        self.store.get(app)
+        return list(reversed(self.placer.decisions.get(app, [])))
+
+    async def workers(self) -> list[dict[str, Any]]:
+        workers = sorted(await self.registry.workers(), key=lambda w: w.id)
+        now = self.fleet.clock()
+        return [
+            {**msgspec.to_builtins(w), "layers": len(w.layers),
+             "layer_bytes": sum(w.layers.values()),
+             "healthy": now - w.updated_at <= self.fleet.freshness_s}
+            for w in workers
+        ]

@@ -1,0 +1,241 @@
+"""Wake (start machines of an app within the edge's budget) and autostop.
+
+A wake asks the core for a plan (reuse stopped machines, then place new ones),
+starts every machine concurrently through its agent, and answers as soon as all
+are ready — or, at the latest, `wake_margin_ms` before the deadline with the ones
+ready so far. Machines that are not ready by then keep starting; the edge sees
+them through the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.api import WAKE_ERRORS, WakeRequest, WakeResponse, WakeTimings, WokenMachine
+from placement.core.offers import NoCapacity
+from placement.core.wake import MachineState, Refuse, decide_autostop, plan_wake, wake_failure
+from placement.errors import AgentReplied, Conflict, PlacementError
+from placement.fleet import Fleet
+from placement.placer import Placer, Round
+from thaw.appconfig import AppConfig
+
+
+@dataclass(frozen=True)
+class Ready:
+    view: dict[str, Any]
+    timings: WakeTimings
+
+
+@dataclass(frozen=True)
+class Failed:
+    code: str  # no_capacity | start_failed | deadline
+    message: str
+
+
+Outcome = Ready | Failed
+
+
+class Waker:
+    def __init__(
+        self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int
+    ) -> None:
+        self.fleet = fleet
+        self.agents = agents
+        self.placer = placer
+        self.margin_s = margin_ms / 1000
+        self.claimed: dict[str, set[str]] = {}  # app -> machines a wake is starting
+        self.placing: dict[str, int] = {}  # app -> new machines being placed (not yet offered)
+        self.background: set[asyncio.Task[Outcome]] = set()
+
+    async def close(self) -> None:
+        for task in list(self.background):
+            task.cancel()
+        for task in list(self.background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def wake(self, config: AppConfig, request: WakeRequest) -> WakeResponse:
+        loop = asyncio.get_running_loop()
+        answer_by = loop.time() + request.deadline_ms / 1000 - self.margin_s
+        region = request.region or config.regions[0]
+        live = await self.fleet.live_workers(region)
+        views = await self.fleet.app_machines(config.name)
+        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+        claimed = self.claimed.setdefault(config.name, set())
+        placing = self.placing.get(config.name, 0)
+        plan = plan_wake(config, states, live.keys(), request.count, claimed, placing)
+        claimed.update(m.id for m in plan.reuse)
+        self.placing[config.name] = placing + plan.new
+        work: list[Coroutine[Any, Any, Outcome]] = [
+            self._restart(config.name, m, answer_by) for m in plan.reuse
+        ]
+        if plan.new:
+            lock = asyncio.Lock()
+            rnd_task = asyncio.ensure_future(self._round(config, region, views))
+            work += [self._start_new(config.name, rnd_task, lock, answer_by)
+                     for _ in range(plan.new)]
+        if not work:
+            return await self._nothing_to_start(config, views, plan.shortfall)
+        return await self._gather(work, answer_by, plan.shortfall)
+
+    async def _round(
+        self, config: AppConfig, region: str, views: list[dict[str, Any]]
+    ) -> Round | Failed:
+        try:
+            return await self.placer.round(config, region, views)
+        except PlacementError as exc:
+            return Failed("no_capacity", f"cannot place: {exc.message}")
+
+    async def _gather(
+        self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
+    ) -> WakeResponse:
+        tasks = [asyncio.create_task(w) for w in work]
+        timeout = max(0.0, answer_by - asyncio.get_running_loop().time())
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        outcomes = [t.result() for t in tasks if t in done]
+        ready = [o for o in outcomes if isinstance(o, Ready)]
+        failed = [o for o in outcomes if isinstance(o, Failed)]
+        if not ready:
+            code = wake_failure([f.code for f in failed],
+                                len(pending) + sum(f.code == "deadline" for f in failed))
+            reasons = "; ".join(f.message for f in failed) or "no machine ready in time"
+            raise PlacementError(reasons, code=code, status=WAKE_ERRORS[code])
+        notes = [shortfall] if shortfall else []
+        notes += [f"{f.code}: {f.message}" for f in failed]
+        if pending:
+            notes.append(f"{len(pending)} still starting at the deadline")
+        return WakeResponse(
+            machines=[woken(r.view) for r in ready],
+            timings=max((r.timings for r in ready), key=total_ms),
+            shortfall="; ".join(notes),
+        )
+
+    async def _nothing_to_start(
+        self, config: AppConfig, views: list[dict[str, Any]], shortfall: str
+    ) -> WakeResponse:
+        started = [v for v in views if v["state"] == "started" and v.get("address")]
+        if started:
+            return WakeResponse(machines=[woken(v) for v in started], shortfall=shortfall)
+        raise PlacementError(shortfall or f"app {config.name}: nothing to start",
+                             code="no_capacity", status=WAKE_ERRORS["no_capacity"])
+
+    async def _restart(self, app: str, machine: MachineState, answer_by: float) -> Outcome:
+        """Start a stopped/suspended machine again (its image is already on the worker)."""
+        claimed = self.claimed.setdefault(app, set())
+        began = time.perf_counter()
+        try:
+            url = await self.fleet.worker_url(machine.worker)
+            return await self._start_and_wait(url, machine.id, answer_by, began, 0.0)
+        except PlacementError as exc:
+            return Failed("start_failed", f"{machine.id}: {exc.message}")
+        finally:
+            claimed.discard(machine.id)
+
+    async def _start_new(
+        self, app: str, rnd_task: asyncio.Future[Round | Failed], lock: asyncio.Lock,
+        answer_by: float,
+    ) -> Outcome:
+        began = time.perf_counter()
+        try:
+            rnd = await rnd_task
+            if isinstance(rnd, Failed):
+                return rnd
+            async with lock:  # one offer at a time: each sees the reservations of the last
+                placed = await self.placer.place(rnd, start=False)
+        finally:
+            # From here on the machine exists on an agent (or never will): no longer "placing".
+            self.placing[app] = max(0, self.placing.get(app, 0) - 1)
+        if isinstance(placed, NoCapacity):
+            return Failed("no_capacity", placed.reason)
+        place_ms = ms_since(began)
+        pull_began = time.perf_counter()
+        try:
+            await self.fleet.pull(placed.url, rnd.image.ref)
+        except PlacementError as exc:
+            return Failed("start_failed", f"pull on {placed.worker}: {exc.message}")
+        pull_ms = ms_since(pull_began)
+        try:
+            outcome = await self._start_and_wait(
+                placed.url, placed.view["id"], answer_by, began, pull_ms
+            )
+        except PlacementError as exc:
+            return Failed("start_failed", f"{placed.view['id']}: {exc.message}")
+        if isinstance(outcome, Ready):
+            timings = outcome.timings
+            return Ready(outcome.view, WakeTimings(place_ms, timings.pull_ms, timings.boot_ms))
+        return outcome
+
+    async def _start_and_wait(
+        self, url: str, mid: str, answer_by: float, began: float, pull_ms: float
+    ) -> Outcome:
+        status, body = await self.agents.call("POST", url, f"/v1/machines/{mid}/start")
+        if status != 200:
+            return Failed("start_failed", f"start {mid}: {status} {message_of(body)}")
+        place_ms = ms_since(began)
+        remaining = answer_by - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return Failed("deadline", f"{mid} still starting")
+        params = {"state": "started", "timeout_s": f"{min(remaining, 300.0):.3f}"}
+        try:
+            status, body = await self.agents.call(
+                "GET", url, f"/v1/machines/{mid}/wait", params=params, timeout_s=remaining + 1
+            )
+        except AgentUnreachable:
+            return Failed("deadline", f"{mid}: no answer from its worker in time")
+        if status == 200 and isinstance(body, dict):
+            return Ready(body, WakeTimings(place_ms, pull_ms, boot_ms(body)))
+        if status == 408:
+            return Failed("deadline", f"{mid} still starting")
+        return Failed("start_failed", f"{mid}: {message_of(body)}")
+
+    async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
+        url = await self.fleet.locate(config.name, machine_id)
+        views = await self.fleet.app_machines(config.name)
+        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+        decision = decide_autostop(config, states, machine_id)
+        if isinstance(decision, Refuse):
+            raise Conflict(decision.message, code=decision.code)
+        action = "suspend" if decision.suspend else "stop"
+        status, body = await self.agents.call("POST", url, f"/v1/machines/{machine_id}/{action}")
+        if status != 200:
+            raise AgentReplied(status, body)
+        return body if isinstance(body, dict) else {}
+
+
+def woken(view: dict[str, Any]) -> WokenMachine:
+    return WokenMachine(id=view["id"], address=view["address"], worker=view["worker"])
+
+
+def total_ms(timings: WakeTimings) -> float:
+    return timings.place_ms + timings.pull_ms + timings.boot_ms
+
+
+def ms_since(began: float) -> float:
+    return (time.perf_counter() - began) * 1000
+
+
+def boot_ms(view: dict[str, Any]) -> float:
+    """From the agent's events: the last `starting` to the `started` after it."""
+    events = view.get("events") or []
+    started_at = starting_at = None
+    for event in events:
+        if event.get("state") == "starting":
+            starting_at, started_at = event["at"], None
+        elif event.get("state") == "started" and starting_at is not None:
+            started_at = event["at"]
+    if starting_at is None or started_at is None:
+        return 0.0
+    return max(0.0, float(started_at - starting_at) * 1000)
+
+
+def message_of(body: Any) -> str:
+    return str(body.get("message", body)) if isinstance(body, dict) else str(body)

@@ -1,0 +1,202 @@
+"""The edge's cold path with real sockets: hold, wake through a fake placement that starts
+real backend processes, release, expiry, auto-stop, and connect failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from tests.support.edge_fakes import EdgeHarness, FakePlacement, start_edge
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+        yield client
+
+
+async def get(session: aiohttp.ClientSession, edge: EdgeHarness, host: str, path: str = "/",
+              ) -> tuple[int, str, aiohttp.typedefs.LooseHeaders]:
+    async with session.get(f"http://127.0.0.1:{edge.port}{path}", headers={"Host": host}) as r:
+        return r.status, await r.text(), r.headers
+
+
+async def eventually(check: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_cold_request_is_held_woken_and_answered_and_the_next_reuses_the_machine(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "hello"}])
+    try:
+        status, body, headers = await get(session, edge, "hello.localhost")
+        assert status == 200 and body == "hello from hello-m1"
+        timing = headers["Server-Timing"]
+        for phase in ("hold;dur=", "place;dur=", "pull;dur=", "boot;dur="):
+            assert phase in timing
+        status, body, headers = await get(session, edge, "hello.localhost")
+        assert status == 200 and body == "hello from hello-m1"
+        assert "Server-Timing" not in headers
+        assert edge.placement.wakes == [1]
+    finally:
+        await edge.close()
+
+
+async def test_200_concurrent_requests_to_a_cold_app_start_exactly_the_machines_needed(
+    session: aiohttp.ClientSession,
+) -> None:
+    app = {"name": "burst", "max_machines": 3,
+           "concurrency": {"soft_limit": 20, "hard_limit": 25}}
+    edge = await start_edge([app])
+    try:
+        results = await asyncio.gather(
+            *(get(session, edge, "burst.localhost", "/sleep?ms=20") for _ in range(200))
+        )
+        assert [status for status, _, _ in results] == [200] * 200
+        assert sum(edge.placement.wakes) == min(3, math.ceil(200 / 20))
+        assert edge.placement.max_wakes_in_flight == 1
+        state = await edge.state()
+        assert state["held_total"] == 0
+    finally:
+        await edge.close()
+
+
+@pytest.mark.parametrize(
+    ("placement", "statuses"),
+    [
+        (FakePlacement(wake_delay_s=2.0), {504}),
+        (FakePlacement(wake_delay_s=0.2, wake_error=(504, "deadline")), {504}),
+        (FakePlacement(wake_error=(503, "no_capacity")), {503}),
+    ],
+    ids=["placement-too-slow", "placement-deadline", "no-capacity"],
+)
+async def test_a_wake_that_never_succeeds_ends_every_held_request_before_the_deadline(
+    session: aiohttp.ClientSession, placement: FakePlacement, statuses: set[int],
+) -> None:
+    edge = await start_edge([{"name": "sleepy", "hold_timeout_s": 1.0}], placement=placement)
+    try:
+        began = time.monotonic()
+        results = await asyncio.gather(*(get(session, edge, "sleepy.localhost") for _ in range(20)))
+        assert time.monotonic() - began < 1.0 + 1.0
+        assert {status for status, _, _ in results} == statuses
+        for status, body, headers in results:
+            assert json.loads(body)["error"] in {"hold_timeout", "deadline", "no_capacity"}
+            if status == 503:
+                assert headers["Retry-After"] == "1"
+        state = await edge.state()
+        assert state["held_total"] == 0 and state["apps"]["sleepy"]["held"] == 0
+    finally:
+        await edge.close()
+
+
+async def test_a_full_hold_queue_answers_503_with_retry_after_at_once(
+    session: aiohttp.ClientSession,
+) -> None:
+    placement = FakePlacement(wake_delay_s=1.5, wake_error=(503, "no_capacity"))
+    edge = await start_edge([{"name": "tiny", "max_pending": 2}], placement=placement)
+    try:
+        held = [asyncio.create_task(get(session, edge, "tiny.localhost")) for _ in range(2)]
+        await eventually(lambda: _held(edge, "tiny", 2))
+        began = time.monotonic()
+        status, body, headers = await get(session, edge, "tiny.localhost")
+        assert time.monotonic() - began < 0.5
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert json.loads(body)["error"] == "queue_full"
+        await asyncio.gather(*held)
+    finally:
+        await edge.close()
+
+
+async def _held(edge: EdgeHarness, app: str, count: int) -> bool:
+    state = await edge.state()
+    return state["apps"][app]["held"] == count  # type: ignore[index,no-any-return]
+
+
+@pytest.mark.parametrize(("min_running", "stopped"), [(0, True), (1, False)])
+async def test_an_idle_machine_is_auto_stopped_through_placement_only_above_min_running(
+    session: aiohttp.ClientSession, min_running: int, stopped: bool,
+) -> None:
+    app = {"name": "idle", "idle_timeout_s": 0.5, "min_machines_running": min_running,
+           "max_machines": 2}
+    edge = await start_edge([app], autostop_interval_s=0.1)
+    try:
+        status, _, _ = await get(session, edge, "idle.localhost")
+        assert status == 200
+        await asyncio.sleep(1.2)
+        assert edge.placement.autostops == (["idle-m1"] if stopped else [])
+        state = await edge.state()
+        machines = state["apps"]["idle"]["machines"]  # type: ignore[index]
+        assert len(machines) == (0 if stopped else 1)
+        if stopped:  # the next request wakes it again
+            status, _, headers = await get(session, edge, "idle.localhost")
+            assert status == 200 and "Server-Timing" in headers
+    finally:
+        await edge.close()
+
+
+async def test_a_request_to_a_machine_that_refuses_connects_is_woken_elsewhere_not_502(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "dead"}])
+    try:
+        await edge.add_machine("dead", "dead-m0", start=False)
+        await eventually(lambda: _machines(edge, "dead", 1))
+        status, body, _ = await get(session, edge, "dead.localhost")
+        assert status == 200 and body == "hello from dead-m1"
+        assert edge.placement.wakes == [1]
+        state = await edge.state()
+        ids = [m["id"] for m in state["apps"]["dead"]["machines"]]  # type: ignore[index]
+        assert ids == ["dead-m1"]
+    finally:
+        await edge.close()
+
+
+async def _machines(edge: EdgeHarness, app: str, count: int) -> bool:
+    state = await edge.state()
+    return len(state["apps"][app]["machines"]) == count  # type: ignore[index]
+
+
+async def test_a_machine_published_in_the_registry_serves_without_a_wake(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "warm"}])
+    try:
+        await edge.add_machine("warm", "warm-m9")
+        await eventually(lambda: _machines(edge, "warm", 1))
+        status, body, headers = await get(session, edge, "warm.localhost")
+        assert status == 200 and body == "hello from warm-m9"
+        assert "Server-Timing" not in headers and edge.placement.wakes == []
+    finally:
+        await edge.close()
+
+
+async def test_stopping_the_edge_answers_every_held_request(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "held"}], placement=FakePlacement(wake_delay_s=1.0))
+    closed = False
+    try:
+        held = [asyncio.create_task(get(session, edge, "held.localhost")) for _ in range(5)]
+        await eventually(lambda: _held(edge, "held", 5))
+        await edge.runtime.stop()  # type: ignore[attr-defined]
+        closed = True
+        results = await asyncio.wait_for(asyncio.gather(*held), 5)
+        assert {status for status, _, _ in results} == {503}
+    finally:
+        if not closed:
+            await edge.runtime.stop()  # type: ignore[attr-defined]
+        await edge.placement.close()
+        for proc in edge.backends:
+            proc.terminate()

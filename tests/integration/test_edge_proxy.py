@@ -1,0 +1,262 @@
+"""The edge's data path with real sockets and a real backend process: routing, framing
+rejections, slowloris, streaming large bodies, pipelining and upstream keep-alive."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.support.edge_fakes import EdgeHarness, exchange_raw, pattern_sha256, start_edge
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+async def edge() -> AsyncIterator[EdgeHarness]:
+    harness = await start_edge([{"name": "web", "hosts": ["www.example.test"]}],
+                               header_timeout_s=0.5, idle_timeout_s=2.0)
+    try:
+        await harness.add_machine("web", "web-m1")
+        deadline = time.monotonic() + 5
+        while not (await harness.state())["apps"]["web"]["machines"]:  # type: ignore[index]
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        yield harness
+    finally:
+        await harness.close()
+
+
+def split_response(data: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
+async def test_an_unknown_host_answers_404_json(edge: EdgeHarness) -> None:
+    data = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: nope.localhost\r\n"
+                                         b"Connection: close\r\n\r\n")
+    status, headers, body = split_response(data)
+    assert status == 404 and headers["content-type"] == "application/json"
+    assert json.loads(body)["error"] == "unknown_app"
+
+
+async def test_an_app_is_reached_by_its_extra_host_name_with_any_port(edge: EdgeHarness) -> None:
+    data = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: WWW.example.test:8443\r\n"
+                                         b"Connection: close\r\n\r\n")
+    assert split_response(data)[2] == b"hello from web-m1"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "code"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: web.localhost\r\nHost: web.localhost\r\n\r\n", "duplicate_host"),
+        (b"GET / HTTP/1.1\r\n\r\n", "missing_host"),
+        (b"GET http://other.localhost/ HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
+         "conflicting_host"),
+        (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nContent-Length: 5\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", None),
+        (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nContent-Length: 5\r\n"
+         b"Content-Length: 6\r\n\r\nhello", None),
+        (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nTransfer-Encoding: gzip\r\n\r\n",
+         "bad_framing"),
+        (b"POST / HTTP/1.0\r\nHost: web.localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"5\r\nhello\r\n0\r\n\r\n", "bad_framing"),
+        (b"GET / HTTP/1.1\r\nHost: web.localhost\r\nBad Header\r\n\r\n", "bad_request"),
+    ],
+    ids=["duplicate-host", "missing-host", "conflicting-authority", "cl-and-te",
+         "differing-cl", "te-not-chunked", "http10-te", "garbage-header"],
+)
+async def test_ambiguous_or_malformed_requests_answer_400_and_close(
+    edge: EdgeHarness, request_bytes: bytes, code: str | None
+) -> None:
+    data = await exchange_raw(edge.port, request_bytes)  # reads until EOF: the edge closed
+    status, headers, body = split_response(data)
+    assert status == 400 and headers["connection"] == "close"
+    if code is not None:
+        assert json.loads(body)["error"] == code
+    assert data.count(b"HTTP/1.1 ") == 1  # nothing after the rejection is answered
+
+
+async def test_an_upgrade_request_answers_501(edge: EdgeHarness) -> None:
+    data = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: web.localhost\r\n"
+                              b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+    status, _, body = split_response(data)
+    assert status == 501 and json.loads(body)["error"] == "upgrade_not_supported"
+
+
+async def test_too_many_headers_answer_431(edge: EdgeHarness) -> None:
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(150))
+    data = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: web.localhost\r\n" + many
+                              + b"\r\n")
+    assert split_response(data)[0] == 431
+
+
+async def test_a_slowloris_connection_is_closed_after_the_header_timeout(
+    edge: EdgeHarness,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    began = time.monotonic()
+    writer.write(b"GET / HTTP/1.1\r\nHost: web.localhost\r\nX-Slow: ")
+    data = b""
+    while time.monotonic() - began < 3:  # one byte every 100 ms, never ending the head
+        try:
+            piece = await asyncio.wait_for(reader.read(65536), 0.1)
+        except TimeoutError:
+            writer.write(b"a")
+            continue
+        except ConnectionError:
+            break
+        if not piece:
+            break
+        data += piece
+    writer.close()
+    assert time.monotonic() - began < 2
+    assert split_response(data)[0] == 408
+
+
+async def test_an_idle_keep_alive_connection_is_closed_silently(edge: EdgeHarness) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert data == b""
+
+
+async def test_a_10_mib_chunked_request_body_passes_through_intact(edge: EdgeHarness) -> None:
+    payload = bytes(range(256)) * (10 * MIB // 256)
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    writer.write(b"POST /sha256 HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    for offset in range(0, len(payload), 300_000):
+        piece = payload[offset:offset + 300_000]
+        writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    data = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    status, _, body = split_response(data)
+    assert status == 200 and body.decode() == hashlib.sha256(payload).hexdigest()
+
+
+async def test_a_10_mib_request_body_with_content_length_passes_through_intact(
+    edge: EdgeHarness,
+) -> None:
+    payload = bytes(reversed(range(256))) * (10 * MIB // 256)
+    data = await exchange_raw(
+        edge.port, b"POST /sha256 HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(payload) + payload, timeout_s=30,
+    )
+    assert split_response(data)[2].decode() == hashlib.sha256(payload).hexdigest()
+
+
+async def test_a_10_mib_streamed_response_reaches_a_slow_reader_intact(edge: EdgeHarness) -> None:
+    size = 10 * MIB
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port, limit=1 << 16)
+    writer.write(b"GET /stream?bytes=%d HTTP/1.1\r\nHost: web.localhost\r\n"
+                 b"Connection: close\r\n\r\n" % size)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert b"chunked" in head.lower()
+    digest, received = hashlib.sha256(), 0
+    while True:
+        size_line = await reader.readline()
+        length = int(size_line.strip(), 16)
+        if length == 0:
+            break
+        chunk = await reader.readexactly(length)
+        await reader.readexactly(2)
+        digest.update(chunk)
+        received += length
+        if received < 2 * MIB:
+            await asyncio.sleep(0.005)  # a slow start: the edge must pause the machine
+    writer.close()
+    assert received == size and digest.hexdigest() == pattern_sha256(size)
+
+
+async def test_pipelined_requests_are_answered_in_order(edge: EdgeHarness) -> None:
+    requests = b"".join(
+        b"GET /sleep?ms=%d HTTP/1.1\r\nHost: web.localhost\r\nX-Request-Id: r%d\r\n\r\n"
+        % (ms, i) for i, ms in enumerate([50, 0, 20])
+    ) + b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n\r\n"
+    data = await exchange_raw(edge.port, requests)
+    assert data.count(b"HTTP/1.1 200") == 4
+    bodies = [part.split(b"\r\n\r\n", 1)[1] for part in data.split(b"HTTP/1.1 200")[1:]]
+    assert [b.startswith(b"slept") for b in bodies] == [True, True, True, False]
+    assert bodies[3].startswith(b"[")
+
+
+async def test_sequential_requests_reuse_one_upstream_connection(edge: EdgeHarness) -> None:
+    async def accepts() -> int:
+        data = await exchange_raw(edge.port, b"GET /accepts HTTP/1.1\r\nHost: web.localhost\r\n"
+                                             b"Connection: close\r\n\r\n")
+        return int(split_response(data)[2])
+
+    before = await accepts()
+    for _ in range(20):
+        await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: web.localhost\r\n"
+                                      b"Connection: close\r\n\r\n")
+    assert await accepts() == before
+
+
+async def test_forwarded_headers_are_set_and_internal_ones_stripped(edge: EdgeHarness) -> None:
+    data = await exchange_raw(
+        edge.port,
+        b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\nX-Forwarded-For: 10.0.0.1\r\n"
+        b"X-Thaw-Machine: evil\r\nX-Request-Id: abc-123\r\nConnection: close, X-Drop\r\n"
+        b"X-Drop: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Keep: yes\r\n\r\n",
+    )
+    headers = {k.lower(): v for k, v in json.loads(split_response(data)[2])}
+    assert headers["x-forwarded-for"] == "10.0.0.1, 127.0.0.1"
+    assert headers["x-forwarded-proto"] == "http"
+    assert headers["x-forwarded-host"] == "web.localhost"
+    assert headers["x-request-id"] == "abc-123" and headers["x-keep"] == "yes"
+    for dropped in ("x-thaw-machine", "x-drop", "keep-alive", "te", "via"):
+        assert dropped not in headers
+
+
+async def test_http_1_0_is_answered_and_closed(edge: EdgeHarness) -> None:
+    data = await exchange_raw(edge.port, b"GET /stream?bytes=1000 HTTP/1.0\r\n"
+                                         b"Host: web.localhost\r\n\r\n")
+    status, headers, body = split_response(data)
+    assert status == 200 and len(body) == 1000 and "transfer-encoding" not in headers
+
+
+async def test_a_head_request_keeps_the_connection_usable(edge: EdgeHarness) -> None:
+    data = await exchange_raw(
+        edge.port,
+        b"HEAD / HTTP/1.1\r\nHost: web.localhost\r\n\r\n"
+        b"GET / HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n\r\n",
+    )
+    first, _, second = data.partition(b"\r\n\r\n")
+    assert b"Content-Length: 11" in first
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"hello from web-m1")
+
+
+async def test_after_a_slowly_read_stream_the_connections_serve_the_next_request(
+    edge: EdgeHarness,
+) -> None:
+    size = 4 * MIB
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port, limit=1 << 16)
+    writer.write(b"GET /stream?bytes=%d HTTP/1.1\r\nHost: web.localhost\r\n\r\n" % size)
+    await reader.readuntil(b"\r\n\r\n")
+    received = 0
+    while length := int((await reader.readline()).strip(), 16):
+        received += len(await reader.readexactly(length + 2)) - 2
+        await asyncio.sleep(0.002)
+    await reader.readline()
+    assert received == size
+    for _ in range(3):  # same client connection; the upstream one goes back to the pool
+        writer.write(b"GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 17" in head
+        assert await reader.readexactly(17) == b"hello from web-m1"
+    writer.close()

@@ -1,0 +1,197 @@
+"""Placement with two real agents, real machine processes and the hello image."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.support.placement_helpers import HELLO, Platform
+from thaw.imagebuild import build_image
+from thaw.registry.memory import MemoryRegistry
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("images")
+    build_image(HELLO, "hello:v1", layout=root / "hello")
+    mute = root / "mute-src"
+    mute.mkdir()
+    (mute / "thaw-image.toml").write_text(
+        'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n'
+    )
+    build_image(mute, "mute:v1", layout=root / "mute")
+    return {"hello": f"oci:{root / 'hello'}:v1", "mute": f"oci:{root / 'mute'}:v1"}
+
+
+def hello_app(images: dict[str, str], **fields: object) -> dict[str, object]:
+    app: dict[str, object] = {
+        "name": "hello", "image": images["hello"], "guest": {"cpus": 0.25, "memory_mb": 64},
+        "health": {"path": "/healthz", "timeout_s": 15},
+    }
+    app.update(fields)
+    return app
+
+
+async def test_creating_an_app_is_201_and_a_bad_config_is_422_naming_the_field(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=0) as p:
+        created = await p.create_app(**hello_app(images))
+        assert created["version"] == 1
+        assert (await p.registry.app("hello")) is not None
+        status, body = await p.call("POST", "/v1/apps", hello_app(images))
+        assert status == 409 and body["error"] == "exists"
+        status, body = await p.call("POST", "/v1/apps", hello_app(images, name="bad",
+                                                                 max_machines=0))
+        assert status == 422 and body["error"] == "invalid_config"
+        assert body["field"] == "max_machines"
+        status, body = await p.call("PATCH", "/v1/apps/hello",
+                                    {"concurrency": {"soft_limit": "many"}})
+        assert status == 422 and body["field"] == "concurrency.soft_limit"
+        status, body = await p.call("PATCH", "/v1/apps/hello", {"max_machines": 5})
+        assert status == 200 and body["max_machines"] == 5 and body["version"] == 2
+        assert (await p.registry.app("hello")).max_machines == 5  # type: ignore[union-attr]
+        status, body = await p.call("GET", "/v1/apps/nope")
+        assert status == 404 and body["error"] == "not_found"
+        status, body = await p.call("GET", "/openapi.json")
+        assert status == 200 and "/internal/apps/{app}/wake" in body["paths"]
+
+
+async def test_a_wake_starts_a_machine_that_answers_and_the_next_wake_reuses_it(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(**hello_app(images))
+        status, woke = await p.call("POST", "/internal/apps/hello/wake",
+                                    {"count": 1, "deadline_ms": 20_000})
+        assert status == 200, woke
+        [machine] = woke["machines"]
+        assert await p.get_text(machine["address"]) == f"hello from {machine['id']}\n"
+        assert woke["timings"]["place_ms"] > 0
+
+        path = f"/v1/apps/hello/machines/{machine['id']}"
+        status, _ = await p.call("POST", path + "/stop")
+        assert status == 200
+        status, body = await p.call("GET", path + "/wait?state=stopped&timeout_s=10")
+        assert status == 200 and body["state"] == "stopped"
+
+        status, again = await p.call("POST", "/internal/apps/hello/wake",
+                                     {"count": 1, "deadline_ms": 20_000})
+        assert status == 200, again
+        assert [m["id"] for m in again["machines"]] == [machine["id"]]
+        assert again["timings"]["pull_ms"] == 0
+        assert p.machine_count() == 1
+
+        status, decisions = await p.call("GET", "/v1/apps/hello/placements")
+        assert status == 200 and decisions[0]["outcome"] == "placed"
+        top = decisions[0]["ranked"][0]
+        assert set(top["terms"]) == {"resources", "layers", "spread", "starting"}
+        assert decisions[0]["offers"][0]["reply"] == "accepted"
+
+
+async def test_a_wake_for_more_than_max_machines_starts_only_max_machines(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(**hello_app(images, max_machines=2))
+        status, woke = await p.call("POST", "/internal/apps/hello/wake",
+                                    {"count": 5, "deadline_ms": 20_000})
+        assert status == 200, woke
+        assert len(woke["machines"]) == 2
+        assert "max_machines=2" in woke["shortfall"]
+        assert p.machine_count() == 2
+        # spread: two machines of one app land on two workers
+        assert len({m["worker"] for m in woke["machines"]}) == 2
+        status, body = await p.call("POST", "/v1/apps/hello/machines", {"start": False})
+        assert status == 409 and body["error"] == "max_machines"
+
+
+async def test_an_app_that_never_listens_fails_its_wake_before_the_deadline(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(name="mute", image=images["mute"],
+                           guest={"cpus": 0.25, "memory_mb": 64}, health={"timeout_s": 1})
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        status, body = await p.call("POST", "/internal/apps/mute/wake",
+                                    {"count": 1, "deadline_ms": 3_000})
+        elapsed = loop.time() - began
+        assert (status, body["error"]) in {(503, "start_failed"), (504, "deadline")}, body
+        assert elapsed < 3.5
+
+
+async def test_a_wake_with_a_budget_shorter_than_the_boot_answers_504_in_time(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(name="mute", image=images["mute"],
+                           guest={"cpus": 0.25, "memory_mb": 64}, health={"timeout_s": 30})
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        status, body = await p.call("POST", "/internal/apps/mute/wake",
+                                    {"count": 1, "deadline_ms": 1_000})
+        assert status == 504 and body["error"] == "deadline", body
+        assert loop.time() - began < 1.5
+
+
+async def test_autostop_stops_an_idle_machine_but_never_below_min_machines_running(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(**hello_app(images, min_machines_running=1))
+        status, woke = await p.call("POST", "/internal/apps/hello/wake",
+                                    {"count": 2, "deadline_ms": 20_000})
+        assert status == 200 and len(woke["machines"]) == 2, woke
+        first, second = (m["id"] for m in woke["machines"])
+        status, body = await p.call("POST", f"/internal/apps/hello/machines/{first}/autostop",
+                                    {"idle_s": 300})
+        assert status == 200 and body["state"] in ("stopping", "stopped"), body
+        status, body = await p.call("POST", f"/internal/apps/hello/machines/{second}/autostop",
+                                    {"idle_s": 300})
+        assert status == 409 and body["error"] == "min_machines_running"
+
+
+async def test_deploy_pins_the_digest_and_keeps_the_spare_on_another_worker(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(**hello_app(images, min_machines_running=1, spares=1))
+        status, deployed = await p.call("POST", "/v1/apps/hello/deploy")
+        assert status == 200, deployed
+        assert deployed["app"]["image_digest"].startswith("sha256:")
+        running, spare = deployed["machines"]
+        assert spare["state"] == "created" and running["worker"] != spare["worker"]
+        status, machines = await p.call("GET", "/v1/apps/hello/machines")
+        assert status == 200 and {m["id"] for m in machines} == {running["id"], spare["id"]}
+
+        await p.create_app(**hello_app(images, name="other"))
+        status, body = await p.call("GET", f"/v1/apps/other/machines/{running['id']}")
+        assert status == 404
+
+        status, woke = await p.call("POST", "/internal/apps/hello/wake",
+                                    {"count": 1, "deadline_ms": 20_000})
+        assert status == 200 and woke["machines"][0]["id"] == spare["id"], woke
+
+        status, body = await p.call("DELETE", "/v1/apps/hello")
+        assert status == 200 and set(body["machines"]) == {running["id"], spare["id"]}
+        assert await p.registry.app("hello") is None
+
+
+async def test_app_configs_survive_a_restart_and_are_published_to_a_fresh_registry(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=0) as p:
+        await p.create_app(**hello_app(images))
+        status, _ = await p.call("PATCH", "/v1/apps/hello", {"idle_timeout_s": 5})
+        assert status == 200
+    fresh = MemoryRegistry()
+    async with Platform(tmp_path, agents=0, registry=fresh) as p:
+        stored = await fresh.app("hello")
+        assert stored is not None and stored.idle_timeout_s == 5 and stored.version == 2
+        status, body = await p.call("GET", "/v1/apps")
+        assert status == 200 and [a["name"] for a in body] == ["hello"]

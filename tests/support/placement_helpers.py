@@ -1,0 +1,110 @@
+"""Placement with real in-process agents on loopback, and a small JSON client for them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agent.config import AgentConfig
+from agent.core.machine import MachineState
+from agent.runner import AgentRuntime
+from placement.config import PlacementConfig
+from placement.runner import PlacementRuntime
+from thaw.registry.memory import MemoryRegistry
+
+HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
+
+
+class Platform:
+    """A MemoryRegistry, `agents` AgentRuntimes and one PlacementRuntime, all in this loop."""
+
+    def __init__(self, root: Path, agents: int = 2, cpus: float = 2, memory_mb: int = 1024,
+                 registry: MemoryRegistry | None = None) -> None:
+        self.root = root
+        self.registry = registry or MemoryRegistry()
+        self.agents = [
+            AgentRuntime(
+                AgentConfig(state_dir=root / f"agent{i}", cpus=cpus, memory_mb=memory_mb,
+                            worker_id=f"w{i}", heartbeat_interval_s=0.2,
+                            stop_machines_on_exit=True, sandbox=False),
+                self.registry,
+            )
+            for i in range(agents)
+        ]
+        self.placement = PlacementRuntime(
+            PlacementConfig(state_dir=root / "placement", port=0, heartbeat_interval_s=1.0),
+            self.registry,
+        )
+        self.url = ""
+        self.http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Platform:
+        self.http = aiohttp.ClientSession()
+        for agent in self.agents:
+            await agent.start()
+        self.url = await self.placement.start()
+        await eventually(self._workers_published)
+        return self
+
+    async def _workers_published(self) -> bool:
+        return len(await self.registry.workers()) == len(self.agents)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.placement.stop()
+        for runtime in self.agents:
+            await destroy_all(runtime)
+        for runtime in self.agents:
+            await runtime.stop()
+        if self.http is not None:
+            await self.http.close()
+
+    async def call(self, method: str, path: str, body: Any = None,
+                   timeout_s: float = 30) -> tuple[int, Any]:
+        assert self.http is not None
+        url = path if path.startswith("http") else self.url + path
+        async with self.http.request(method, url, json=body,
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
+            if "json" in reply.headers.get("Content-Type", ""):
+                return reply.status, await reply.json()
+            return reply.status, await reply.text()
+
+    async def get_text(self, address: str) -> str:
+        assert self.http is not None
+        async with self.http.get(f"http://{address}/") as reply:
+            return await reply.text()
+
+    async def create_app(self, **fields: Any) -> dict[str, Any]:
+        status, body = await self.call("POST", "/v1/apps", fields)
+        assert status == 201, body
+        return body  # type: ignore[no-any-return]
+
+    def machine_count(self) -> int:
+        return sum(
+            1 for r in self.agents if r.agent is not None
+            for m in r.agent.state.machines.values() if m.state is not MachineState.DESTROYED
+        )
+
+
+async def destroy_all(runtime: AgentRuntime) -> None:
+    agent = runtime.agent
+    if agent is None:
+        return
+    for mid, machine in list(agent.state.machines.items()):
+        if machine.state not in (MachineState.DESTROYING, MachineState.DESTROYED):
+            with contextlib.suppress(Exception):
+                agent.destroy(mid)
+    for mid in list(agent.state.machines):
+        with contextlib.suppress(Exception):
+            await agent.wait(mid, MachineState.DESTROYED, 15)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)

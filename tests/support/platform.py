@@ -1,0 +1,80 @@
+"""`thaw up` as a user starts it: a subprocess on free ports with a temp state dir."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent.core.oplog_codec import decode
+from agent.core.state import replay
+from tests.support.agent_process import find_machine_processes, kill_group
+from tests.support.ports import free_port
+
+
+class ThawUp:
+    def __init__(self, state_dir: Path, *, agents: int = 2, hello: list[str] | None = None):
+        self.state_dir = state_dir
+        self.edge_port = free_port()
+        self.api_port = free_port()
+        self.admin_port = free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.edge = f"http://127.0.0.1:{self.edge_port}"
+        self.admin = f"http://127.0.0.1:{self.admin_port}"
+        self.args = [
+            sys.executable, "-m", "thaw", "up", "--state-dir", str(state_dir),
+            "--edge-port", str(self.edge_port), "--api-port", str(self.api_port),
+            "--admin-port", str(self.admin_port), "--agents", str(agents),
+            *[arg for item in (hello or []) for arg in ("--hello-set", item)],
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.output = b""
+
+    def start(self, timeout_s: float = 60) -> ThawUp:
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, "THAW_LOG_LEVEL": "warning"},
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while b"curl -H" not in self.output:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.output += self.proc.stdout.read() if self.proc.poll() is not None else b""
+                self.stop()
+                raise RuntimeError(f"thaw up did not come up:\n{self.output.decode()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                self.output += os.read(self.proc.stdout.fileno(), 65536)
+        return self
+
+    def stop(self) -> int | None:
+        """SIGTERM, as Ctrl-C would; returns the exit status."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def machine_pids(self) -> list[int]:
+        ids: set[str] = set()
+        pids: set[int] = set()
+        for log in self.state_dir.glob("agent-*/oplog"):
+            state = replay(decode(log.read_bytes()).records)
+            ids |= set(state.machines)
+            pids |= {m.process.pid for m in state.machines.values() if m.process is not None}
+        alive = {pid for pid in pids if Path(f"/proc/{pid}").exists()}
+        return sorted(alive | set(find_machine_processes(ids)))
+
+    def cleanup(self) -> None:
+        self.stop()
+        for pid in self.machine_pids():
+            kill_group(pid)

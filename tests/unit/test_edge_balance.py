@@ -1,0 +1,67 @@
+"""balance.pick: least loaded under soft, then under hard, never above hard."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edge.core.balance import free_slots, pick
+
+
+@dataclass
+class Machine:
+    name: str
+    in_flight: int
+
+
+def test_the_least_loaded_machine_under_soft_limit_is_chosen() -> None:
+    machines = [Machine("a", 5), Machine("b", 2), Machine("c", 9)]
+    assert pick(machines, 10, 20, random.Random(1)).name == "b"  # type: ignore[union-attr]
+
+
+def test_when_all_are_at_soft_limit_the_least_loaded_under_hard_is_chosen() -> None:
+    machines = [Machine("a", 12), Machine("b", 11), Machine("c", 20)]
+    assert pick(machines, 10, 20, random.Random(1)).name == "b"  # type: ignore[union-attr]
+
+
+def test_no_machine_is_chosen_when_all_are_at_hard_limit_so_the_request_is_held() -> None:
+    machines = [Machine("a", 20), Machine("b", 25)]
+    assert pick(machines, 10, 20, random.Random(1)) is None
+    assert pick([], 10, 20, random.Random(1)) is None
+
+
+def test_with_many_machines_two_random_choices_pick_the_less_loaded_of_the_two() -> None:
+    machines = [Machine(str(i), i) for i in range(10)]
+
+    class Fixed:
+        values = iter([0.35, 0.75])
+
+        def random(self) -> float:
+            return next(self.values)
+
+    assert pick(machines, 100, 200, Fixed()).name == "3"  # type: ignore[union-attr]
+
+
+def test_free_slots_counts_room_below_hard_limit() -> None:
+    assert free_slots([Machine("a", 3), Machine("b", 30)], 25) == 22
+
+
+@given(st.lists(st.integers(0, 40), max_size=12), st.integers(1, 20), st.integers(0, 20),
+       st.integers(0, 1000))
+def test_a_pick_never_takes_a_machine_to_or_past_hard_limit_and_prefers_under_soft(
+    loads: list[int], soft: int, extra: int, seed: int
+) -> None:
+    hard = soft + extra
+    machines = [Machine(str(i), n) for i, n in enumerate(loads)]
+    chosen = pick(machines, soft, hard, random.Random(seed))
+    if chosen is None:
+        assert all(m.in_flight >= hard for m in machines)
+        return
+    assert chosen.in_flight < hard
+    if any(m.in_flight < soft for m in machines):
+        assert chosen.in_flight < soft
+    if len(machines) <= 4:
+        assert chosen.in_flight == min(m.in_flight for m in machines if m.in_flight < hard)

@@ -1,0 +1,73 @@
+"""HoldQueues: FIFO per app, bounded per app and in total, deadlines as values."""
+
+from __future__ import annotations
+
+from edge.core.holdqueue import Held, HoldQueues, Rejected
+
+
+def test_held_requests_are_released_oldest_first_up_to_the_capacity_given() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=100)
+    for item in "abcde":
+        assert isinstance(queues.enqueue("app", item, 0.0, 30.0, 10), Held)
+    assert queues.release("app", 2) == ["a", "b"]
+    assert queues.release("app", 10) == ["c", "d", "e"]
+    assert queues.total == 0 and queues.held("app") == 0
+
+
+def test_a_full_app_queue_rejects_with_queue_full_and_keeps_the_others() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=100)
+    queues.enqueue("app", "a", 0.0, 30.0, max_pending=1)
+    assert queues.enqueue("app", "b", 0.0, 30.0, max_pending=1) == Rejected("queue_full")
+    assert isinstance(queues.enqueue("other", "c", 0.0, 30.0, max_pending=1), Held)
+    assert queues.held("app") == 1
+
+
+def test_the_total_bound_rejects_with_edge_full_across_apps() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=2)
+    queues.enqueue("a", "1", 0.0, 30.0, 10)
+    queues.enqueue("b", "2", 0.0, 30.0, 10)
+    assert queues.enqueue("c", "3", 0.0, 30.0, 10) == Rejected("edge_full")
+
+
+def test_max_pending_zero_holds_nothing() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=2)
+    assert queues.enqueue("a", "1", 0.0, 30.0, 0) == Rejected("queue_full")
+
+
+def test_the_deadline_is_the_shorter_of_hold_timeout_and_the_clients_timeout() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=10)
+    assert queues.enqueue("app", "slow", 100.0, 30.0, 10) == Held(1, 130.0)
+    assert queues.enqueue("app", "hurried", 100.0, 30.0, 10, client_timeout_s=2.0) == Held(2, 102.0)
+    assert queues.enqueue("app", "lazy", 100.0, 30.0, 10, client_timeout_s=90.0) == Held(3, 130.0)
+    assert queues.next_deadline() == 102.0
+
+
+def test_expire_returns_only_items_past_their_deadline_with_their_wait() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=10)
+    queues.enqueue("app", "a", 0.0, 1.0, 10)
+    queues.enqueue("app", "b", 0.5, 1.0, 10)
+    queues.enqueue("app", "c", 0.0, 5.0, 10)
+    expired = queues.expire(1.2)
+    assert [(e.app, e.item, round(e.waited_s, 3)) for e in expired] == [("app", "a", 1.2)]
+    assert [e.item for e in queues.expire(1.5)] == ["b"]
+    assert queues.release("app", 5) == ["c"]
+    assert queues.expire(100.0) == []
+
+
+def test_a_removed_item_is_never_released_or_expired() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=10)
+    queues.enqueue("app", "a", 0.0, 1.0, 10)
+    queues.enqueue("app", "b", 0.0, 1.0, 10)
+    assert queues.remove("app", "a") is True
+    assert queues.remove("app", "a") is False
+    assert queues.total == 1
+    assert [e.item for e in queues.expire(5.0)] == ["b"]
+
+
+def test_fail_all_empties_one_app_in_fifo_order() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=10)
+    for item in "xyz":
+        queues.enqueue("app", item, 0.0, 1.0, 10)
+    queues.enqueue("other", "o", 0.0, 1.0, 10)
+    assert queues.fail_all("app") == ["x", "y", "z"]
+    assert queues.apps() == ["other"] and queues.total == 1

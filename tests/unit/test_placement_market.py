@@ -1,0 +1,158 @@
+"""The market's filters, score terms and candidate set, on hand-made workers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from placement.core.market import (
+    DEFAULT_UTILITY,
+    Decision,
+    Market,
+    MarketParams,
+    PlacementRequest,
+    decide,
+    layers_term,
+    piecewise_linear,
+    resources_term,
+    spread_term,
+    starting_term,
+)
+from thaw.registry.types import WorkerStatus
+
+NOW = 1_000.0
+PARAMS = MarketParams(heartbeat_freshness_s=3.0, reference_bandwidth_bytes_per_s=100.0,
+                      reference_pull_time_s=1.0)
+IMAGE = {"sha256:a": 60, "sha256:b": 40}
+
+
+def worker(wid: str, **fields: object) -> WorkerStatus:
+    values: dict[str, object] = {
+        "id": wid, "epoch": 1, "region": "mad", "url": f"http://{wid}", "cpus": 4.0,
+        "memory_mb": 4096, "updated_at": NOW,
+    }
+    values.update(fields)
+    return WorkerStatus(**values)  # type: ignore[arg-type]
+
+
+def request(**fields: object) -> PlacementRequest:
+    values: dict[str, object] = {"app": "hello", "region": "mad", "cpus": 1.0,
+                                 "memory_mb": 256, "image_layers": IMAGE}
+    values.update(fields)
+    return PlacementRequest(**values)  # type: ignore[arg-type]
+
+
+def market(app_machines: dict[str, int] | None = None) -> Market:
+    return Market(request(), PARAMS, NOW, app_machines or {})
+
+
+def run(workers: list[WorkerStatus], req: PlacementRequest | None = None,
+        app_machines: dict[str, int] | None = None, held: dict[str, int] | None = None,
+        params: MarketParams = PARAMS, sampler: random.Random | None = None) -> Decision:
+    return decide(req or request(), workers, now=NOW, params=params,
+                  app_machines=app_machines or {}, held_bytes=held or {},
+                  sampler=sampler or random.Random(0))
+
+
+@pytest.mark.parametrize(
+    ("x", "expected"),
+    [(0.0, 0.3), (0.35, 0.65), (0.7, 1.0), (0.8, 0.75), (0.9, 0.5), (0.95, 0.25), (1.0, 0.0)],
+)
+def test_resources_utility_passes_through_the_default_points_and_interpolates(
+    x: float, expected: float
+) -> None:
+    assert piecewise_linear(DEFAULT_UTILITY, x) == pytest.approx(expected)
+
+
+def test_resources_term_scores_post_placement_utilisation_by_its_larger_fraction() -> None:
+    # 1 of 4 cpus used + 1 placed = 0.5; memory 2560+256 of 4096 ~ 0.6875 -> the larger wins
+    w = worker("w1", reserved_cpus=1.0, reserved_memory_mb=2560)
+    expected = piecewise_linear(DEFAULT_UTILITY, (2560 + 256) / 4096)
+    assert resources_term(w, market()) == pytest.approx(expected)
+
+
+def test_layers_term_is_one_when_all_layers_are_held_and_falls_with_missing_bytes() -> None:
+    assert layers_term(worker("w1", layers=dict(IMAGE)), market()) == 1.0
+    assert layers_term(worker("w2", layers={"sha256:a": 60}), market()) == pytest.approx(0.6)
+    assert layers_term(worker("w3"), market()) == 0.0
+    # layers of other images do not count
+    assert layers_term(worker("w4", layers={"sha256:zzz": 10**9}), market()) == 0.0
+
+
+def test_spread_term_is_one_over_one_plus_machines_of_the_app_on_the_worker() -> None:
+    m = market({"w1": 3})
+    assert spread_term(worker("w1"), m) == pytest.approx(0.25)
+    assert spread_term(worker("w2"), m) == 1.0
+
+
+def test_starting_term_penalises_starts_in_flight() -> None:
+    assert starting_term(worker("w1"), market()) == 1.0
+    assert starting_term(worker("w1", machines_starting=1), market()) == 0.5
+
+
+def test_a_worker_holding_all_layers_beats_an_otherwise_equal_one_holding_none() -> None:
+    decision = run([worker("w-empty"), worker("w-full", layers=dict(IMAGE))])
+    assert [s.worker for s in decision.ranked] == ["w-full", "w-empty"]
+    assert decision.ranked[0].terms["layers"] == 1.0
+    assert decision.ranked[1].terms["layers"] == 0.0
+    assert set(decision.ranked[0].terms) == {"resources", "layers", "spread", "starting"}
+
+
+def test_a_full_worker_is_filtered_with_insufficient_memory_as_its_reason() -> None:
+    decision = run([worker("w-full", reserved_memory_mb=4000), worker("w-ok")])
+    [filtered] = decision.filtered
+    assert filtered.worker == "w-full" and filtered.stage == "fits"
+    assert filtered.reason.startswith("insufficient memory")
+    assert [s.worker for s in decision.ranked] == ["w-ok"]
+
+
+def test_a_worker_without_free_cpus_is_filtered_with_insufficient_cpus() -> None:
+    decision = run([worker("w1", reserved_cpus=3.5)])
+    assert decision.filtered[0].reason.startswith("insufficient cpus")
+    assert decision.outcome == "no_capacity"
+
+
+def test_a_worker_in_another_region_is_never_ranked() -> None:
+    decision = run([worker("w-fra", region="fra", layers=dict(IMAGE))])
+    assert decision.ranked == ()
+    assert decision.filtered[0].stage == "region"
+    assert "fra" in decision.filtered[0].reason
+
+
+def test_a_stale_heartbeat_is_filtered() -> None:
+    decision = run([worker("w-old", updated_at=NOW - 3.5), worker("w-new", updated_at=NOW - 2)])
+    assert [s.worker for s in decision.ranked] == ["w-new"]
+    assert decision.filtered[0].stage == "healthy"
+    assert "stale heartbeat" in decision.filtered[0].reason
+
+
+def test_draining_and_declined_workers_are_filtered_with_their_reasons() -> None:
+    decision = run([worker("w-drain", draining=True), worker("w-said-no"), worker("w-ok")],
+                   req=request(declined=frozenset({"w-said-no"})))
+    reasons = {f.worker: f.stage for f in decision.filtered}
+    assert reasons == {"w-drain": "draining", "w-said-no": "declined"}
+    assert [s.worker for s in decision.ranked] == ["w-ok"]
+
+
+def test_every_score_is_within_zero_and_one() -> None:
+    workers = [worker(f"w{i}", reserved_cpus=i * 0.4, machines_starting=i) for i in range(8)]
+    decision = run(workers, app_machines={"w1": 2})
+    for scored in decision.ranked:
+        assert 0.0 <= scored.score <= 1.0
+        assert all(0.0 <= v <= 1.0 for v in scored.terms.values())
+
+
+def test_above_128_workers_only_the_candidate_set_is_scored() -> None:
+    workers = [worker(f"w{i:04d}") for i in range(1000)]
+    held = {f"w{i:04d}": 100 for i in range(5)}  # five workers hold the whole image
+    decision = run(workers, held=held, sampler=random.Random(7))
+    # 5 holders + ceil(log2(1000)) = 10 random others
+    assert decision.fleet == 1000 and decision.considered == 15
+    scored = {s.worker for s in decision.ranked}
+    assert set(held) <= scored and len(scored) == 15
+
+
+def test_at_or_below_the_threshold_every_worker_is_scored() -> None:
+    decision = run([worker(f"w{i}") for i in range(128)])
+    assert decision.considered == 128 and len(decision.ranked) == 128

@@ -1,0 +1,139 @@
+"""The offer loop over injected answers, and the wake / autostop / deploy plans."""
+
+from __future__ import annotations
+
+from placement.core.market import Decision, Scored
+from placement.core.offers import (
+    Answer,
+    NoCapacity,
+    OfferTo,
+    Placed,
+    Reply,
+    next_offer,
+    offer_key,
+)
+from placement.core.wake import (
+    MachineState,
+    Refuse,
+    Stop,
+    decide_autostop,
+    deploy_shortfall,
+    plan_wake,
+    wake_failure,
+)
+from thaw.appconfig import AppConfig
+
+
+def decision(*workers: str) -> Decision:
+    ranked = tuple(Scored(w, f"http://{w}", 1.0 - i / 10, {}) for i, w in enumerate(workers))
+    return Decision("hello", "local", ranked, (), len(workers), len(workers))
+
+
+def drive(d: Decision, replies: list[Reply]) -> tuple[list[str], OfferTo | Placed | NoCapacity]:
+    """Run the loop, answering each offer with the next injected reply."""
+    answers: list[Answer] = []
+    offered: list[str] = []
+    pending = list(replies)
+    while True:
+        step = next_offer(d, answers, "p1")
+        if not isinstance(step, OfferTo):
+            return offered, step
+        offered.append(step.worker)
+        reply = pending.pop(0)
+        answers.append(Answer(step.worker, reply, machine_id="m1" if reply is Reply.ACCEPTED
+                              else ""))
+
+
+def test_the_first_offer_goes_to_the_best_worker_with_a_stable_idempotency_key() -> None:
+    step = next_offer(decision("w1", "w2"), [], "p1")
+    assert step == OfferTo("w1", "http://w1", offer_key("p1", "w1"))
+    assert next_offer(decision("w1", "w2"), [], "p1") == step  # a retry carries the same key
+
+
+def test_a_decline_sends_the_offer_to_the_next_worker() -> None:
+    offered, result = drive(decision("w1", "w2", "w3"), [Reply.NO_CAPACITY, Reply.ACCEPTED])
+    assert offered == ["w1", "w2"]
+    assert result == Placed("w2", "m1")
+
+
+def test_three_declines_end_in_no_capacity_even_with_more_workers_left() -> None:
+    replies = [Reply.NO_CAPACITY, Reply.DRAINING, Reply.UNREACHABLE, Reply.ACCEPTED]
+    offered, result = drive(decision("w1", "w2", "w3", "w4"), replies)
+    assert offered == ["w1", "w2", "w3"]
+    assert isinstance(result, NoCapacity)
+    assert "w1: no_capacity" in result.reason and "w2: draining" in result.reason
+
+
+def test_an_empty_ranking_is_no_capacity_without_any_offer() -> None:
+    offered, result = drive(decision(), [])
+    assert offered == [] and isinstance(result, NoCapacity)
+
+
+def config(**fields: object) -> AppConfig:
+    values: dict[str, object] = {"name": "hello", "image": "hello:v1", "max_machines": 3}
+    values.update(fields)
+    return AppConfig(**values)  # type: ignore[arg-type]
+
+
+def test_a_wake_reuses_suspended_then_stopped_machines_before_placing_new_ones() -> None:
+    machines = [MachineState("m-stop", "w1", "stopped"), MachineState("m-susp", "w2", "suspended")]
+    plan = plan_wake(config(max_machines=5), machines, {"w1", "w2"}, count=3)
+    assert [m.id for m in plan.reuse] == ["m-susp", "m-stop"]
+    assert plan.new == 1 and plan.shortfall == ""
+
+
+def test_a_wake_never_exceeds_max_machines() -> None:
+    machines = [MachineState("m1", "w1", "started")]
+    plan = plan_wake(config(max_machines=2), machines, {"w1"}, count=10)
+    assert plan.reuse == () and plan.new == 1
+    assert "max_machines=2" in plan.shortfall
+
+
+def test_stopped_machines_count_against_max_machines_when_new_ones_are_needed() -> None:
+    machines = [MachineState("m1", "w1", "started"), MachineState("m2", "w1", "stopped")]
+    plan = plan_wake(config(max_machines=2), machines, {"w1"}, count=2)
+    assert [m.id for m in plan.reuse] == ["m2"] and plan.new == 0
+
+
+def test_machines_on_dead_workers_are_neither_reused_nor_counted() -> None:
+    machines = [MachineState("m1", "w-dead", "stopped")]
+    plan = plan_wake(config(max_machines=1), machines, {"w1"}, count=1)
+    assert plan.reuse == () and plan.new == 1
+
+
+def test_a_machine_claimed_by_another_wake_is_not_reused_twice() -> None:
+    machines = [MachineState("m1", "w1", "stopped")]
+    plan = plan_wake(config(), machines, {"w1"}, count=1, claimed={"m1"})
+    assert plan.reuse == () and plan.new == 1
+
+
+def test_autostop_refuses_to_go_below_min_machines_running() -> None:
+    machines = [MachineState("m1", "w1", "started"), MachineState("m2", "w1", "started")]
+    refused = decide_autostop(config(min_machines_running=2), machines, "m1")
+    assert isinstance(refused, Refuse) and refused.code == "min_machines_running"
+    assert decide_autostop(config(min_machines_running=1), machines, "m1") == Stop(False)
+
+
+def test_autostop_suspends_when_the_app_says_suspend_and_refuses_when_off() -> None:
+    machines = [MachineState("m1", "w1", "started")]
+    assert decide_autostop(config(auto_stop="suspend"), machines, "m1") == Stop(True)
+    off = decide_autostop(config(auto_stop="off"), machines, "m1")
+    assert isinstance(off, Refuse) and off.code == "auto_stop_off"
+
+
+def test_deploy_adds_the_missing_running_machines_and_spares_within_max_machines() -> None:
+    assert deploy_shortfall(config(min_machines_running=1, spares=1), []) == (1, 1)
+    running = [MachineState("m1", "w1", "started")]
+    assert deploy_shortfall(config(min_machines_running=1, spares=1), running) == (0, 1)
+    assert deploy_shortfall(config(min_machines_running=2, spares=2, max_machines=3), []) == (2, 1)
+
+
+def test_a_wake_with_nothing_ready_reports_deadline_then_start_failed_then_no_capacity() -> None:
+    assert wake_failure(["start_failed"], pending=1) == "deadline"
+    assert wake_failure(["no_capacity", "start_failed"], pending=0) == "start_failed"
+    assert wake_failure(["no_capacity"], pending=0) == "no_capacity"
+
+
+def test_new_machines_another_wake_is_placing_count_against_max_machines() -> None:
+    plan = plan_wake(config(max_machines=2), [], {"w1"}, count=2, placing=1)
+    assert plan.new == 1 and "max_machines=2" in plan.shortfall

@@ -1,0 +1,127 @@
+"""`thaw up`: placement, N agents and the edge in one process and one event loop.
+
+Each service listens on its own loopback port and they talk real HTTP to each
+other; they share the embedded (in-memory) registry. Nothing in the services
+knows it runs this way beyond the registry it was handed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agent.config import AgentConfig
+from agent.runner import AgentRuntime
+from edge.config import EdgeConfig
+from edge.runner import EdgeRuntime
+from placement.config import PlacementConfig
+from placement.runner import PlacementRuntime
+from thaw.imagebuild import build_image
+from thaw.registry.memory import MemoryRegistry
+
+log = logging.getLogger("thaw.up")
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hello"
+
+HELLO_APP: dict[str, Any] = {
+    "name": "hello",
+    "min_machines_running": 0,
+    "max_machines": 3,
+    "concurrency": {"type": "requests", "soft_limit": 20, "hard_limit": 25},
+    "auto_stop": "stop",
+    "idle_timeout_s": 30,
+    "health": {"path": "/healthz", "timeout_s": 10},
+}
+
+
+@dataclass(frozen=True)
+class UpConfig:
+    state_dir: Path
+    edge_port: int = 8080
+    api_port: int = 4280
+    admin_port: int = 0
+    agents: int = 3
+    domain: str = "localhost"
+    agent_cpus: float = 4.0
+    agent_memory_mb: int = 4096
+    example: Path = EXAMPLE
+    hello_overrides: tuple[tuple[str, Any], ...] = ()
+
+
+class Platform:
+    def __init__(self, config: UpConfig) -> None:
+        self.config = config
+        self.registry = MemoryRegistry()
+        self.agents: list[AgentRuntime] = []
+        self.placement: PlacementRuntime | None = None
+        self.edge: EdgeRuntime | None = None
+        self.api_url = ""
+
+    async def start(self) -> None:
+        state = self.config.state_dir.resolve()
+        state.mkdir(parents=True, exist_ok=True)
+        for i in range(self.config.agents):
+            runtime = AgentRuntime(self._agent_config(state, i), self.registry)
+            self.agents.append(runtime)
+            await runtime.start()
+        self.placement = PlacementRuntime(
+            PlacementConfig(state_dir=state / "placement", port=self.config.api_port),
+            self.registry,
+        )
+        self.api_url = await self.placement.start()
+        self.edge = EdgeRuntime(
+            EdgeConfig(placement_url=self.api_url, domain=self.config.domain,
+                       port=self.config.edge_port, admin_port=self.config.admin_port),
+            self.registry,
+        )
+        await self.edge.start()
+        await self._ensure_hello(state)
+
+    def _agent_config(self, state: Path, index: int) -> AgentConfig:
+        return AgentConfig(
+            state_dir=state / f"agent-{index}", worker_id=f"local-{index}", region="local",
+            cpus=self.config.agent_cpus, memory_mb=self.config.agent_memory_mb,
+            stop_machines_on_exit=True,
+        )
+
+    async def _ensure_hello(self, state: Path) -> None:
+        """Build examples/hello into a local OCI layout; create app `hello` if absent."""
+        layout = state / "images" / "layout"
+        await asyncio.to_thread(build_image, self.config.example, "hello:latest", layout=layout)
+        body = {**HELLO_APP, "image": f"oci:{layout}:latest", **dict(self.config.hello_overrides)}
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{self.api_url}/v1/apps/hello") as response:
+                if response.status == 200:
+                    return
+            async with session.post(f"{self.api_url}/v1/apps", json=body) as response:
+                if response.status not in (200, 201, 409):
+                    raise RuntimeError(f"cannot create app hello: {await response.text()}")
+
+    async def stop(self) -> None:
+        if self.edge is not None:
+            await self.edge.stop()
+        if self.placement is not None:
+            await self.placement.stop()
+        await asyncio.gather(*(agent.stop() for agent in self.agents), return_exceptions=True)
+
+    def banner(self) -> str:
+        assert self.edge is not None
+        port = self.edge.proxy_port
+        return "\n".join(
+            [
+                f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
+                f"admin :{self.edge.admin_port}, {len(self.agents)} agents, "
+                f"state in {self.config.state_dir}",
+                "",
+                f"  curl -H 'Host: hello.{self.config.domain}' http://127.0.0.1:{port}/",
+                "",
+                f"  thaw status --api {self.api_url}",
+                "Ctrl-C stops everything.",
+            ]
+        )
