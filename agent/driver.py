@@ -36,6 +36,9 @@ WRAPPER_EXE = "bwrap"
 _FIRST_POLL_S = 0.002
 _MAX_POLL_S = 0.05
 _BACKOFF = 1.5
+# Most apps boot within a second; a refused loopback connect costs microseconds, so poll
+# at the fast rate for this long before backing off (readiness seen late is boot time lost).
+_FAST_POLL_WINDOW_S = 1.0
 _PROBE_ATTEMPT_S = 1.0
 _SANDBOX_PROBE_S = 5.0
 _KILL_RETRY_S = 1.0
@@ -152,9 +155,10 @@ class ProcessDriver:
         timeout_s: float,
     ) -> ReadyResult:
         """Poll host:port (TCP connect, or GET health_path expecting 2xx/3xx) every
-        2 ms backing off to 50 ms, for at most ``timeout_s`` seconds."""
+        2 ms for the first second, then backing off to 50 ms, for at most ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        fast_until = loop.time() + _FAST_POLL_WINDOW_S
         interval = _FIRST_POLL_S
         while True:
             if not self.alive(ident):
@@ -165,7 +169,8 @@ class ProcessDriver:
             if await _answers(host, port, health_path, min(remaining, _PROBE_ATTEMPT_S)):
                 return ReadyResult(True, "")
             await asyncio.sleep(max(0.0, min(interval, deadline - loop.time())))
-            interval = min(interval * _BACKOFF, _MAX_POLL_S)
+            if loop.time() > fast_until:
+                interval = min(interval * _BACKOFF, _MAX_POLL_S)
 
     def find_orphans(self, machine_ids: set[str]) -> dict[str, ProcessIdentity]:
         """Live session leaders whose environment names one of ``machine_ids``.
@@ -243,6 +248,9 @@ class ProcessDriver:
             os.killpg(ident.pid, sig)
         except ProcessLookupError:
             return False
+        leader = procfs.read_stat(ident.pid)
+        if leader is not None and not leader.zombie and leader.start_time == ident.start_time:
+            return True  # the leader lives, so the group does: no scan of all of /proc
         return bool(self.group_pids(ident))
 
     async def _wait_group_gone(self, ident: ProcessIdentity, timeout_s: float) -> bool:

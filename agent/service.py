@@ -229,8 +229,12 @@ class Agent:
             except OSError as exc:
                 self.transition(machine, E.FAIL, f"launch: {exc}")
                 return
-        else:
-            self.driver.resume(ident(machine))
+        elif self.driver.resume(ident(machine)):
+            # A thawed process was ready when frozen and its listening socket never
+            # closed (connects wait in the backlog): it is ready again now, no probe.
+            self.transition(machine, E.READY, "resumed")
+            self.metrics.ready_seconds.observe(time.monotonic() - began)
+            return
         await self._await_ready(machine, began)
 
     async def _image_for(self, machine: Machine) -> Image:

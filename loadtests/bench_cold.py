@@ -94,10 +94,14 @@ def settle(up: ThawUp, action: str, target: str) -> None:
     time.sleep(0.05)  # let the edge's view hear of it through the change feed
 
 
-def measure(up: ThawUp, runs: int, action: str, target: str) -> list[tuple[float, str]]:
+def measure(up: ThawUp, runs: int, action: str, target: str,
+            boots: list[float] | None = None) -> list[tuple[float, str]]:
+    """`runs` requests, each after `action`; with `boots`, one boot baseline before each."""
     results = []
     for _ in range(runs):
         settle(up, action, target)
+        if boots is not None:
+            boots.extend(boot_baseline(1))
         elapsed, status, timing = ttfb(up.edge_port)
         assert status == 200, (status, timing)
         results.append((elapsed, timing))
@@ -122,18 +126,18 @@ def main() -> None:
     parser.add_argument("--resumes", type=int, default=30)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    boots = boot_baseline(args.starts)
+    boots: list[float] = []
     up = ThawUp(Path(tempfile.mkdtemp(prefix="thaw-bench-cold-")), agents=1,
                 hello=["idle_timeout_s=3600"]).start()
     try:
         first, status, _ = ttfb(up.edge_port)  # pulls and unpacks the image once
         assert status == 200
-        cold = measure(up, args.starts, "stop", "stopped")
+        cold = measure(up, args.starts, "stop", "stopped", boots)
         resumed = measure(up, args.resumes, "suspend", "suspended")
     finally:
         up.cleanup()
     cold_ms = [t for t, _ in cold]
-    overhead = [t - median(boots) for t in cold_ms]
+    overhead = [t - boot for t, boot in zip(cold_ms, boots, strict=True)]
     resume_ms = [t for t, _ in resumed]
     lines = [
         "## Cold start and resume (`loadtests/bench_cold.py`)", "",
@@ -144,7 +148,7 @@ def main() -> None:
         "| measure (ms) | p50 | p99 | runs |", "|---|---|---|---|",
         summary("app boot alone (spawn → first accept)", boots),
         summary("cold request TTFB through the edge", cold_ms),
-        summary("cold overhead = TTFB - median boot", overhead),
+        summary("cold overhead = TTFB - boot measured just before", overhead),
         summary("request TTFB after suspend (resume)", resume_ms), "",
         f"- first request ever (pull + unpack + boot): {first:.1f} ms",
         "- Server-Timing medians, cold: " + json.dumps(timing_medians(cold)),

@@ -177,22 +177,21 @@ class Waker:
     async def _start_and_wait(
         self, url: str, mid: str, answer_by: float, began: float, pull_ms: float
     ) -> Outcome:
-        status, body = await self.agents.call("POST", url, f"/v1/machines/{mid}/start")
-        if status != 200:
-            return Failed("start_failed", f"start {mid}: {status} {message_of(body)}")
-        place_ms = ms_since(began)
         remaining = answer_by - asyncio.get_running_loop().time()
         if remaining <= 0:
-            return Failed("deadline", f"{mid} still starting")
-        params = {"state": "started", "timeout_s": f"{min(remaining, 300.0):.3f}"}
+            return Failed("deadline", f"{mid}: no time left to start it")
+        # One round trip: the agent answers once the machine is started (or 408/409).
+        params = {"wait_s": f"{min(remaining, 300.0):.3f}"}
         try:
             status, body = await self.agents.call(
-                "GET", url, f"/v1/machines/{mid}/wait", params=params, timeout_s=remaining + 1
+                "POST", url, f"/v1/machines/{mid}/start", params=params, timeout_s=remaining + 1
             )
         except AgentUnreachable:
             return Failed("deadline", f"{mid}: no answer from its worker in time")
         if status == 200 and isinstance(body, dict):
-            return Ready(body, WakeTimings(place_ms, pull_ms, boot_ms(body)))
+            boot = boot_ms(body)
+            place_ms = max(0.0, ms_since(began) - pull_ms - boot)
+            return Ready(body, WakeTimings(place_ms, pull_ms, boot))
         if status == 408:
             return Failed("deadline", f"{mid} still starting")
         return Failed("start_failed", f"{mid}: {message_of(body)}")

@@ -110,7 +110,15 @@ class AgentRoutes:
         return json_response(machine_view(self.agent, machine), 202)
 
     async def start(self, request: web.Request) -> web.Response:
-        return json_response(machine_view(self.agent, self.agent.start(request.match_info["id"])))
+        """Start; with `?wait_s=` answer only once started (one round trip for callers
+        that would start and then wait): 408 / 409 as for /wait."""
+        mid = request.match_info["id"]
+        wait_s = wait_timeout(request, "wait_s", default="0")
+        machine = self.agent.start(mid)
+        if wait_s > 0:
+            waited = await self.agent.wait(mid, MachineState.STARTED, wait_s)
+            machine = waited if waited is not None else machine
+        return json_response(machine_view(self.agent, machine))
 
     async def stop(self, request: web.Request) -> web.Response:
         return json_response(machine_view(self.agent, self.agent.stop(request.match_info["id"])))
@@ -123,10 +131,10 @@ class AgentRoutes:
         mid = request.match_info["id"]
         try:
             target = MachineState(request.query.get("state", "started"))
-            timeout_s = float(request.query.get("timeout_s", "60"))
         except ValueError as exc:
             raise BadRequest(f"bad wait parameters: {exc}") from None
-        if not 0 < timeout_s <= MAX_WAIT_S:
+        timeout_s = wait_timeout(request, "timeout_s", default="60")
+        if timeout_s == 0:
             raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
         self.agent.machine(mid)
         machine = await self.agent.wait(mid, target, timeout_s)
@@ -157,6 +165,17 @@ class AgentRoutes:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"ok": True, "epoch": self.agent.state.epoch})
+
+
+def wait_timeout(request: web.Request, name: str, default: str) -> float:
+    """A wait bound in seconds from the query: in [0, MAX_WAIT_S], else 400."""
+    try:
+        value = float(request.query.get(name, default))
+    except ValueError:
+        raise BadRequest(f"{name} must be a number of seconds") from None
+    if not 0 <= value <= MAX_WAIT_S:
+        raise BadRequest(f"{name} must be in [0, {MAX_WAIT_S:g}]")
+    return value
 
 
 def spec_from_offer(offer: OfferRequest) -> MachineSpec:
