@@ -17,7 +17,7 @@ import httptools
 
 from edge.core.framing import BODY_NONE, Rejection, RequestHead, check_request
 from edge.errors import error_response
-from edge.exchange import DONE, Exchange
+from edge.exchange import DONE, FORWARDING, Exchange
 
 if TYPE_CHECKING:
     from edge.service import Edge
@@ -62,7 +62,8 @@ class ClientConnection(asyncio.Protocol):
         self.watchdog: asyncio.TimerHandle | None = None
         self.head_started = 0.0  # loop time the request head being read began
         self.last_active = 0.0  # loop time the connection last finished an exchange
-        self.watch_every_s = min(self.config.header_timeout_s, self.config.idle_timeout_s) / 4
+        self.watch_every_s = min(self.config.header_timeout_s, self.config.idle_timeout_s,
+                                 self.config.response_timeout_s) / 4
 
     # -- transport events ----------------------------------------------------------------
 
@@ -278,6 +279,14 @@ class ClientConnection(asyncio.Protocol):
                 and now - self.last_active >= self.config.idle_timeout_s):
             self._close()
             return
+        if self.exchanges:
+            active = self.exchanges[0]
+            stalled_s = now - active.progress_at
+            if active.state == FORWARDING and stalled_s >= self.config.response_timeout_s:
+                # a machine that accepted and went quiet (hung, frozen, or fed half a body)
+                active.fail("upstream_timeout", f"the machine sent nothing for {stalled_s:.1f}s")
+                if self.closed:
+                    return
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
     def _cancel_timers(self) -> None:

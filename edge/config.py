@@ -24,6 +24,7 @@ class EdgeConfig:
     autostop_interval_s: float = 1.0
     upstream_connect_timeout_s: float = 5.0
     upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
+    response_timeout_s: float = 60.0  # forwarded request: longest time with no byte moving
     upstream_pool_per_machine: int = 64  # idle connections kept per machine
     wake_grace_s: float = 2.0  # extra seconds the wake call may take past its deadline
     wake_retry_after_s: int = 1  # Retry-After on 503 answers
@@ -44,6 +45,7 @@ class EdgeConfig:
             "max_header_bytes", "max_headers", "max_body_bytes", "header_timeout_s",
             "idle_timeout_s", "resync_interval_s", "autostop_interval_s",
             "upstream_connect_timeout_s", "upstream_idle_timeout_s", "body_buffer_bytes",
+            "response_timeout_s",
             "write_buffer_high_bytes", "max_connect_attempts",
         ):
             if getattr(self, name) <= 0:

@@ -32,6 +32,7 @@ STATUS: dict[str, int] = {
     "wake_failed": 503,
     "hold_timeout": 504,
     "deadline": 504,
+    "upstream_timeout": 504,
 }
 RETRY_AFTER = frozenset(
     {"queue_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
@@ -70,8 +71,10 @@ def error_response(
     keep_alive: bool,
     retry_after_s: int = 1,
     extra_headers: bytes = b"",
+    head_request: bool = False,
 ) -> bytes:
-    """A whole HTTP/1.1 answer for `code`; `extra_headers` are complete CRLF-ended lines."""
+    """A whole HTTP/1.1 answer for `code`; `extra_headers` are complete CRLF-ended lines.
+    The answer to a HEAD request has the Content-Length of the body but not the body."""
     status = status_of(code)
     body = error_body(code, message)
     lines = [
@@ -84,5 +87,6 @@ def error_response(
         lines.append(b"Retry-After: %d\r\n" % retry_after_s)
     lines.append(extra_headers)
     lines.append(b"\r\n")
-    lines.append(body)
+    if not head_request:
+        lines.append(body)
     return b"".join(lines)

@@ -35,7 +35,8 @@ CRLF = b"\r\n"
 class Exchange:
     __slots__ = (
         "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "error",
-        "head", "held_at", "http10", "method", "pending_head", "received", "rechunk",
+        "head", "held_at", "http10", "method", "pending_head", "progress_at", "received",
+        "rechunk",
         "request_id", "response_started", "sent_all", "slot", "state", "status", "timing",
         "upstream", "upstream_head",
     )
@@ -66,6 +67,7 @@ class Exchange:
         self.request_id = b""
         self.upstream_head = b""
         self.pending_head = b""  # response head not yet written: it goes out with the body
+        self.progress_at = 0.0  # loop time bytes last moved while forwarding (response timeout)
 
     @property
     def retryable(self) -> bool:
@@ -79,6 +81,7 @@ class Exchange:
         self.received += len(data)
         upstream = self.upstream
         if upstream is not None and self.state == FORWARDING:
+            self.progress_at = self.client.loop.time()
             if self.head.body == BODY_CHUNKED:
                 upstream.writelines([b"%x\r\n" % len(data), data, CRLF])
             else:
@@ -101,6 +104,7 @@ class Exchange:
         """An upstream connection is ready: send the head and whatever body is buffered."""
         self.upstream = upstream
         self.state = FORWARDING
+        self.progress_at = self.client.loop.time()
         parts = [self.upstream_head]
         if self.head.body == BODY_CHUNKED:
             for chunk in self.chunks:
@@ -142,13 +146,20 @@ class Exchange:
         parts.append(CRLF)
         self.status = status
         self.response_started = True
-        self.pending_head = b"".join(parts)
+        self.progress_at = self.client.loop.time()
+        if head.body == BODY_LENGTH:
+            self.pending_head = b"".join(parts)  # goes out with the body: one send
+        else:
+            self.client.write(b"".join(parts))  # streams (SSE, long polls) see headers now
 
     def response_body(self, data: bytes) -> None:
+        self.progress_at = self.client.loop.time()
         head, self.pending_head = self.pending_head, b""
         if self.rechunk:
-            self.client.writelines([head, b"%x\r\n" % len(data), data, CRLF])
-        elif head and len(data) < 16384:
+            self.client.writelines([b"%x\r\n" % len(data), data, CRLF])
+        elif not head:
+            self.client.write(data)
+        elif len(data) < 16384:
             self.client.write(head + data)  # one send for small answers
         else:
             self.client.writelines([head, data])
@@ -183,6 +194,7 @@ class Exchange:
             self.client.write(error_response(
                 code, message, keep_alive=not self.close_after,
                 retry_after_s=edge.config.wake_retry_after_s,
+                head_request=self.method == b"HEAD",
             ))
         self.finish()
 

@@ -173,8 +173,9 @@ class Edge:
         app = exchange.app
         if app is None:
             return
-        if exchange.state == HELD:
-            self.holds.remove(app.name, exchange)
+        # Not "if state == HELD": finish() marks the exchange DONE before this runs, and a
+        # held request can end early (bad body, client gone). remove() is an O(1) pop.
+        self.holds.remove(app.name, exchange)
         had_slot = exchange.slot is not None
         self._unslot(exchange)
         if had_slot and self.holds.held(app.name):
@@ -223,6 +224,8 @@ class Edge:
             return
         now = self.loop.time()
         for exchange in self.holds.release(app.name, capacity):
+            if exchange.state == DONE:  # answered while held; never forward it
+                continue
             slot = balance.pick(app.routable, concurrency.soft_limit, concurrency.hard_limit,
                                 self.random)
             if slot is None:  # cannot happen: capacity was counted above

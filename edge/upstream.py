@@ -96,8 +96,8 @@ class UpstreamConnection(asyncio.Protocol):
             return
         exchange.client.unpause(PAUSE_UPSTREAM)
         response = self.response
-        if response is not None and response.body == BODY_UNTIL_CLOSE:
-            exchange.response_end()  # the close is the end of this body
+        if response is not None and response.body == BODY_UNTIL_CLOSE and exc is None:
+            exchange.response_end()  # a clean close is the end of this body (a reset is not)
         else:
             self.pool.edge.upstream_lost(exchange, self.got_bytes)
 

@@ -25,6 +25,9 @@ STARTED = "started"
 FEED_RETRY_S = 1.0
 
 
+MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
+
+
 class MachineSlot:
     """One machine as the edge sees it. `last_start` is loop time of the last request start."""
 
@@ -77,6 +80,9 @@ class View:
         self.wall = wall
         self.apps: dict[str, AppEntry] = {}
         self.hosts: dict[str, str] = {}
+        # (app, machine id) -> wall time the edge saw it stop serving: a registry record
+        # older than that (a dead host's last word) must not bring it back.
+        self.tombstones: dict[tuple[str, str], float] = {}
         self.on_machine_removed: Callable[[MachineSlot], None] = lambda slot: None
 
     def route(self, host: str) -> AppEntry | None:
@@ -107,6 +113,11 @@ class View:
         slot = entry.machines.get(machine_id)
         if slot is not None and record is not None and record.updated_at < slot.known_wall:
             return
+        died = self.tombstones.get((app, machine_id))
+        if died is not None:
+            if record is not None and record.updated_at < died:
+                return
+            del self.tombstones[(app, machine_id)]  # a newer word from its worker
         if record is None or record.state != STARTED or not record.address:
             if slot is not None and record is None and not slot.seen:
                 return  # woken machines may reach the registry after the wake answer
@@ -132,6 +143,7 @@ class View:
         slot.draining = False
         slot.last_start = self.clock()
         slot.known_wall = self.wall()
+        self.tombstones.pop((app, machine_id), None)
         entry.rebuild()
         return slot
 
@@ -141,6 +153,9 @@ class View:
         entry = self.apps.get(slot.app)
         if entry is not None and entry.machines.get(slot.id) is slot:
             self._drop(entry, slot.id, state)
+        if len(self.tombstones) >= MAX_TOMBSTONES:
+            self.tombstones.pop(next(iter(self.tombstones)))  # the oldest
+        self.tombstones[(slot.app, slot.id)] = slot.known_wall
 
     def set_draining(self, slot: MachineSlot, draining: bool) -> None:
         slot.draining = draining

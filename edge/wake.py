@@ -47,6 +47,9 @@ class Waker:
         budget_s = app.config.hold_timeout_s
         region = edge.config.region if edge.config.region in app.config.regions else ""
         request = WakeRequest(count=count, deadline_ms=int(budget_s * 1000), region=region)
+        # Judge "did this wake add anything" against what was routable when it was sent:
+        # the registry feed may report the woken machines before the answer arrives.
+        routable_before = {slot.id for slot in app.routable}
         started = loop.time()
         try:
             answer = await self.placement.wake(app.name, request,
@@ -66,6 +69,10 @@ class Waker:
         current = edge.view.apps.get(app.name, app)
         for machine in answer.machines:
             edge.view.add_started(app.name, machine.id, machine.address)
+        if not {m.id for m in answer.machines} - routable_before:
+            # Placement had nothing new to start (capped, or its count differs from ours):
+            # do not ask again at once, or held requests would drive a tight wake loop.
+            self.backoff_until[app.name] = loop.time() + WAKE_BACKOFF_S
         edge.release_held(current, answer.timings)
         edge.maybe_wake(current)
 

@@ -64,12 +64,20 @@ class Waker:
         loop = asyncio.get_running_loop()
         answer_by = loop.time() + request.deadline_ms / 1000 - self.margin_s
         region = request.region or config.regions[0]
-        live = await self.fleet.live_workers(region)
-        views = await self.fleet.app_machines(config.name)
+        try:
+            # The deadline covers asking the agents too (a dying worker may not answer).
+            async with asyncio.timeout_at(answer_by):
+                everywhere = await self.fleet.live_workers()
+                views = await self.fleet.app_machines(config.name)
+        except TimeoutError:
+            raise PlacementError("no answer from the workers before the deadline",
+                                 code="deadline", status=WAKE_ERRORS["deadline"]) from None
+        here = {wid for wid, w in everywhere.items() if w.region == region}
         states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
         claimed = self.claimed.setdefault(config.name, set())
         placing = self.placing.get(config.name, 0)
-        plan = plan_wake(config, states, live.keys(), request.count, claimed, placing)
+        plan = plan_wake(config, states, everywhere.keys(), request.count, claimed, placing,
+                         region_workers=here)
         claimed.update(m.id for m in plan.reuse)
         self.placing[config.name] = placing + plan.new
         work: list[Coroutine[Any, Any, Outcome]] = [

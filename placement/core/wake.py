@@ -19,8 +19,10 @@ from thaw.appconfig import AppConfig
 
 ACTIVE = frozenset({"starting", "started"})
 # Best first: a suspended machine resumes in about a millisecond, a stopped one has
-# its image cached, a spare that was never started (created) was pulled at deploy.
-REUSABLE_ORDER = ("suspended", "stopped", "created")
+# its image cached, a spare that was never started (created) was pulled at deploy; a
+# failed one last: it may fail again, but left alone it would hold a max_machines slot
+# (and its worker's reservation) forever.
+REUSABLE_ORDER = ("suspended", "stopped", "created", "failed")
 GONE = frozenset({"destroying", "destroyed"})
 
 
@@ -58,17 +60,23 @@ def plan_wake(
     count: int,
     claimed: Collection[str] = (),
     placing: int = 0,
+    region_workers: Collection[str] | None = None,
 ) -> WakePlan:
     """Start up to `count` machines: reuse stopped ones on live workers first, then new.
 
+    `live_workers`: every live worker, in any region (`max_machines` counts the app's
+    machines everywhere); `region_workers`: the live workers of the region woken, the only
+    ones whose machines are reused (None: all of `live_workers`).
     `claimed`: machines another wake is already starting (not reused twice);
     `placing`: new machines other wakes are placing that no agent reports yet.
     """
+    here = live_workers if region_workers is None else region_workers
     present = [m for m in machines if m.state not in GONE and m.worker in live_workers]
     active = placing + sum(1 for m in present if m.state in ACTIVE or m.id in claimed)
     wanted = max(0, min(count, config.max_machines - active))
     reusable = sorted(
-        (m for m in present if m.state in REUSABLE_ORDER and m.id not in claimed),
+        (m for m in present
+         if m.state in REUSABLE_ORDER and m.id not in claimed and m.worker in here),
         key=lambda m: (REUSABLE_ORDER.index(m.state), m.id),
     )
     reuse = tuple(reusable[:wanted])

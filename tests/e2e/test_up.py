@@ -33,7 +33,10 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                 overrides=BuildOverrides(entrypoint=["python3", "app.py"]))
     build_image(ECHO, "echo:stuck", layout=layout,
                 overrides=BuildOverrides(entrypoint=["python3", "app.py", "--never-listen"]))
-    return {"echo": f"oci:{layout}:echo", "stuck": f"oci:{layout}:stuck"}
+    build_image(ECHO, "echo:slowboot", layout=layout, overrides=BuildOverrides(
+        entrypoint=["python3", "app.py", "--boot-delay", "1"]))
+    return {"echo": f"oci:{layout}:echo", "stuck": f"oci:{layout}:stuck",
+            "slowboot": f"oci:{layout}:slowboot"}
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +100,9 @@ def test_a_cold_app_answers_reuses_its_machine_stops_when_idle_and_wakes_the_sam
 def test_a_burst_of_200_starts_exactly_ceil_200_over_soft_limit_machines(
     up: ThawUp, images: dict[str, str]
 ) -> None:
-    create_app(up, "burst", images["echo"], max_machines=10, idle_timeout_s=60,
+    # The app boots in 1 s, so the whole burst is held when the first wake returns: the
+    # second wake is sized from all 200 (with a 60 ms boot it may race the arrivals).
+    create_app(up, "burst", images["slowboot"], max_machines=10, idle_timeout_s=60,
                concurrency={"type": "requests", "soft_limit": 50, "hard_limit": 60})
 
     async def burst() -> list[int]:

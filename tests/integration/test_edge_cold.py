@@ -200,3 +200,68 @@ async def test_stopping_the_edge_answers_every_held_request(
         await edge.placement.close()
         for proc in edge.backends:
             proc.terminate()
+
+
+async def test_a_held_request_whose_body_turns_out_malformed_leaves_the_hold_queue(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "hello"}], FakePlacement(wake_delay_s=0.5))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: hello.localhost\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+
+        async def held_one() -> bool:
+            return (await edge.state())["held_total"] == 1
+
+        await eventually(held_one)
+        writer.write(b"zz\r\n")  # not a chunk size
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 400")
+        assert (await edge.state())["held_total"] == 0
+        status, _, _ = await get(session, edge, "hello.localhost")
+        assert status == 200
+
+        async def nothing_in_flight() -> bool:
+            state = await edge.state()
+            machines = state["apps"]["hello"]["machines"]  # type: ignore[index]
+            return all(m["in_flight"] == 0 for m in machines)
+
+        await eventually(nothing_in_flight)
+    finally:
+        await edge.close()
+
+
+async def test_a_machine_that_accepts_but_never_answers_gets_a_504_after_the_response_timeout(
+    session: aiohttp.ClientSession,
+) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    edge = await start_edge([{"name": "hung"}], response_timeout_s=0.4)
+    try:
+        await edge.add_machine("hung", "hung-m1", port=port, start=False)
+
+        async def routable() -> bool:
+            state = await edge.state()
+            return bool(state["apps"]["hung"]["machines"])  # type: ignore[index]
+
+        await eventually(routable)
+        began = time.monotonic()
+        status, body, _ = await get(session, edge, "hung.localhost")
+        assert status == 504 and json.loads(body)["error"] == "upstream_timeout"
+        assert time.monotonic() - began < 0.4 + 1.0
+        state = await edge.state()
+        assert all(m["in_flight"] == 0 for m in state["apps"]["hung"]["machines"])  # type: ignore[index]
+    finally:
+        await edge.close()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()

@@ -260,3 +260,16 @@ async def test_after_a_slowly_read_stream_the_connections_serve_the_next_request
         assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 17" in head
         assert await reader.readexactly(17) == b"hello from web-m1"
     writer.close()
+
+
+async def test_an_error_answer_to_a_head_request_has_no_body_and_keeps_the_connection_usable(
+    edge: EdgeHarness,
+) -> None:
+    data = await exchange_raw(
+        edge.port,
+        b"HEAD / HTTP/1.1\r\nHost: nope.localhost\r\n\r\n"
+        b"GET / HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n\r\n",
+    )
+    first, _, second = data.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 404") and b"Content-Length: " in first
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"hello from web-m1")

@@ -137,3 +137,18 @@ def test_a_wake_with_nothing_ready_reports_deadline_then_start_failed_then_no_ca
 def test_new_machines_another_wake_is_placing_count_against_max_machines() -> None:
     plan = plan_wake(config(max_machines=2), [], {"w1"}, count=2, placing=1)
     assert plan.new == 1 and "max_machines=2" in plan.shortfall
+
+
+def test_a_failed_machine_is_reused_last_rather_than_holding_its_slot_forever() -> None:
+    machines = [MachineState("m-failed", "w1", "failed"), MachineState("m-stop", "w1", "stopped")]
+    plan = plan_wake(config(max_machines=2), machines, {"w1"}, count=2)
+    assert [m.id for m in plan.reuse] == ["m-stop", "m-failed"] and plan.new == 0
+
+
+def test_max_machines_counts_machines_in_every_region_but_reuses_only_in_the_one_woken() -> None:
+    machines = [MachineState("fra-1", "w-fra", "started"),
+                MachineState("fra-2", "w-fra", "stopped")]
+    plan = plan_wake(config(max_machines=2, regions=["mad", "fra"]), machines,
+                     {"w-fra", "w-mad"}, count=2, region_workers={"w-mad"})
+    assert plan.reuse == () and plan.new == 0  # 2 exist already, in fra
+    assert "max_machines=2" in plan.shortfall
