@@ -17,13 +17,11 @@ import httptools
 
 from edge.core.framing import BODY_NONE, Rejection, RequestHead, check_request
 from edge.errors import error_response
-from edge.exchange import DONE, FORWARDING, Exchange
+from edge.exchange import DONE, FORWARDING, PAUSE_PIPELINE, Exchange
 
 if TYPE_CHECKING:
     from edge.service import Edge
 
-PAUSE_PIPELINE = 1
-PAUSE_UPSTREAM = 4
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 

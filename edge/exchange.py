@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 NEW, HELD, CONNECTING, FORWARDING, DONE = range(5)
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
-PAUSE_BUFFER = 2
+PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM = 1, 2, 4  # why a client's reading is paused
 CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
 
@@ -202,6 +202,9 @@ class Exchange:
         if self.state == DONE:
             return
         self.state = DONE
+        # The machine's backpressure no longer applies once this exchange is over
+        # (fail() may have abandoned the upstream before it could unpause the client).
+        self.client.unpause(PAUSE_UPSTREAM)
         self.client.edge.exchange_finished(self)
         self.client.exchange_done(self)
 

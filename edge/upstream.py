@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, cast
 import httptools
 
 from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead, check_response
+from edge.exchange import PAUSE_UPSTREAM
 
 if TYPE_CHECKING:
     from edge.exchange import Exchange
     from edge.service import Edge
     from edge.view import MachineSlot
 
-PAUSE_UPSTREAM = 4
 
 
 class UpstreamConnection(asyncio.Protocol):

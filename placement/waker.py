@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import Placer, Round
 from thaw.appconfig import AppConfig
+
+log = logging.getLogger("thaw.placement")
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,12 @@ class Waker:
         self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
     ) -> WakeResponse:
         tasks = [asyncio.create_task(w) for w in work]
-        timeout = max(0.0, answer_by - asyncio.get_running_loop().time())
-        done, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
+        for task in tasks:  # tracked from the start: close() cancels them, whatever happens
             self.background.add(task)
             task.add_done_callback(self.background.discard)
-        outcomes = [t.result() for t in tasks if t in done]
+        timeout = max(0.0, answer_by - asyncio.get_running_loop().time())
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        outcomes = [outcome_of(t) for t in tasks if t in done]
         ready = [o for o in outcomes if isinstance(o, Ready)]
         failed = [o for o in outcomes if isinstance(o, Failed)]
         if not ready:
@@ -216,6 +219,15 @@ class Waker:
         if status != 200:
             raise AgentReplied(status, body)
         return body if isinstance(body, dict) else {}
+
+
+def outcome_of(task: asyncio.Task[Outcome]) -> Outcome:
+    """A start that crashed is one failed start, not a failed wake."""
+    exc = task.exception()
+    if exc is None:
+        return task.result()
+    log.error("a start of this wake failed", exc_info=exc)
+    return Failed("start_failed", f"internal error: {exc!r}")
 
 
 def woken(view: dict[str, Any]) -> WokenMachine:

@@ -6,6 +6,7 @@ fails validation is 422 naming the field.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from placement.service import MACHINE_ACTIONS, Placement
 from thaw.appconfig import InvalidConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("thaw.placement")
 MAX_WAIT_S = 300.0
 
 
@@ -44,6 +46,12 @@ def errors_middleware(metrics: PlacementMetrics) -> Any:
             )
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             response = json_response({"error": "invalid", "message": str(exc)}, 422)
+        except web.HTTPException as exc:  # aiohttp's own 404/405/413: JSON like the rest
+            code = exc.reason.lower().replace(" ", "_")
+            response = json_response({"error": code, "message": exc.reason}, exc.status)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            response = json_response({"error": "internal", "message": "internal error"}, 500)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
         metrics.requests.labels(name, str(response.status)).inc()

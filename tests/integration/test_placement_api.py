@@ -59,6 +59,10 @@ async def test_creating_an_app_is_201_and_a_bad_config_is_422_naming_the_field(
         assert status == 404 and body["error"] == "not_found"
         status, body = await p.call("GET", "/openapi.json")
         assert status == 200 and "/internal/apps/{app}/wake" in body["paths"]
+        status, body = await p.call("GET", "/v1/no-such-route")
+        assert status == 404 and body["error"] == "not_found"  # JSON, not aiohttp's text
+        status, body = await p.call("PUT", "/v1/apps")
+        assert status == 405 and body["error"] == "method_not_allowed"
 
 
 async def test_a_wake_starts_a_machine_that_answers_and_the_next_wake_reuses_it(
