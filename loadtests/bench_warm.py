@@ -68,7 +68,7 @@ async def seed_registry(url: str, backend_port: int) -> None:
     await registry.close()
 
 
-def run(args: argparse.Namespace) -> dict[str, list[WrkResult]]:
+def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str, list[WrkResult]]]:
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
     ports = {name: free_port() for name in ("backend", "nginx", "edge", "admin", "redis")}
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, list[WrkResult]]:
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
     redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     results: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
+    light: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
     with (
         process(["nginx", "-c", str(work / "backend.conf")], cpu=1),
         process(["nginx", "-c", str(work / "proxy.conf")], cpu=0),
@@ -98,51 +99,64 @@ def run(args: argparse.Namespace) -> dict[str, list[WrkResult]]:
             for url, host in targets.values():  # warm up every path once
                 wrk(url, host=host, connections=args.connections, duration_s=1, cpu=1)
             for round_no in range(args.rounds):
-                for name, (url, host) in targets.items():
-                    result = wrk(url, host=host, connections=args.connections,
-                                 duration_s=args.duration, cpu=1)
-                    results[name].append(result)
-                    print(f"round {round_no + 1} {name:6s} {result.requests_per_s:10.0f} req/s "
-                          f"p50 {result.p50_ms:.3f} ms p99 {result.p99_ms:.3f} ms "
-                          f"errors {result.errors}", flush=True)
-    return results
+                for runs, conns in ((results, args.connections),
+                                    (light, args.light_connections)):
+                    for name, (url, host) in targets.items():
+                        result = wrk(url, host=host, connections=conns,
+                                     duration_s=args.duration, cpu=1)
+                        runs[name].append(result)
+                        print(f"round {round_no + 1} c={conns:<3d} {name:6s} "
+                              f"{result.requests_per_s:10.0f} req/s p50 {result.p50_ms:.3f} ms "
+                              f"p99 {result.p99_ms:.3f} ms errors {result.errors}", flush=True)
+    return results, light
 
 
-def report(results: dict[str, list[WrkResult]], args: argparse.Namespace, command: str) -> str:
-    med = {name: {
+def medians(results: dict[str, list[WrkResult]]) -> dict[str, dict[str, float]]:
+    return {name: {
         "rps": median([r.requests_per_s for r in runs]),
         "p50": median([r.p50_ms for r in runs]),
         "p99": median([r.p99_ms for r in runs]),
         "errors": sum(r.errors for r in runs),
     } for name, runs in results.items()}
-    lines = [
+
+
+def table(med: dict[str, dict[str, float]]) -> list[str]:
+    lines = ["| target | req/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|"]
+    for name, m in med.items():
+        lines.append(f"| {name} | {m['rps']:.0f} | {m['p50']:.3f} | {m['p99']:.3f} | "
+                     f"{m['errors']:.0f} |")
+    return lines
+
+
+def report(results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]],
+           args: argparse.Namespace, command: str) -> str:
+    med, low = medians(results), medians(light)
+    ratio = med["edge"]["rps"] / med["nginx"]["rps"]
+    added_p99 = med["edge"]["p99"] - med["direct"]["p99"]
+    low_p50 = low["edge"]["p50"] - low["direct"]["p50"]
+    low_p99 = low["edge"]["p99"] - low["direct"]["p99"]
+    return "\n".join([
         "## Warm proxy (`loadtests/bench_warm.py`)", "",
         f"Command: `{command}`  ",
         f"Machine: {machine_line()}  ",
-        f"wrk 1 thread, {args.connections} connections, {args.duration} s per run, "
-        f"{args.rounds} interleaved rounds; proxy pinned to core 0, backend (nginx `return 200`) "
-        "and wrk on core 1. Figures are medians over rounds.", "",
-        "| target | req/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|",
-    ]
-    for name, m in med.items():
-        lines.append(f"| {name} | {m['rps']:.0f} | {m['p50']:.3f} | {m['p99']:.3f} | "
-                     f"{m['errors']} |")
-    ratio = med["edge"]["rps"] / med["nginx"]["rps"]
-    added_p50 = med["edge"]["p50"] - med["direct"]["p50"]
-    added_p99 = med["edge"]["p99"] - med["direct"]["p99"]
-    lines += [
-        "",
+        f"wrk 1 thread, {args.duration} s per run, {args.rounds} interleaved rounds; proxy "
+        "pinned to core 0, backend (nginx `return 200`) and wrk on core 1. Figures are "
+        "medians over rounds.", "",
+        f"Saturation, {args.connections} connections:", "", *table(med), "",
+        f"Light load, {args.light_connections} connections:", "", *table(low), "",
         f"- edge / nginx throughput: **{ratio:.2f}** (target ≥ 0.5: "
         f"{'met' if ratio >= 0.5 else 'NOT met'})",
-        f"- added latency by the edge over direct: p50 {added_p50:.3f} ms, p99 {added_p99:.3f} ms "
+        f"- added by the edge over direct at saturation: p50 "
+        f"{med['edge']['p50'] - med['direct']['p50']:.3f} ms, p99 {added_p99:.3f} ms "
         f"(target p99 ≤ 2 ms: {'met' if added_p99 <= 2 else 'NOT met'})",
-        f"- nginx added: p50 {med['nginx']['p50'] - med['direct']['p50']:.3f} ms, "
-        f"p99 {med['nginx']['p99'] - med['direct']['p99']:.3f} ms",
-        "- per round: " + "; ".join(
+        f"- added by the edge over direct at light load: p50 {low_p50:.3f} ms, "
+        f"p99 {low_p99:.3f} ms",
+        f"- added by nginx at saturation: p50 {med['nginx']['p50'] - med['direct']['p50']:.3f} "
+        f"ms, p99 {med['nginx']['p99'] - med['direct']['p99']:.3f} ms",
+        "- per round (saturation): " + "; ".join(
             f"{name} " + "/".join(f"{r.requests_per_s:.0f}" for r in runs)
             for name, runs in results.items()) + " req/s",
-    ]
-    return "\n".join(lines)
+    ])
 
 
 def main() -> None:
@@ -150,10 +164,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--light-connections", type=int, default=4)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     command = "python loadtests/bench_warm.py " + " ".join(sys.argv[1:])
-    text = report(run(args), args, command.strip())
+    results, light = run(args)
+    text = report(results, light, args, command.strip())
     print(text)
     if not args.no_write:
         write_section("warm", text)

@@ -92,8 +92,9 @@ def wrk(url: str, *, host: str | None = None, connections: int = 50, duration_s:
     out = subprocess.run([*args, url], capture_output=True, text=True, check=True,
                          timeout=duration_s + 30).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    distribution = out.split("Latency Distribution", 1)[1]  # not the "+/- Stdev" column
+    p50 = _ms(re.search(r"(?m)^\s*50%\s+(\S+)", distribution).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"(?m)^\s*99%\s+(\S+)", distribution).group(1))  # type: ignore[union-attr]
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return WrkResult(rps, p50, p99, errors + (int(non2xx.group(1)) if non2xx else 0))
