@@ -1,0 +1,116 @@
+"""Every service as its own process, meeting in a real Redis: placement, two agents, edge."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
+from tests.support.ports import free_port, wait_for_port
+from tests.support.redis_server import RedisServer
+from thaw.imagebuild import build_image
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
+
+
+class Services:
+    def __init__(self, tmp: Path, redis_url: str) -> None:
+        self.tmp = tmp
+        self.redis_url = redis_url
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.api_port, self.edge_port, self.admin_port = free_port(), free_port(), free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+
+    def spawn(self, name: str, *args: str, port: int) -> None:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
+                                 self.redis_url, "--log-level", "warning"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        wait_for_port("127.0.0.1", port, timeout_s=20)
+
+    def start(self) -> Services:
+        self.spawn("placement", "placement", "--port", str(self.api_port),
+                   "--state-dir", str(self.tmp / "placement"), port=self.api_port)
+        for i in range(2):
+            port = free_port()
+            self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
+                       "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", "2",
+                       "--memory-mb", "1024", "--heartbeat-s", "0.5",
+                       "--stop-machines-on-exit", port=port)
+        self.spawn("edge", "edge", "--port", str(self.edge_port), "--admin-port",
+                   str(self.admin_port), "--placement", self.api, port=self.edge_port)
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        ids = {p.name for p in (self.tmp).glob("agent-*/machines/*")}
+        for pid in find_machine_processes(ids):
+            kill_group(pid)
+
+
+@pytest.fixture
+def services(tmp_path: Path, redis_server: RedisServer) -> Iterator[Services]:
+    import redis
+
+    redis.Redis.from_url(redis_server.url).flushall()
+    running = Services(tmp_path, redis_server.url).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", services.edge_port, timeout=30)
+    try:
+        conn.request("GET", "/", headers={"Host": host})
+        response = conn.getresponse()
+        return response.status, response.read().decode(), dict(response.getheaders())
+    finally:
+        conn.close()
+
+
+def test_separate_processes_meeting_in_redis_wake_an_app_and_serve_it(
+    services: Services, tmp_path: Path
+) -> None:
+    build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
+    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers")[1]) == 2, 20)
+    status, body = call("POST", f"{services.api}/v1/apps", {
+        "name": "hello", "image": f"oci:{tmp_path / 'layout'}:v1", "idle_timeout_s": 60,
+        "guest": {"cpus": 0.5, "memory_mb": 128},
+    })
+    assert status == 201, body
+
+    answers: list[tuple[int, str, dict[str, str]]] = []
+
+    def edge_knows_the_app() -> bool:
+        answers.append(edge_get(services, "hello.localhost"))
+        return answers[-1][0] != 404
+
+    wait_until(edge_knows_the_app, 10)  # the edge learns the app through the Redis feed
+    status, body, headers = answers[-1]  # the first answer that was not a 404: cold
+    assert status == 200 and body.startswith("hello from "), body
+    machine_id = body.split()[-1]
+    assert "hold;dur=" in headers.get("Server-Timing", "")
+    status, body, headers = edge_get(services, "hello.localhost")
+    assert status == 200 and body.split()[-1] == machine_id and "Server-Timing" not in headers
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    started: list[dict[str, Any]] = [m for m in machines if m["state"] == "started"]
+    assert [m["id"] for m in started] == [machine_id]
