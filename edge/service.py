@@ -138,13 +138,19 @@ class Edge:
         else:
             self.dispatch(exchange)
 
-    def upstream_lost(self, exchange: Exchange, got_bytes: bool) -> None:
-        """The machine closed mid-exchange (the request was delivered)."""
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool = False) -> None:
+        """The machine's connection closed mid-exchange (the request may have been
+        delivered). A *pooled* connection lost before any byte came back says nothing of
+        the machine (an idle keep-alive it closed, or a machine that died since): it does
+        not count as an attempt, and its idle siblings are dropped as likely stale too."""
         if exchange.state == DONE:
             return
         if not got_bytes and exchange.retryable:
+            if reused and exchange.slot is not None:
+                self.pool.close_address(exchange.slot.address)
+            else:
+                exchange.attempts += 1
             self._unslot(exchange)
-            exchange.attempts += 1
             exchange.upstream = None
             if exchange.attempts < self.config.max_connect_attempts:
                 self.dispatch(exchange)

@@ -99,7 +99,7 @@ class UpstreamConnection(asyncio.Protocol):
         if response is not None and response.body == BODY_UNTIL_CLOSE and exc is None:
             exchange.response_end()  # a clean close is the end of this body (a reset is not)
         else:
-            self.pool.edge.upstream_lost(exchange, self.got_bytes)
+            self.pool.edge.upstream_lost(exchange, self.got_bytes, reused=self.used > 1)
 
     def pause_writing(self) -> None:
         if self.exchange is not None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
 from tests.support.ports import free_port, wait_for_port
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, start_redis_server
 from thaw.imagebuild import build_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -66,11 +66,15 @@ class Services:
 
 
 @pytest.fixture
-def services(tmp_path: Path, redis_server: RedisServer) -> Iterator[Services]:
-    import redis
+def redis_own() -> Iterator[RedisServer]:
+    """A Redis of this test's own, so that the test may kill it."""
+    with start_redis_server() as server:
+        yield server
 
-    redis.Redis.from_url(redis_server.url).flushall()
-    running = Services(tmp_path, redis_server.url).start()
+
+@pytest.fixture
+def services(tmp_path: Path, redis_own: RedisServer) -> Iterator[Services]:
+    running = Services(tmp_path, redis_own.url).start()
     try:
         yield running
     finally:
@@ -87,9 +91,8 @@ def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
         conn.close()
 
 
-def test_separate_processes_meeting_in_redis_wake_an_app_and_serve_it(
-    services: Services, tmp_path: Path
-) -> None:
+def deploy_hello(services: Services, tmp_path: Path) -> str:
+    """Create the app and wake it through the edge; returns the machine id."""
     build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
     wait_until(lambda: len(call("GET", f"{services.api}/v1/workers")[1]) == 2, 20)
     status, body = call("POST", f"{services.api}/v1/apps", {
@@ -114,3 +117,32 @@ def test_separate_processes_meeting_in_redis_wake_an_app_and_serve_it(
     _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
     started: list[dict[str, Any]] = [m for m in machines if m["state"] == "started"]
     assert [m["id"] for m in started] == [machine_id]
+    return machine_id
+
+
+def test_separate_processes_meeting_in_redis_wake_an_app_and_keep_serving_without_redis(
+    services: Services, tmp_path: Path, redis_own: RedisServer
+) -> None:
+    machine_id = deploy_hello(services, tmp_path)
+    kill_group(redis_own.pid)  # the registry dies; nothing on the warm path needs it
+    for _ in range(20):
+        status, body, _ = edge_get(services, "hello.localhost")
+        assert status == 200 and body.split()[-1] == machine_id
+
+
+def test_when_a_host_dies_the_next_request_is_served_by_a_machine_on_another_worker(
+    services: Services, tmp_path: Path
+) -> None:
+    machine_id = deploy_hello(services, tmp_path)
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    [machine] = [m for m in machines if m["id"] == machine_id]
+    index = int(machine["worker"][1:])
+    services.procs[1 + index].kill()  # kill -9 of the agent...
+    services.procs[1 + index].wait()
+    kill_group(machine["pid"])  # ...and of its machine: the host is gone
+    status, body, _ = edge_get(services, "hello.localhost")
+    assert status == 200 and body.startswith("hello from "), body
+    assert body.split()[-1] != machine_id
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    [survivor] = [m for m in machines if m["state"] == "started"]
+    assert survivor["worker"] != machine["worker"]
