@@ -198,8 +198,14 @@ class Edge:
             exchange.fail("auto_start_off", f"{app.name} has no started machine")
             return
         now = self.loop.time()
-        decision = self.holds.enqueue(app.name, exchange, now, config.hold_timeout_s,
-                                      config.max_pending, exchange.head.hold_timeout_s)
+        # A request held again (its machine refused it after a wake) keeps its first
+        # deadline: the budget is per request, not per hold.
+        spent_s = now - exchange.held_at if exchange.held_at else 0.0
+        client_s = exchange.head.hold_timeout_s
+        decision = self.holds.enqueue(
+            app.name, exchange, now, max(0.0, config.hold_timeout_s - spent_s),
+            config.max_pending, None if client_s is None else max(0.0, client_s - spent_s),
+        )
         if isinstance(decision, Rejected):
             exchange.fail(decision.reason, f"{app.name} holds too many requests")
             return
