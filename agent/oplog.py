@@ -11,14 +11,7 @@ from pathlib import Path
 
 from agent.core import oplog_codec
 from agent.core.records import Record
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from thaw.durable import fsync_dir
 
 
 class OpLog:

@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from imagecache.adapters.blobstore import TEMP_PREFIX, BlobStore, fsync_dir, hex_of
+from imagecache.adapters.blobstore import TEMP_PREFIX, BlobStore, hex_of
 from imagecache.adapters.registry import RegistryClient
 from imagecache.adapters.sources import (
     ImageSource,
@@ -37,6 +37,7 @@ from imagecache.core.manifest import parse_config
 from imagecache.core.reference import LayoutRef, RegistryRef, parse_reference
 from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError
+from thaw.durable import fsync_dir
 
 
 class ImageCache:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagecache.errors import ImageError
+from thaw.durable import fsync_dir
 
 TEMP_PREFIX = ".tmp-"
 
@@ -28,14 +29,6 @@ def hex_of(digest: str) -> str:
     ):
         raise ImageError("bad_reference", f"unsupported digest {digest!r}")
     return hexpart
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class BlobStore:
