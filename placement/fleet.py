@@ -78,6 +78,15 @@ class Fleet:
         workers.update(w for a, w in self.known.values() if a == app)
         return workers
 
+    async def registered_machines(self, app: str) -> list[dict[str, Any]]:
+        """The app's machines as the registry last heard of them (no agent round trip).
+        Advisory: a stale entry costs a refused start, never a wrong result."""
+        return [
+            {"id": r.id, "worker": r.worker, "state": r.state, "address": r.address,
+             "created_at": r.created_at}
+            for r in await self.registry.machines(app)
+        ]
+
     async def app_machines(
         self, app: str, workers: dict[str, WorkerStatus] | None = None
     ) -> list[dict[str, Any]]:

@@ -68,10 +68,12 @@ class Waker:
         answer_by = loop.time() + request.deadline_ms / 1000 - self.margin_s
         region = request.region or config.regions[0]
         try:
-            # The deadline covers asking the agents too (a dying worker may not answer).
+            # Plan from the registry's view (no round trip to the agents on the cold path):
+            # starts are checked transitions at the agent, and start?wait_s accepts a
+            # machine someone else started, so a stale view costs a failed start at most.
             async with asyncio.timeout_at(answer_by):
                 everywhere = await self.fleet.live_workers()
-                views = await self.fleet.app_machines(config.name)
+                views = await self.fleet.registered_machines(config.name)
         except TimeoutError:
             raise PlacementError("no answer from the workers before the deadline",
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None

@@ -111,10 +111,16 @@ class AgentRoutes:
 
     async def start(self, request: web.Request) -> web.Response:
         """Start; with `?wait_s=` answer only once started (one round trip for callers
-        that would start and then wait): 408 / 409 as for /wait."""
+        that would start and then wait): 408 / 409 as for /wait. With `wait_s`, a machine
+        already starting or started is waited for, not refused: the caller (placement,
+        planning from the registry's view) wants it started, whoever started it."""
         mid = request.match_info["id"]
         wait_s = wait_timeout(request, "wait_s", default="0")
-        machine = self.agent.start(mid)
+        current = self.agent.machine(mid)
+        if wait_s > 0 and current.state in (MachineState.STARTING, MachineState.STARTED):
+            machine = current  # "make sure it is started": a caller with a stale view is fine
+        else:
+            machine = self.agent.start(mid)
         if wait_s > 0:
             waited = await self.agent.wait(mid, MachineState.STARTED, wait_s)
             machine = waited if waited is not None else machine

@@ -229,3 +229,14 @@ def test_a_machine_whose_entrypoint_does_not_exist_fails_with_a_reason(
         assert "/no/such/binary" in failed["events"][-1]["reason"]
     finally:
         agent.cleanup()
+
+
+def test_start_with_wait_accepts_a_machine_already_started_and_plain_start_refuses_it(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    machine = start_hello(agent, images["hello"])
+    url = f"{agent.url}/v1/machines/{machine['id']}/start"
+    status, body = call("POST", url)
+    assert status == 409 and "started" in body["message"]
+    status, body = call("POST", f"{url}?wait_s=5")
+    assert status == 200 and body["state"] == "started" and body["pid"] == machine["pid"]
