@@ -8,6 +8,8 @@ without re-reading the registry.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import secrets
 import time
@@ -24,6 +26,11 @@ from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.metrics import PlacementMetrics
 from thaw.appconfig import AppConfig
 from thaw.registry import WorkerStatus
+
+log = logging.getLogger("thaw.placement")
+
+# When to re-send a timed-out offer in order to release what it may have created.
+RELEASE_DELAYS_S = (0.5, 2.0, 5.0)
 
 
 @dataclass
@@ -78,6 +85,7 @@ class Placer:
         self.decisions_kept = decisions_kept
         self.rng = rng or random.Random()
         self.decisions: dict[str, deque[dict[str, Any]]] = {}
+        self.releases: set[asyncio.Task[None]] = set()
 
     async def round(
         self, config: AppConfig, region: str, machines: list[dict[str, Any]]
@@ -134,6 +142,33 @@ class Placer:
                 self.record(decision, answers)
                 return step
 
+    def _release_later(self, url: str, body: dict[str, Any]) -> None:
+        task = asyncio.create_task(self._release(url, body))
+        self.releases.add(task)
+        task.add_done_callback(self.releases.discard)
+
+    async def _release(self, url: str, body: dict[str, Any]) -> None:
+        """An offer that timed out may have been accepted all the same (the agent was only
+        slow): send it again with the same key — the agent answers with the machine it
+        made, or makes it now, never a second one — and destroy what comes back."""
+        again = {**body, "start": False}
+        for delay_s in RELEASE_DELAYS_S:
+            await asyncio.sleep(delay_s)
+            try:
+                status, reply = await self.agents.call("POST", url, "/v1/offers", again)
+                if status in (200, 201) and isinstance(reply, dict):
+                    await self.agents.call("DELETE", url, f"/v1/machines/{reply['id']}")
+                    log.info("released machine %s of a timed-out offer", reply["id"])
+                return  # destroyed, or declined: nothing of ours is left there
+            except AgentUnreachable:
+                continue
+        log.warning("offer %s to %s timed out and could not be released", body["key"], url)
+
+    async def close(self) -> None:
+        for task in list(self.releases):
+            task.cancel()
+        await asyncio.gather(*self.releases, return_exceptions=True)
+
     async def _offer(
         self, rnd: Round, step: OfferTo, start: bool
     ) -> tuple[Answer, dict[str, Any] | None]:
@@ -142,6 +177,7 @@ class Placer:
             status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
         except AgentUnreachable as exc:
             self.metrics.offers.labels(Reply.UNREACHABLE.value).inc()
+            self._release_later(step.url, body)
             return Answer(step.worker, Reply.UNREACHABLE, message=exc.message), None
         if status in (200, 201) and isinstance(reply, dict):
             self.metrics.offers.labels(Reply.ACCEPTED.value).inc()

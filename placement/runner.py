@@ -34,6 +34,7 @@ class PlacementRuntime:
         self._store: AppStore | None = None
         self._agents: AgentClient | None = None
         self._waker: Waker | None = None
+        self._placer: Placer | None = None
 
     async def start(self) -> str:
         """Open the store, publish every stored app, serve HTTP; return the base URL."""
@@ -47,6 +48,7 @@ class PlacementRuntime:
                       config.pull_timeout_s)
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
                         decisions_kept=config.decisions_kept)
+        self._placer = placer
         self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms)
         self.placement = Placement(self.registry, self._store, fleet, self._agents, placer,
                                    self._waker)
@@ -64,6 +66,8 @@ class PlacementRuntime:
             await self._runner.cleanup()
         if self._waker is not None:
             await self._waker.close()
+        if self._placer is not None:
+            await self._placer.close()
         if self._agents is not None:
             await self._agents.close()
         if self._store is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class DecliningAgent:
             web.post("/v1/images/pull", self.pull),
             web.post("/v1/offers", self.offer),
             web.get("/v1/machines", self.machines),
+            web.delete("/v1/machines/{id}", self.destroy),
         ])
         self.runner = web.AppRunner(app)
         await self.runner.setup()
@@ -45,6 +47,9 @@ class DecliningAgent:
 
     async def machines(self, request: web.Request) -> web.Response:
         return web.json_response([])
+
+    async def destroy(self, request: web.Request) -> web.Response:
+        return web.json_response({"error": "not_found", "message": "none"}, status=404)
 
     async def stop(self) -> None:
         if self.runner is not None:
@@ -73,3 +78,50 @@ async def test_three_declining_workers_end_in_no_capacity_and_a_fourth_is_never_
         finally:
             for fake in fakes:
                 await fake.stop()
+
+
+class SlowAcceptingAgent(DecliningAgent):
+    """Accepts every offer, idempotently by key, but answers the first one too late."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.made: dict[str, str] = {}  # offer key -> machine id
+        self.destroyed: list[str] = []
+
+    async def offer(self, request: web.Request) -> web.Response:
+        key = (await request.json())["key"]
+        self.offers.append(key)
+        first = key not in self.made
+        machine_id = self.made.setdefault(key, f"m{len(self.made)}")
+        if first:
+            await asyncio.sleep(self.delay_s)  # accepted, but after the offer timed out
+        return web.json_response({"id": machine_id, "state": "created", "worker": "slow"},
+                                 status=201 if first else 200)
+
+    async def destroy(self, request: web.Request) -> web.Response:
+        self.destroyed.append(request.match_info["id"])
+        return web.json_response({"id": request.match_info["id"], "state": "destroying"},
+                                 status=202)
+
+
+async def test_an_offer_that_times_out_is_released_if_the_slow_agent_accepted_it(
+    tmp_path: Path,
+) -> None:
+    slow = SlowAcceptingAgent(delay_s=1.0)
+    async with Platform(tmp_path, agents=0, offer_timeout_s=0.3) as p:
+        try:
+            url = await slow.start()
+            await p.registry.publish_worker(
+                WorkerStatus(id="slow", epoch=1, region="local", url=url, cpus=4,
+                             memory_mb=4096, updated_at=time.time()), ttl_s=60)
+            await p.create_app(name="busy", image="example.test/busy:v1")
+            status, body = await p.call("POST", "/v1/apps/busy/machines", {"start": True})
+            assert status == 503 and body["error"] == "no_capacity", body
+            deadline = time.monotonic() + 10
+            while slow.destroyed != ["m0"]:
+                assert time.monotonic() < deadline, (slow.offers, slow.destroyed)
+                await asyncio.sleep(0.05)
+            assert len(set(slow.offers)) == 1  # the release re-sent the same key
+        finally:
+            await slow.stop()

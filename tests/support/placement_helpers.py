@@ -24,7 +24,7 @@ class Platform:
     """A MemoryRegistry, `agents` AgentRuntimes and one PlacementRuntime, all in this loop."""
 
     def __init__(self, root: Path, agents: int = 2, cpus: float = 2, memory_mb: int = 1024,
-                 registry: MemoryRegistry | None = None) -> None:
+                 registry: MemoryRegistry | None = None, offer_timeout_s: float = 5.0) -> None:
         self.root = root
         self.registry = registry or MemoryRegistry()
         self.agents = [
@@ -37,7 +37,8 @@ class Platform:
             for i in range(agents)
         ]
         self.placement = PlacementRuntime(
-            PlacementConfig(state_dir=root / "placement", port=0, heartbeat_interval_s=1.0),
+            PlacementConfig(state_dir=root / "placement", port=0, heartbeat_interval_s=1.0,
+                            offer_timeout_s=offer_timeout_s),
             self.registry,
         )
         self.url = ""
