@@ -82,7 +82,10 @@ class Waker:
         edge.metrics.wakes.labels(app.name, exc.code).inc()
         log.warning("wake of %s failed: %s %s", app.name, exc.code, exc.message)
         self.backoff_until[app.name] = edge.loop.time() + WAKE_BACKOFF_S
-        if not app.routable:
+        # "deadline" means machines are still booting (placement keeps them going): held
+        # requests wait out their own deadlines, and the next wake waits for those machines
+        # instead of starting more. Any other failure is final for the held requests.
+        if not app.routable and exc.code != "deadline":
             edge.fail_held_by_name(app.name, exc.code, f"wake failed: {exc.message}")
 
     # -- auto-stop -----------------------------------------------------------------------

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from thaw.appconfig import AppConfig
 
 ACTIVE = frozenset({"starting", "started"})
-# Best first: a suspended machine resumes in about a millisecond, a stopped one has
-# its image cached, a spare that was never started (created) was pulled at deploy; a
-# failed one last: it may fail again, but left alone it would hold a max_machines slot
-# (and its worker's reservation) forever.
-REUSABLE_ORDER = ("suspended", "stopped", "created", "failed")
+# Best first: a machine already starting (an earlier wake ran out of time, its boot goes
+# on: wait for it rather than start another), a suspended one resumes in about a
+# millisecond, a stopped one has its image cached, a spare never started (created) was
+# pulled at deploy; a failed one last: it may fail again, but left alone it would hold a
+# max_machines slot (and its worker's reservation) forever.
+REUSABLE_ORDER = ("starting", "suspended", "stopped", "created", "failed")
 GONE = frozenset({"destroying", "destroyed"})
 
 
@@ -72,7 +73,11 @@ def plan_wake(
     """
     here = live_workers if region_workers is None else region_workers
     present = [m for m in machines if m.state not in GONE and m.worker in live_workers]
-    active = placing + sum(1 for m in present if m.state in ACTIVE or m.id in claimed)
+    # Busy elsewhere: started, claimed by another wake, or being placed. A starting machine
+    # nobody claimed is this wake's to wait for, so it is reusable rather than busy.
+    active = placing + sum(
+        1 for m in present if m.state == "started" or m.id in claimed
+    )
     wanted = max(0, min(count, config.max_machines - active))
     reusable = sorted(
         (m for m in present

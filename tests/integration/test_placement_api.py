@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.placement_helpers import HELLO, Platform
-from thaw.imagebuild import build_image
+from thaw.imagebuild import BuildOverrides, build_image
 from thaw.registry.memory import MemoryRegistry
 
 pytestmark = pytest.mark.integration
@@ -24,7 +24,11 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n'
     )
     build_image(mute, "mute:v1", layout=root / "mute")
-    return {"hello": f"oci:{root / 'hello'}:v1", "mute": f"oci:{root / 'mute'}:v1"}
+    boot_s = "import runpy, time; time.sleep(1.5); runpy.run_path('app.py', run_name='__main__')"
+    build_image(HELLO, "slow:v1", layout=root / "slow",
+                overrides=BuildOverrides(entrypoint=["python3", "-c", boot_s]))
+    return {"hello": f"oci:{root / 'hello'}:v1", "mute": f"oci:{root / 'mute'}:v1",
+            "slow": f"oci:{root / 'slow'}:v1"}
 
 
 def hello_app(images: dict[str, str], **fields: object) -> dict[str, object]:
@@ -143,6 +147,21 @@ async def test_a_wake_with_a_budget_shorter_than_the_boot_answers_504_in_time(
         assert loop.time() - began < 1.5
 
 
+async def test_a_wake_after_one_that_ran_out_of_time_waits_for_the_same_booting_machine(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path) as p:
+        await p.create_app(**hello_app(images, name="slow", image=images["slow"]))
+        status, body = await p.call("POST", "/internal/apps/slow/wake",
+                                    {"count": 1, "deadline_ms": 500})
+        assert status == 504 and body["error"] == "deadline", body
+        status, woke = await p.call("POST", "/internal/apps/slow/wake",
+                                    {"count": 1, "deadline_ms": 20_000})
+        assert status == 200, woke
+        _, machines = await p.call("GET", "/v1/apps/slow/machines")
+        assert [m["id"] for m in machines] == [woke["machines"][0]["id"]]  # no second machine
+
+
 async def test_autostop_stops_an_idle_machine_but_never_below_min_machines_running(
     tmp_path: Path, images: dict[str, str]
 ) -> None:
@@ -177,6 +196,11 @@ async def test_deploy_pins_the_digest_and_keeps_the_spare_on_another_worker(
         status, body = await p.call("GET", f"/v1/apps/other/machines/{running['id']}")
         assert status == 404
 
+        # Once the running machine is up, a wake for one more takes the spare (while it
+        # is still booting, a wake would wait for it instead of starting the spare).
+        status, body = await p.call(
+            "GET", f"/v1/apps/hello/machines/{running['id']}/wait?state=started&timeout_s=20")
+        assert status == 200, body
         status, woke = await p.call("POST", "/internal/apps/hello/wake",
                                     {"count": 1, "deadline_ms": 20_000})
         assert status == 200 and woke["machines"][0]["id"] == spare["id"], woke

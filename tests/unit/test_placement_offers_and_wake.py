@@ -152,3 +152,12 @@ def test_max_machines_counts_machines_in_every_region_but_reuses_only_in_the_one
                      {"w-fra", "w-mad"}, count=2, region_workers={"w-mad"})
     assert plan.reuse == () and plan.new == 0  # 2 exist already, in fra
     assert "max_machines=2" in plan.shortfall
+
+
+def test_a_machine_still_starting_is_waited_for_rather_than_another_one_started() -> None:
+    machines = [MachineState("m-boot", "w1", "starting")]
+    plan = plan_wake(config(max_machines=1), machines, {"w1"}, count=1)
+    assert [m.id for m in plan.reuse] == ["m-boot"] and plan.new == 0
+    assert plan.shortfall == ""
+    claimed = plan_wake(config(max_machines=1), machines, {"w1"}, count=1, claimed={"m-boot"})
+    assert claimed.reuse == () and claimed.new == 0  # another wake waits for it already
