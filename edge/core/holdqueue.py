@@ -4,12 +4,15 @@ One bounded FIFO per app (`max_pending`) plus a bound on the total held over
 all apps (`max_held_total`). Each entry has a deadline: `now + min(hold
 timeout, the client's timeout when it gave one)`. Invariants: release is FIFO
 per app; an entry leaves exactly once (released, expired, removed or failed);
-a full queue is a return value, not an exception. It knows nothing of sockets
-or clocks: `now` is an argument, items are opaque.
+a full queue is a return value, not an exception; expiry costs O(expired *
+log held), not a scan of everything held (a heap of deadlines, entries that
+left by another way are skipped lazily). It knows nothing of sockets or
+clocks: `now` is an argument, items are opaque.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -44,6 +47,7 @@ class _Entry(Generic[T]):
     item: T
     since: float
     deadline: float
+    seq: int  # tells this entry from a later one of an item with the same identity
 
 
 class HoldQueues(Generic[T]):
@@ -55,6 +59,8 @@ class HoldQueues(Generic[T]):
         self.max_total = max_total
         self.total = 0
         self._queues: dict[str, OrderedDict[int, _Entry[T]]] = {}
+        self._deadlines: list[tuple[float, int, str, int]] = []  # (deadline, seq, app, key)
+        self._seq = 0
 
     def enqueue(
         self,
@@ -73,10 +79,24 @@ class HoldQueues(Generic[T]):
         budget = hold_timeout_s
         if client_timeout_s is not None:
             budget = min(budget, max(client_timeout_s, 0.0))
-        entry = _Entry(item, now, now + budget)
+        self._seq += 1
+        entry = _Entry(item, now, now + budget, self._seq)
         queue[id(item)] = entry
+        heapq.heappush(self._deadlines, (entry.deadline, entry.seq, app, id(item)))
         self.total += 1
+        if len(self._deadlines) > 2 * self.total + 64:
+            self._compact()
         return Held(len(queue), entry.deadline)
+
+    def _live(self, app: str, key: int, seq: int) -> _Entry[T] | None:
+        queue = self._queues.get(app)
+        entry = queue.get(key) if queue else None
+        return entry if entry is not None and entry.seq == seq else None
+
+    def _compact(self) -> None:
+        """Drop heap entries whose item already left (released, removed)."""
+        self._deadlines = [d for d in self._deadlines if self._live(d[2], d[3], d[1])]
+        heapq.heapify(self._deadlines)
 
     def held(self, app: str) -> int:
         queue = self._queues.get(app)
@@ -97,12 +117,14 @@ class HoldQueues(Generic[T]):
         return out
 
     def expire(self, now: float) -> list[Expired[T]]:
-        """Every item whose deadline is at or before `now`, in each app's FIFO order."""
+        """Every item whose deadline is at or before `now`, earliest deadline first."""
         out: list[Expired[T]] = []
-        for app, queue in self._queues.items():
-            late = [key for key, entry in queue.items() if entry.deadline <= now]
-            for key in late:
-                entry = queue.pop(key)
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, seq, app, key = heapq.heappop(heap)
+            entry = self._live(app, key, seq)
+            if entry is not None:
+                del self._queues[app][key]
                 out.append(Expired(app, entry.item, now - entry.since))
         self.total -= len(out)
         return out
@@ -125,5 +147,7 @@ class HoldQueues(Generic[T]):
         return None if entry is None else now - entry.since
 
     def next_deadline(self) -> float | None:
-        deadlines = [e.deadline for q in self._queues.values() for e in q.values()]
-        return min(deadlines) if deadlines else None
+        heap = self._deadlines
+        while heap and self._live(heap[0][2], heap[0][3], heap[0][1]) is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from edge.core.holdqueue import Held, HoldQueues, Rejected
 
 
@@ -71,3 +74,46 @@ def test_fail_all_empties_one_app_in_fifo_order() -> None:
     queues.enqueue("other", "o", 0.0, 1.0, 10)
     assert queues.fail_all("app") == ["x", "y", "z"]
     assert queues.apps() == ["other"] and queues.total == 1
+
+
+class Item:
+    """A held request stand-in: identity matters, as for the edge's exchanges."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(["enqueue", "release", "remove", "expire"]),
+                          st.sampled_from(["a", "b"]), st.integers(0, 5)), max_size=80))
+def test_the_deadline_heap_expires_exactly_what_a_full_scan_would(
+    ops: list[tuple[str, str, int]],
+) -> None:
+    queues: HoldQueues[Item] = HoldQueues(max_total=1000)
+    model: dict[str, list[tuple[Item, float]]] = {"a": [], "b": []}  # FIFO of (item, deadline)
+    now = 0.0
+    counter = 0
+    for op, app, arg in ops:
+        now += 0.5
+        if op == "enqueue":
+            counter += 1
+            item = Item(counter)
+            decision = queues.enqueue(app, item, now, 1.0 + arg, max_pending=10)
+            if isinstance(decision, Held):
+                model[app].append((item, now + 1.0 + arg))
+        elif op == "release":
+            released = queues.release(app, arg)
+            assert released == [item for item, _ in model[app][:arg]]
+            del model[app][:arg]
+        elif op == "remove" and model[app]:
+            victim, _ = model[app].pop(arg % len(model[app]))
+            assert queues.remove(app, victim)
+        elif op == "expire":
+            expired = {(e.app, e.item.n) for e in queues.expire(now)}
+            due = {(name, item.n) for name, fifo in model.items() for item, d in fifo if d <= now}
+            assert expired == due
+            for name in model:
+                model[name] = [(item, d) for item, d in model[name] if d > now]
+        assert queues.total == sum(len(fifo) for fifo in model.values())
+        deadlines = [d for fifo in model.values() for _, d in fifo]
+        assert queues.next_deadline() == (min(deadlines) if deadlines else None)
