@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,8 +128,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     boots: list[float] = []
-    up = ThawUp(Path(tempfile.mkdtemp(prefix="thaw-bench-cold-")), agents=1,
-                hello=["idle_timeout_s=3600"]).start()
+    state = Path(tempfile.mkdtemp(prefix="thaw-bench-cold-"))
+    up = ThawUp(state, agents=1, hello=["idle_timeout_s=3600"]).start()
     try:
         first, status, _ = ttfb(up.edge_port)  # pulls and unpacks the image once
         assert status == 200
@@ -136,6 +137,7 @@ def main() -> None:
         resumed = measure(up, args.resumes, "suspend", "suspended")
     finally:
         up.cleanup()
+        shutil.rmtree(state, ignore_errors=True)
     cold_ms = [t for t, _ in cold]
     overhead = [t - boot for t, boot in zip(cold_ms, boots, strict=True)]
     resume_ms = [t for t, _ in resumed]

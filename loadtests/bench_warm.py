@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -74,9 +75,18 @@ def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str,
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
     (work / "proxy.conf").write_text(
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
-    redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     results: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
     light: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
+    try:
+        measure(args, work, ports, results, light)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results, light
+
+
+def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
+            results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]]) -> None:
+    redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     with (
         process(["nginx", "-c", str(work / "backend.conf")], cpu=1),
         process(["nginx", "-c", str(work / "proxy.conf")], cpu=0),
@@ -108,7 +118,6 @@ def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str,
                         print(f"round {round_no + 1} c={conns:<3d} {name:6s} "
                               f"{result.requests_per_s:10.0f} req/s p50 {result.p50_ms:.3f} ms "
                               f"p99 {result.p99_ms:.3f} ms errors {result.errors}", flush=True)
-    return results, light
 
 
 def medians(results: dict[str, list[WrkResult]]) -> dict[str, dict[str, float]]:
