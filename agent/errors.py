@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
+from thaw.errors import ServiceError
 
-class AgentError(Exception):
-    status = 500
-    code = "internal"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None):
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if status is not None:
-            self.status = status
+class AgentError(ServiceError):
+    pass
 
 
 class NotFound(AgentError):

@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from thaw.errors import ServiceError
 
-class PlacementError(Exception):
-    status = 500
-    code = "internal"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if status is not None:
-            self.status = status
-        self.extra = extra or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.code, "message": self.message, **self.extra}
+class PlacementError(ServiceError):
+    pass
 
 
 class NotFound(PlacementError):
