@@ -254,8 +254,17 @@ class Edge:
             exchange.fail(code, message)
 
     def _arm_sweeper(self) -> None:
-        if self._sweeper is None:
-            self._sweeper = self.loop.call_later(HOLD_SWEEP_S, self._sweep)
+        """Next sweep at the earliest hold deadline (a 504 is not late), and at most
+        HOLD_SWEEP_S away (the sweep also releases to machines the registry reported)."""
+        at = self.loop.time() + HOLD_SWEEP_S
+        deadline = self.holds.next_deadline()
+        if deadline is not None:
+            at = min(at, deadline)
+        if self._sweeper is not None:
+            if self._sweeper.when() <= at:
+                return
+            self._sweeper.cancel()
+        self._sweeper = self.loop.call_at(at, self._sweep)
 
     def _sweep(self) -> None:
         self._sweeper = None
