@@ -2,8 +2,9 @@
 
     .venv/bin/python loadtests/bench_warm.py [--rounds 3] [--duration 5] [--connections 50]
 
-Topology on a 2-core machine: the proxy under test (nginx with 1 worker, or
-`thaw edge` as its own process) is pinned to core 0; the backend (nginx
+Topology on a 2-core machine: the proxy under test (nginx with 1 worker,
+`thaw edge` as its own process, or the `floor_proxy.py` calibration point —
+the least a Python httptools proxy does) is pinned to core 0; the backend (nginx
 answering a fixed 200) and wrk share core 1. The edge reads its app and the
 machine's address from a real Redis the script starts (the edge's view), so
 no placement or agent runs during the measurement. Rounds are interleaved
@@ -51,6 +52,9 @@ http {{ access_log off; keepalive_requests 1000000;
 """
 
 
+TARGETS = ("direct", "nginx", "floor", "edge")
+
+
 async def seed_registry(url: str, backend_port: int) -> None:
     from thaw.appconfig import parse
     from thaw.registry.redis import RedisRegistry
@@ -71,12 +75,12 @@ async def seed_registry(url: str, backend_port: int) -> None:
 
 def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str, list[WrkResult]]]:
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
-    ports = {name: free_port() for name in ("backend", "nginx", "edge", "admin", "redis")}
+    ports = {name: free_port() for name in ("backend", "nginx", "floor", "edge", "admin", "redis")}
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
     (work / "proxy.conf").write_text(
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
-    results: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
-    light: dict[str, list[WrkResult]] = {"direct": [], "nginx": [], "edge": []}
+    results: dict[str, list[WrkResult]] = {name: [] for name in TARGETS}
+    light: dict[str, list[WrkResult]] = {name: [] for name in TARGETS}
     try:
         measure(args, work, ports, results, light)
     finally:
@@ -92,8 +96,11 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
         process(["nginx", "-c", str(work / "proxy.conf")], cpu=0),
         process(["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", str(work)], cpu=1),
+        process([sys.executable, str(Path(__file__).with_name("floor_proxy.py")),
+                 "--port", str(ports["floor"]), "--backend", f"127.0.0.1:{ports['backend']}"],
+                cpu=0),
     ):
-        for name in ("backend", "nginx", "redis"):
+        for name in ("backend", "nginx", "floor", "redis"):
             wait_port(ports[name])
         asyncio.run(seed_registry(redis_url, ports["backend"]))
         edge_cmd = [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
@@ -104,6 +111,7 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
             targets = {
                 "direct": (f"http://127.0.0.1:{ports['backend']}/", None),
                 "nginx": (f"http://127.0.0.1:{ports['nginx']}/", "bench.localhost"),
+                "floor": (f"http://127.0.0.1:{ports['floor']}/", "bench.localhost"),
                 "edge": (f"http://127.0.0.1:{ports['edge']}/", "bench.localhost"),
             }
             for url, host in targets.values():  # warm up every path once

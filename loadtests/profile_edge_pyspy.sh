@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sample the edge under wrk load with py-spy (low overhead, real uvloop process).
 #   bash loadtests/profile_edge_pyspy.sh [seconds]   -> /tmp/edge-profile.txt (self time by function)
+#   PYSPY_ARGS=--native bash loadtests/profile_edge_pyspy.sh 8   (with C frames)
 # Same topology as bench_warm.py: nginx backend + redis on core 1, edge on core 0, wrk on core 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,10 @@ sleep 1.5
 taskset -c 1 wrk -t1 -c50 -d$((secs + 2))s -H 'Host: bench.localhost' "http://127.0.0.1:$EP/" > "$work/wrk.txt" &
 wrkpid=$!
 sleep 1
-.venv/bin/py-spy record --pid "$edge" --duration "$secs" --rate 500 --format raw --output "$work/raw.txt" --nonblocking >/dev/null 2>&1
+# PYSPY_ARGS=--native adds C frames (uvloop, the kernel boundary, the GC); py-spy must then
+# pause the process to unwind it, so it cannot be --nonblocking.
+mode=--nonblocking; [[ "${PYSPY_ARGS:-}" == *--native* ]] && mode=
+.venv/bin/py-spy record --pid "$edge" --duration "$secs" --rate 500 ${PYSPY_ARGS:-} $mode --format raw --output "$work/raw.txt" >/dev/null 2>&1
 wait $wrkpid
 grep Requests/sec "$work/wrk.txt"
 .venv/bin/python - "$work/raw.txt" > /tmp/edge-profile.txt <<'PY'

@@ -1,0 +1,178 @@
+"""The edge's per-request Python cost, with no sockets: µs per proxied request.
+
+    .venv/bin/python loadtests/micro_edge.py [--requests 20000] [--repeat 25] [--profile]
+
+Drives the real `ClientConnection` and `UpstreamConnection` of the edge (and, for
+comparison, `floor_proxy.py`'s protocols) with in-memory transports: a request
+is fed to the client side, the bytes the edge writes upstream are checked, a
+response is fed to the upstream side, and the bytes written to the client are
+checked. What is left is the Python the edge runs per request — the part of
+the warm path this code controls — without the kernel, the event loop's
+polling, or the run-to-run noise of wrk on a shared VM. Runs of the two are
+interleaved; prints the best and median of `--repeat` runs each (best is the
+least disturbed by other load) and their ratio, which machine speed drift
+cancels out of.
+`--profile` prints cProfile's top functions for the edge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+REQUEST = (b"GET /some/path?q=1 HTTP/1.1\r\nHost: bench.localhost\r\n"
+           b"User-Agent: wrk\r\nAccept: */*\r\n\r\n")
+# nginx's own answer to `return 200 "ok\n"`: the backend of bench_warm.py
+RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sun, 22 Nov 2026 10:00:00 GMT\r\n"
+            b"Content-Type: application/octet-stream\r\nContent-Length: 3\r\n"
+            b"Connection: keep-alive\r\n\r\nok\n")
+
+
+class MemoryTransport:
+    """Just enough of asyncio.Transport for the protocols: writes are kept, not sent."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.out.append(b"".join(parts))
+
+    def take(self) -> bytes:
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
+    """An edge serving app `bench` from one machine, with one pooled upstream connection."""
+    from edge.client import ClientConnection
+    from edge.config import EdgeConfig
+    from edge.service import Edge
+    from edge.upstream import UpstreamConnection
+    from edge.view import View
+    from thaw.appconfig import parse
+
+    loop = asyncio.get_running_loop()
+    view = View("localhost", loop.time)
+    view.set_app("bench", parse({"name": "bench", "image": "x", "auto_stop": "off",
+                                 "concurrency": {"soft_limit": 1000, "hard_limit": 2000}}))
+    view.add_started("bench", "m1", "127.0.0.1:9999")
+    edge = Edge(EdgeConfig(placement_url="http://127.0.0.1:9"), view)
+    client = ClientConnection(edge)
+    client_tx = MemoryTransport()
+    client.connection_made(client_tx)  # type: ignore[arg-type]
+    upstream = UpstreamConnection(edge.pool, "127.0.0.1:9999")
+    upstream_tx = MemoryTransport()
+    upstream.connection_made(upstream_tx)  # type: ignore[arg-type]
+    edge.pool.release(upstream, True)
+    return client, upstream, client_tx, upstream_tx
+
+
+async def floor_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
+    from loadtests.floor_proxy import Client, Upstream
+
+    client = Client(("127.0.0.1", 9999))
+    client_tx = MemoryTransport()
+    client.connection_made(client_tx)  # type: ignore[arg-type]
+    upstream = Upstream(client)
+    upstream_tx = MemoryTransport()
+    upstream.connection_made(upstream_tx)  # type: ignore[arg-type]
+    client.upstream = upstream
+    return client, upstream, client_tx, upstream_tx
+
+
+def check_once(client: Any, upstream: Any, client_tx: MemoryTransport,
+               upstream_tx: MemoryTransport) -> None:
+    """One request through, its bytes checked: the timing below measures a working proxy."""
+    client.data_received(REQUEST)
+    sent = upstream_tx.take()
+    if not sent.startswith(b"GET /some/path?q=1 HTTP/1.1\r\n") or b"\r\n\r\n" not in sent:
+        raise SystemExit(f"the proxy sent upstream: {sent!r}")
+    upstream.data_received(RESPONSE)
+    answer = client_tx.take()
+    if not answer.startswith(b"HTTP/1.1 200 OK\r\n") or not answer.endswith(b"\r\n\r\nok\n"):
+        raise SystemExit(f"the proxy answered: {answer!r}")
+
+
+def run(pair: Any, requests: int) -> float:
+    client, upstream, client_tx, upstream_tx = pair
+    check_once(*pair)
+    feed_client, feed_upstream = client.data_received, upstream.data_received
+    up_out, client_out = upstream_tx.out, client_tx.out
+    started = time.perf_counter()
+    for _ in range(requests):
+        feed_client(REQUEST)
+        feed_upstream(RESPONSE)
+        up_out.clear()
+        client_out.clear()
+    return (time.perf_counter() - started) / requests * 1e6
+
+
+async def measure(args: argparse.Namespace) -> None:
+    pairs = {"floor": await floor_pair(), "edge": await edge_pair()}
+    timings: dict[str, list[float]] = {name: [] for name in pairs}
+    for _ in range(args.repeat):  # interleaved, so drifts in machine speed hit both alike
+        for name, pair in pairs.items():
+            timings[name].append(run(pair, args.requests))
+    for name, values in timings.items():
+        print(f"{name:6s} µs/request: best {min(values):.2f}, "
+              f"median {statistics.median(values):.2f} ({args.repeat} runs of {args.requests})")
+    edge, floor = timings["edge"], timings["floor"]
+    print(f"edge / floor: best {min(edge) / min(floor):.2f}, "
+          f"median {statistics.median(edge) / statistics.median(floor):.2f}")
+    if args.profile:
+        pair = await edge_pair()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run(pair, args.requests)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    import uvloop
+
+    uvloop.run(measure(args))
+
+
+if __name__ == "__main__":
+    main()
