@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, Rejection, RequestHead, check_request
+from edge.core.framing import BODY_NONE, Rejection, RequestHead, RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import DONE, FORWARDING, PAUSE_PIPELINE, Exchange
 
@@ -28,7 +29,7 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 def _placeholder_head() -> RequestHead:
     return RequestHead(host="", authority=b"", target=b"", body=BODY_NONE, content_length=0,
                        expect_continue=False, request_id=None, forwarded_for=None,
-                       hold_timeout_s=None, forward=[])
+                       hold_timeout_s=None, forward=b"")
 
 
 class _Stop(Exception):
@@ -40,14 +41,18 @@ class ClientConnection(asyncio.Protocol):
         self.edge = edge
         self.config = edge.config
         self.loop = edge.loop
-        self.parser = httptools.HttpRequestParser(self)
+        self.max_body_bytes = self.config.max_body_bytes
+        # The head's URL and headers go straight from the parser to the pure reader.
+        self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes)
+        self.parser = httptools.HttpRequestParser(SimpleNamespace(
+            on_message_begin=self.on_message_begin, on_url=self.reader.on_url,
+            on_header=self.reader.on_header, on_headers_complete=self.on_headers_complete,
+            on_body=self.on_body, on_message_complete=self.on_message_complete,
+        ))
         self.transport: asyncio.Transport | None = None
         self.peer = b"unknown"
         self.exchanges: deque[Exchange] = deque()
         self.parsing: Exchange | None = None
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_bytes = 0
         self.raw_head_bytes = 0
         self.in_head = False
         self.stopped = False  # no more parsing: a rejected request or a closing connection
@@ -103,7 +108,10 @@ class ClientConnection(asyncio.Protocol):
             self._reject("upgrade_not_supported", "Upgrade (websockets, h2c) is not supported")
             return
         except httptools.HttpParserError as exc:
-            code, message = self.reject or ("bad_request", f"malformed HTTP: {exc}")
+            found = self.reader.rejection
+            code, message = self.reject or (
+                (found.code, found.message) if found else ("bad_request", f"malformed HTTP: {exc}")
+            )
             self._reject(code, message)
             return
         if self.in_head:
@@ -116,24 +124,9 @@ class ClientConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.in_head = True
-        self.url = b""
-        self.headers = []
-        self.head_bytes = 0
         self.raw_head_bytes = 0
         self.head_started = self.loop.time()
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-        self.head_bytes += len(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-        self.head_bytes += len(name) + len(value) + 4
-        if len(self.headers) > self.config.max_headers or (
-            self.head_bytes > self.config.max_header_bytes
-        ):
-            self.reject = ("headers_too_large", "too many or too large request headers")
-            raise _Stop
+        self.reader.reset()
 
     def on_headers_complete(self) -> None:
         self.in_head = False
@@ -142,26 +135,28 @@ class ClientConnection(asyncio.Protocol):
             self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
             raise _Stop
         version = parser.get_http_version()
-        head = check_request(parser.get_method(), version, self.url, self.headers,
-                             self.config.max_body_bytes)
+        head = self.reader.finish(version, self.max_body_bytes)
         if isinstance(head, Rejection):
             self.reject = (head.code, head.message)
             raise _Stop
         exchange = Exchange(self, parser.get_method(), head, parser.should_keep_alive(),
                             version == "1.0")
         self.parsing = exchange
-        self.exchanges.append(exchange)
-        if len(self.exchanges) == 1:
+        exchanges = self.exchanges
+        exchanges.append(exchange)
+        if len(exchanges) > 1:
+            self.pause(PAUSE_PIPELINE)
+        elif head.expect_continue:
             self._start(exchange)
         else:
-            self.pause(PAUSE_PIPELINE)
+            self.edge.dispatch(exchange)  # what _start does for a request with no Expect
 
     def on_body(self, body: bytes) -> None:
         exchange = self.parsing
         if exchange is None:
             return
-        if exchange.received + len(body) > self.config.max_body_bytes:
-            self.reject = ("body_too_large", f"body over {self.config.max_body_bytes} bytes")
+        if exchange.received + len(body) > self.max_body_bytes:
+            self.reject = ("body_too_large", f"body over {self.max_body_bytes} bytes")
             raise _Stop
         exchange.feed_body(body)
 
@@ -189,7 +184,7 @@ class ClientConnection(asyncio.Protocol):
             self.stopped = True
             self._close()
             return
-        if len(self.exchanges) <= 1:
+        if len(self.exchanges) <= 1 and self.pause_reasons & PAUSE_PIPELINE:
             self.unpause(PAUSE_PIPELINE)
         if self.exchanges:
             self._start(self.exchanges[0])
@@ -237,6 +232,8 @@ class ClientConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def unpause(self, reason: int) -> None:
+        if not self.pause_reasons & reason:
+            return  # reading is paused only while some reason is set: nothing changes
         self.pause_reasons &= ~reason
         if self.reading_paused and not self.pause_reasons and not self.closed:
             self.reading_paused = False

@@ -104,29 +104,31 @@ class Exchange:
         """An upstream connection is ready: send the head and whatever body is buffered."""
         self.upstream = upstream
         self.state = FORWARDING
-        self.progress_at = self.client.loop.time()
-        parts = [self.upstream_head]
+        client = self.client
+        self.progress_at = client.loop.time()
+        self.sent_all = self.body_done
         if self.head.body == BODY_CHUNKED:
+            parts = [self.upstream_head]
             for chunk in self.chunks:
                 parts += (b"%x\r\n" % len(chunk), chunk, CRLF)
             if self.body_done:
                 parts.append(CHUNK_END)
+            upstream.writelines(parts)
+        elif self.chunks:
+            upstream.writelines([self.upstream_head, *self.chunks])
         else:
-            parts += self.chunks
-        self.chunks = []
-        self.buffered = 0
-        self.sent_all = self.body_done
-        upstream.writelines(parts)
-        self.client.unpause(PAUSE_BUFFER)
-        if self.client.write_paused:
+            upstream.write(self.upstream_head)  # a request without a body, or not yet read
+        if self.buffered:
+            self.chunks = []
+            self.buffered = 0
+            client.unpause(PAUSE_BUFFER)
+        if client.write_paused:
             upstream.pause_reading()
 
     # -- response, from the upstream parser ----------------------------------------------
 
     def response_head(self, status: int, reason: bytes, head: ResponseHead) -> None:
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason or b"-")]
-        for name, value in head.forward:
-            parts += (name, b": ", value, CRLF)
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason or b"-"), head.forward]
         if head.body in (BODY_CHUNKED, BODY_UNTIL_CLOSE):
             if self.http10:
                 self.close_after = True
@@ -202,11 +204,13 @@ class Exchange:
         if self.state == DONE:
             return
         self.state = DONE
+        client = self.client
         # The machine's backpressure no longer applies once this exchange is over
         # (fail() may have abandoned the upstream before it could unpause the client).
-        self.client.unpause(PAUSE_UPSTREAM)
-        self.client.edge.exchange_finished(self)
-        self.client.exchange_done(self)
+        if client.pause_reasons & PAUSE_UPSTREAM:
+            client.unpause(PAUSE_UPSTREAM)
+        client.edge.exchange_finished(self)
+        client.exchange_done(self)
 
     def abort(self) -> None:
         """The client went away: stop everything this exchange holds."""

@@ -43,6 +43,7 @@ class Edge:
         self.loop = asyncio.get_running_loop()
         self.view = view
         self.metrics = EdgeMetrics()
+        self.request_counts = self.metrics.requests.counts  # (app, status) -> answered
         self.holds: HoldQueues[Exchange] = HoldQueues(config.max_held_total)
         self.pool = UpstreamPool(self)
         self.connections: set[ClientConnection] = set()
@@ -88,17 +89,18 @@ class Edge:
         exchange.request_id = request_id
         peer = exchange.client.peer
         forwarded_for = head.forwarded_for + b", " + peer if head.forwarded_for else peer
-        parts = [exchange.method, b" ", head.target, b" HTTP/1.1\r\nHost: ", head.authority]
-        for name, value in head.forward:
-            parts += (b"\r\n", name, b": ", value)
-        parts += (b"\r\nX-Forwarded-For: ", forwarded_for, b"\r\nX-Forwarded-Proto: http",
-                  b"\r\nX-Forwarded-Host: ", head.authority, b"\r\nX-Request-Id: ", request_id)
         if head.body == BODY_LENGTH:
-            parts.append(b"\r\nContent-Length: %d" % head.content_length)
+            framing = b"Content-Length: %d\r\n" % head.content_length
         elif head.body == BODY_CHUNKED:
-            parts.append(b"\r\nTransfer-Encoding: chunked")
-        parts.append(b"\r\n\r\n")
-        return b"".join(parts)
+            framing = b"Transfer-Encoding: chunked\r\n"
+        else:
+            framing = b""
+        return b"".join((
+            exchange.method, b" ", head.target, b" HTTP/1.1\r\nHost: ", head.authority,
+            b"\r\n", head.forward, b"X-Forwarded-For: ", forwarded_for,
+            b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ", head.authority,
+            b"\r\nX-Request-Id: ", request_id, b"\r\n", framing, b"\r\n",
+        ))
 
     def _forward(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
         slot.in_flight += 1
@@ -169,7 +171,9 @@ class Edge:
 
     def exchange_finished(self, exchange: Exchange) -> None:
         app = exchange.app
-        self.metrics.requests.add(app.name if app else "", exchange.status)
+        key = (app.name if app else "", exchange.status)
+        counts = self.request_counts
+        counts[key] = counts.get(key, 0) + 1
         self._release_accounting(exchange)
 
     def exchange_aborted(self, exchange: Exchange) -> None:
@@ -180,12 +184,18 @@ class Edge:
         if app is None:
             return
         # Not "if state == HELD": finish() marks the exchange DONE before this runs, and a
-        # held request can end early (bad body, client gone). remove() is an O(1) pop.
-        self.holds.remove(app.name, exchange)
-        had_slot = exchange.slot is not None
-        self._unslot(exchange)
-        if had_slot and self.holds.held(app.name):
-            self.release_held(app)
+        # held request can end early (bad body, client gone). held_at is set on the first
+        # hold and never cleared, so a request never held skips the lookup.
+        holds = self.holds
+        if exchange.held_at:
+            holds.remove(app.name, exchange)
+        slot = exchange.slot
+        if slot is not None:
+            exchange.slot = None
+            slot.in_flight -= 1
+            app.in_flight -= 1
+            if holds.total and holds.held(app.name):
+                self.release_held(app)
 
     def count_rejected(self, code: str) -> None:
         self.metrics.requests.add("", status_of(code))

@@ -9,11 +9,12 @@ whether the request may be sent again.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead, check_response
+from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead, ResponseHeadReader
 from edge.exchange import PAUSE_UPSTREAM
 
 if TYPE_CHECKING:
@@ -27,11 +28,10 @@ class UpstreamConnection(asyncio.Protocol):
     def __init__(self, pool: UpstreamPool, address: str) -> None:
         self.pool = pool
         self.address = address
-        self.parser = httptools.HttpResponseParser(self)
+        self.reader = ResponseHeadReader()
+        self.parser = self._new_parser()
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.reason = b""
         self.got_bytes = False
         self.skip_interim = False
         self.head_only = False
@@ -41,6 +41,15 @@ class UpstreamConnection(asyncio.Protocol):
         self.reading_paused = False
         self.idle_since = 0.0
         self.used = 0
+
+    def _new_parser(self) -> httptools.HttpResponseParser:
+        """The status line and headers go straight from the parser to the pure reader."""
+        reader = self.reader
+        return httptools.HttpResponseParser(SimpleNamespace(
+            on_message_begin=reader.reset, on_status=reader.on_status,
+            on_header=reader.on_header, on_headers_complete=self.on_headers_complete,
+            on_body=self.on_body, on_message_complete=self.on_message_complete,
+        ))
 
     # -- driven by the exchange ----------------------------------------------------------
 
@@ -125,35 +134,27 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if self.head_only:
             # llhttp would wait for a HEAD response's body: start a fresh parser instead
-            self.parser = httptools.HttpResponseParser(self)
+            self.parser = self._new_parser()
             self.head_only = False
             self._complete()
 
     # -- parser callbacks ----------------------------------------------------------------
 
-    def on_message_begin(self) -> None:
-        self.headers = []
-        self.reason = b""
-
-    def on_status(self, reason: bytes) -> None:
-        self.reason += reason
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
     def on_headers_complete(self) -> None:
         exchange = self.exchange
         if exchange is None:
             return
-        status = self.parser.get_status_code()
+        parser = self.parser
+        status = parser.get_status_code()
         if 100 <= status < 200:
             self.skip_interim = True  # 1xx: the edge answered Expect itself
             return
         head_request = exchange.method == b"HEAD"
-        response = check_response(status, self.headers, head_request)
+        reader = self.reader
+        response = reader.finish(status, head_request)
         self.response = response
-        self.keep_alive = self.parser.should_keep_alive() and not response.close
-        exchange.response_head(status, self.reason, response)
+        self.keep_alive = parser.should_keep_alive() and not response.close
+        exchange.response_head(status, reader.reason, response)
         if head_request and response.body == BODY_NONE:
             self.head_only = True
 
@@ -173,9 +174,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.exchange = None
         if exchange is None:
             return
-        exchange.client.unpause(PAUSE_UPSTREAM)
         self.pool.release(self, self.keep_alive and exchange.sent_all)
-        exchange.response_end()
+        exchange.response_end()  # its finish() lifts the client's PAUSE_UPSTREAM
 
 
 class UpstreamPool:
@@ -196,7 +196,8 @@ class UpstreamPool:
         conns = self.idle.get(address)
         while conns:
             conn = conns.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            transport = conn.transport
+            if not conn.closed and transport is not None and not transport.is_closing():
                 return conn
         return None
 
@@ -209,13 +210,17 @@ class UpstreamPool:
         return protocol
 
     def release(self, conn: UpstreamConnection, reusable: bool) -> None:
-        conns = self.idle.setdefault(conn.address, [])
-        if reusable and not conn.closed and len(conns) < self.max_idle:
-            conn.resume_reading()  # a slow client may have paused it for the last bytes
-            conn.idle_since = self.loop.time()
-            conns.append(conn)
-        else:
-            conn.close()
+        if reusable and not conn.closed:
+            conns = self.idle.get(conn.address)
+            if conns is None:
+                conns = self.idle[conn.address] = []
+            if len(conns) < self.max_idle:
+                if conn.reading_paused:  # a slow client paused it for the last bytes
+                    conn.resume_reading()
+                conn.idle_since = self.loop.time()
+                conns.append(conn)
+                return
+        conn.close()
 
     def forget(self, conn: UpstreamConnection) -> None:
         conns = self.idle.get(conn.address)

@@ -58,15 +58,12 @@ class AppEntry:
 
     def __init__(self, config: AppConfig) -> None:
         self.config = config
+        self.name = config.name  # read on every request: an attribute, not a property
         self.machines: dict[str, MachineSlot] = {}
         self.routable: list[MachineSlot] = []
         self.in_flight = 0
         self.wake_in_flight = False
         self.starting = 0
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
     def rebuild(self) -> None:
         self.routable = [m for m in self.machines.values() if m.routable]
@@ -80,6 +77,7 @@ class View:
         self.wall = wall
         self.apps: dict[str, AppEntry] = {}
         self.hosts: dict[str, str] = {}
+        self._routes: dict[str, AppEntry] = {}  # host -> app, filled by route()
         # (app, machine id) -> wall time the edge saw it stop serving: a registry record
         # older than that (a dead host's last word) must not bring it back.
         self.tombstones: dict[tuple[str, str], float] = {}
@@ -87,10 +85,18 @@ class View:
 
     def route(self, host: str) -> AppEntry | None:
         """The app serving `host` (lower-case, without port), or None."""
+        entry = self._routes.get(host)
+        if entry is not None:
+            return entry
         name = self.hosts.get(host)
         if name is None and host.endswith(self.domain_suffix):
             name = host[: -len(self.domain_suffix)]
-        return self.apps.get(name) if name else None
+        entry = self.apps.get(name) if name else None
+        if entry is not None:
+            # Only hosts that reach an app are remembered (at most one per app name and
+            # extra host), so unknown hosts cannot grow it.
+            self._routes[host] = entry
+        return entry
 
     def set_app(self, name: str, config: AppConfig | None) -> None:
         entry = self.apps.get(name)
@@ -104,6 +110,7 @@ class View:
         else:
             entry.config = config
         self.hosts = {h.lower(): a.name for a in self.apps.values() for h in a.config.hosts}
+        self._routes.clear()
 
     def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
         """A registry record (None: deleted) for one machine, unless the edge knows better."""

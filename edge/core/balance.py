@@ -31,27 +31,26 @@ M = TypeVar("M", bound=Loaded)
 
 
 def pick(machines: Sequence[M], soft_limit: int, hard_limit: int, rand: RandomSource) -> M | None:
-    """The machine for one request; `machines` are the routable ones."""
+    """The machine for one request; `machines` are the routable ones, `soft_limit` <=
+    `hard_limit`. The least loaded machine is under soft whenever any machine is, so one
+    scan for it answers both tiers (a pick runs on every request: no lists are built)."""
     n = len(machines)
     if n > P2C_ABOVE:
         a = machines[int(rand.random() * n)]
         b = machines[int(rand.random() * n)]
-        best = a if a.in_flight <= b.in_flight else b
-        if best.in_flight < soft_limit:
-            return best
-    under_soft = [m for m in machines if m.in_flight < soft_limit]
-    if under_soft:
-        return min(under_soft, key=_load)
-    under_hard = [m for m in machines if m.in_flight < hard_limit]
-    if under_hard:
-        return min(under_hard, key=_load)
-    return None
+        lighter = a if a.in_flight <= b.in_flight else b
+        if lighter.in_flight < soft_limit:
+            return lighter
+    elif n == 1:
+        only = machines[0]
+        return only if only.in_flight < hard_limit else None
+    best: M | None = None
+    for machine in machines:
+        if best is None or machine.in_flight < best.in_flight:
+            best = machine
+    return best if best is not None and best.in_flight < hard_limit else None
 
 
 def free_slots(machines: Sequence[Loaded], hard_limit: int) -> int:
     """Requests the machines can still take before every one is at `hard_limit`."""
     return sum(max(0, hard_limit - m.in_flight) for m in machines)
-
-
-def _load(machine: Loaded) -> int:
-    return machine.in_flight

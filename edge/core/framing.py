@@ -1,7 +1,11 @@
 """HTTP/1.x head checks and rewrites: what to forward, what to reject.
 
-Given a parsed request head, decide whether it is acceptable and how it is
-framed, and which headers go upstream. Rejections are values carrying an
+Given a request head, decide whether it is acceptable and how it is framed,
+and which headers go upstream; given a response head, how its body is framed
+and which headers go to the client. The readers take headers one at a time,
+straight from the parser (each header is looked at once, and a forwarded one
+goes into the outgoing bytes as it arrives); `check_request` and
+`check_response` do the same for a list. Rejections are values carrying an
 error code (edge/errors.py maps codes to statuses): ambiguous framing (both
 Content-Length and Transfer-Encoding, differing Content-Lengths, a final
 coding other than chunked, Transfer-Encoding on HTTP/1.0), missing,
@@ -14,6 +18,7 @@ of sockets; header names and values are bytes as parsed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 BODY_NONE = 0
@@ -31,6 +36,7 @@ SET_BY_EDGE = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-request-id", b"expect"}
 )
 INTERNAL_PREFIX = b"x-thaw-"
+CRLF = b"\r\n"
 HOLD_TIMEOUT_HEADER = b"x-thaw-hold-timeout-ms"
 
 
@@ -42,7 +48,8 @@ class Rejection:
 
 @dataclass(slots=True)
 class RequestHead:
-    """An accepted request head. `target` is origin-form; `host` lower-case, no port."""
+    """An accepted request head. `target` is origin-form; `host` lower-case, no port;
+    `forward` the header lines to pass on as they are (`Name: value\r\n` each)."""
 
     host: str
     authority: bytes
@@ -53,21 +60,24 @@ class RequestHead:
     request_id: bytes | None
     forwarded_for: bytes | None
     hold_timeout_s: float | None
-    forward: list[tuple[bytes, bytes]]
+    forward: bytes
 
 
 @dataclass(slots=True)
 class ResponseHead:
-    """Upstream response headers to pass on, and how the upstream framed its body."""
+    """How the upstream framed its body, and the header lines to pass on (`Name: value\r\n`
+    each; framing and hop-by-hop headers are left for the shell to make)."""
 
     body: int
     content_length: int
     close: bool
-    forward: list[tuple[bytes, bytes]]
+    forward: bytes
 
 
+@functools.lru_cache(maxsize=4096)
 def host_name(authority: bytes) -> str:
-    """`Example.COM:8080` -> `example.com`; `[::1]:80` -> `[::1]`."""
+    """`Example.COM:8080` -> `example.com`; `[::1]:80` -> `[::1]`. (Memoised: a few
+    authorities carry nearly all traffic.)"""
     text = authority.decode("latin-1").strip().lower()
     if text.startswith("["):
         return text[: text.find("]") + 1] if "]" in text else text
@@ -80,14 +90,21 @@ def _tokens(value: bytes) -> list[bytes]:
     return [t.strip().lower() for t in value.split(b",") if t.strip()]
 
 
+@functools.lru_cache(maxsize=1024)
+def _connection_options(value: bytes) -> tuple[frozenset[bytes], bool]:
+    """(headers a Connection header names beyond the hop-by-hop ones, whether it says
+    close). Memoised: nearly every one is `keep-alive` or `close`."""
+    tokens = _tokens(value)
+    return frozenset(tokens) - HOP_BY_HOP, b"close" in tokens
+
+
 def _content_length(values: list[bytes]) -> int | Rejection:
-    distinct = {v.strip() for v in values}
-    if len(distinct) != 1:
+    first = values[0].strip()
+    if len(values) > 1 and any(v.strip() != first for v in values):
         return Rejection("bad_framing", "differing Content-Length headers")
-    text = distinct.pop()
-    if not text.isdigit():
+    if not first.isdigit():
         return Rejection("bad_framing", "Content-Length is not a number")
-    return int(text)
+    return int(first)
 
 
 def _request_framing(
@@ -130,7 +147,7 @@ def _authority(
 ) -> tuple[bytes, bytes] | Rejection:
     if len(hosts) > 1:
         return Rejection("duplicate_host", "more than one Host header")
-    absolute, target = _origin_form(url)
+    absolute, target = (None, url) if url[:1] == b"/" else _origin_form(url)
     if not hosts and absolute is None:
         if version != "1.0":
             return Rejection("missing_host", "Host header required (HTTP/1.1)")
@@ -145,6 +162,179 @@ def _authority(
     return authority, target
 
 
+class HeadTooLarge(Exception):
+    """Raised from `on_header` to stop the parser; the reader's `rejection` says why."""
+
+
+# What a header is to the edge, by lower-case name; absent: passed on as it is.
+_HOST, _LENGTH, _CODING, _CONNECTION, _REQUEST_ID, _FORWARDED_FOR, _EXPECT, _DROP = range(8)
+_INTERNAL = 8
+_REQUEST_ROLES: dict[bytes, int] = {
+    **{name: _DROP for name in HOP_BY_HOP | SET_BY_EDGE},
+    b"host": _HOST, b"content-length": _LENGTH, b"transfer-encoding": _CODING,
+    b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
+    b"x-forwarded-for": _FORWARDED_FOR, b"expect": _EXPECT,
+}
+_RESPONSE_ROLES: dict[bytes, int] = {
+    **{name: _DROP for name in HOP_BY_HOP},
+    b"content-length": _LENGTH, b"transfer-encoding": _CODING, b"connection": _CONNECTION,
+}
+
+
+def _without_named(parts: list[bytes], named: frozenset[bytes]) -> bytes:
+    """The forward block without the headers a Connection header named. `parts` holds
+    (name, ": ", value, CRLF) per header. Rare: most Connection headers name nothing
+    but hop-by-hop options, which never reach `parts`."""
+    kept: list[bytes] = []
+    for i in range(0, len(parts), 4):
+        if parts[i].lower() not in named:
+            kept += parts[i:i + 4]
+    return b"".join(kept)
+
+
+class RequestHeadReader:
+    """One request head at a time: `reset`, then `on_url` / `on_header` as the parser
+    reads, then `finish`. Limits are on the count of headers and on the bytes of the
+    target plus headers; past them `on_header` raises HeadTooLarge."""
+
+    __slots__ = ("count", "forward", "max_header_bytes", "max_headers", "rejection", "size",
+                 "special", "url")
+
+    def __init__(self, max_headers: int, max_header_bytes: int) -> None:
+        self.max_headers = max_headers
+        self.max_header_bytes = max_header_bytes
+        self.rejection: Rejection | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.url = b""
+        self.forward: list[bytes] = []  # (name, ": ", value, CRLF) per passed-on header
+        self.special: list[tuple[int, bytes, bytes]] = []  # (role, lower name, value)
+        self.count = 0
+        self.size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self.size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.count += 1
+        self.size += len(name) + len(value) + 4
+        if self.count > self.max_headers or self.size > self.max_header_bytes:
+            self.rejection = Rejection("headers_too_large",
+                                       "too many or too large request headers")
+            raise HeadTooLarge
+        lname = name.lower()
+        role = _REQUEST_ROLES.get(lname)
+        if role is None:
+            if not lname.startswith(INTERNAL_PREFIX):
+                self.forward += (name, b": ", value, CRLF)
+                return
+            role = _INTERNAL
+        self.special.append((role, lname, value))
+
+    def finish(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
+        """Decide on the head read since `reset`; `version` is "1.0" or "1.1"."""
+        hosts: list[bytes] = []
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        named: frozenset[bytes] = frozenset()
+        request_id = forwarded_for = None
+        expect = False
+        hold_timeout_s: float | None = None
+        for role, lname, value in self.special:
+            if role == _HOST:
+                hosts.append(value)
+            elif role == _LENGTH:
+                lengths.append(value)
+            elif role == _CODING:
+                codings.append(value)
+            elif role == _CONNECTION:
+                named = named | _connection_options(value)[0]
+            elif role == _REQUEST_ID:
+                request_id = value.strip()[:200] or None
+            elif role == _FORWARDED_FOR:
+                prior = b"" if forwarded_for is None else forwarded_for + b", "
+                forwarded_for = prior + value.strip()
+            elif role == _EXPECT:
+                expect = value.strip().lower() == b"100-continue"
+            elif role == _INTERNAL and lname == HOLD_TIMEOUT_HEADER and value.strip().isdigit():
+                hold_timeout_s = int(value.strip()) / 1000.0
+        url = self.url
+        authority: tuple[bytes, bytes] | Rejection
+        if len(hosts) == 1 and url[:1] == b"/" and hosts[0].strip():
+            authority = (hosts[0].strip(), url)  # the usual case, as _authority would decide
+        else:
+            authority = _authority(version, hosts, url)
+        if isinstance(authority, Rejection):
+            return authority
+        if lengths or codings:
+            framing = _request_framing(version, lengths, codings, max_body_bytes)
+            if isinstance(framing, Rejection):
+                return framing
+        else:
+            framing = (BODY_NONE, 0)
+        forward = _without_named(self.forward, named) if named else b"".join(self.forward)
+        return RequestHead(host_name(authority[0]), authority[0], authority[1], framing[0],
+                           framing[1], expect, request_id, forwarded_for, hold_timeout_s,
+                           forward)
+
+
+class ResponseHeadReader:
+    """One response head at a time: `reset`, `on_status` / `on_header`, `finish`."""
+
+    __slots__ = ("forward", "reason", "special")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.reason = b""
+        self.forward: list[bytes] = []
+        self.special: list[tuple[int, bytes]] = []
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        role = _RESPONSE_ROLES.get(name.lower())
+        if role is None:
+            self.forward += (name, b": ", value, CRLF)
+        elif role != _DROP:
+            self.special.append((role, value))
+
+    def finish(self, status: int, head_request: bool) -> ResponseHead:
+        """How the body of the response read since `reset` is framed (`head_request`:
+        it answers a HEAD, so it has none whatever it says)."""
+        named: frozenset[bytes] = frozenset()
+        lengths: list[bytes] = []
+        chunked = close = False
+        for role, value in self.special:
+            if role == _LENGTH:
+                lengths.append(value)
+            elif role == _CODING:
+                chunked = chunked or b"chunked" in _tokens(value)
+            else:
+                options, says_close = _connection_options(value)
+                named = named | options
+                close = close or says_close
+        forward = _without_named(self.forward, named) if named else b"".join(self.forward)
+        if head_request or status in (204, 304) or 100 <= status < 200:
+            length = _content_length(lengths) if lengths else -1
+            if head_request and isinstance(length, int) and length >= 0:
+                forward += b"Content-Length: %d\r\n" % length
+            return ResponseHead(BODY_NONE, 0, close, forward)
+        if chunked:
+            return ResponseHead(BODY_CHUNKED, 0, close, forward)
+        if lengths:
+            value = lengths[0]
+            length = int(value) if len(lengths) == 1 and value.isdigit() else (
+                _content_length(lengths))
+            if isinstance(length, int):
+                return ResponseHead(BODY_LENGTH, length, close, forward)
+        return ResponseHead(BODY_UNTIL_CLOSE, 0, True, forward)
+
+
 def check_request(
     method: bytes,
     version: str,
@@ -152,83 +342,20 @@ def check_request(
     headers: list[tuple[bytes, bytes]],
     max_body_bytes: int,
 ) -> RequestHead | Rejection:
-    """Decide on one request head; `headers` as received, names in any case."""
-    hosts: list[bytes] = []
-    lengths: list[bytes] = []
-    codings: list[bytes] = []
-    named: set[bytes] = set()
-    kept: list[tuple[bytes, bytes, bytes]] = []
-    request_id = forwarded_for = None
-    expect = False
-    hold_timeout_s: float | None = None
+    """Decide on one request head; `headers` as received, names in any case. (`method`
+    does not change the decision: any method may carry a body.)"""
+    reader = RequestHeadReader(max_headers=len(headers), max_header_bytes=1 << 62)
+    reader.on_url(url)
     for name, value in headers:
-        lname = name.lower()
-        if lname == b"host":
-            hosts.append(value)
-        elif lname == b"content-length":
-            lengths.append(value)
-        elif lname == b"transfer-encoding":
-            codings.append(value)
-        elif lname == b"connection":
-            named.update(_tokens(value))
-        elif lname == b"x-request-id":
-            request_id = value.strip()[:200] or None
-        elif lname == b"x-forwarded-for":
-            prior = b"" if forwarded_for is None else forwarded_for + b", "
-            forwarded_for = prior + value.strip()
-        elif lname == b"expect":
-            expect = value.strip().lower() == b"100-continue"
-        elif lname.startswith(INTERNAL_PREFIX):
-            if lname == HOLD_TIMEOUT_HEADER and value.strip().isdigit():
-                hold_timeout_s = int(value.strip()) / 1000.0
-        elif lname not in HOP_BY_HOP and lname not in SET_BY_EDGE:
-            kept.append((lname, name, value))
-    authority = _authority(version, hosts, url)
-    if isinstance(authority, Rejection):
-        return authority
-    framing = _request_framing(version, lengths, codings, max_body_bytes)
-    if isinstance(framing, Rejection):
-        return framing
-    forward = [(name, value) for lname, name, value in kept if lname not in named]
-    return RequestHead(
-        host=host_name(authority[0]), authority=authority[0], target=authority[1],
-        body=framing[0], content_length=framing[1], expect_continue=expect,
-        request_id=request_id, forwarded_for=forwarded_for, hold_timeout_s=hold_timeout_s,
-        forward=forward,
-    )
+        reader.on_header(name, value)
+    return reader.finish(version, max_body_bytes)
 
 
 def check_response(
     status: int, headers: list[tuple[bytes, bytes]], head_request: bool
 ) -> ResponseHead:
     """Filter an upstream response head; framing says how to read its body."""
-    named: set[bytes] = set()
-    lengths: list[bytes] = []
-    chunked = close = False
-    kept: list[tuple[bytes, bytes, bytes]] = []
+    reader = ResponseHeadReader()
     for name, value in headers:
-        lname = name.lower()
-        if lname == b"content-length":
-            lengths.append(value)
-        elif lname == b"transfer-encoding":
-            chunked = chunked or b"chunked" in _tokens(value)
-        elif lname == b"connection":
-            tokens = _tokens(value)
-            named.update(tokens)
-            close = close or b"close" in tokens
-        elif lname not in HOP_BY_HOP:
-            kept.append((lname, name, value))
-    forward = [(name, value) for lname, name, value in kept if lname not in named]
-    if head_request or status in (204, 304) or 100 <= status < 200:
-        length = _content_length(lengths) if lengths else 0
-        keep_length = length if isinstance(length, int) and head_request else -1
-        if keep_length >= 0 and lengths:
-            forward.append((b"Content-Length", str(keep_length).encode()))
-        return ResponseHead(BODY_NONE, 0, close, forward)
-    if chunked:
-        return ResponseHead(BODY_CHUNKED, 0, close, forward)
-    if lengths:
-        length = _content_length(lengths)
-        if isinstance(length, int):
-            return ResponseHead(BODY_LENGTH, length, close, forward)
-    return ResponseHead(BODY_UNTIL_CLOSE, 0, True, forward)
+        reader.on_header(name, value)
+    return reader.finish(status, head_request)

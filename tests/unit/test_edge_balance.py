@@ -65,3 +65,21 @@ def test_a_pick_never_takes_a_machine_to_or_past_hard_limit_and_prefers_under_so
         assert chosen.in_flight < soft
     if len(machines) <= 4:
         assert chosen.in_flight == min(m.in_flight for m in machines if m.in_flight < hard)
+
+
+def _two_tier_model(machines: list[Machine], soft: int, hard: int) -> Machine | None:
+    """The rule as stated: least loaded under soft, else least loaded under hard."""
+    for limit in (soft, hard):
+        under = [m for m in machines if m.in_flight < limit]
+        if under:
+            return min(under, key=lambda m: m.in_flight)
+    return None
+
+
+@given(st.lists(st.integers(0, 40), max_size=4), st.integers(1, 20), st.integers(0, 20))
+def test_with_few_machines_the_one_scan_picks_exactly_what_the_two_tier_rule_picks(
+    loads: list[int], soft: int, extra: int
+) -> None:
+    machines = [Machine(str(i), n) for i, n in enumerate(loads)]
+    expected = _two_tier_model(machines, soft, soft + extra)
+    assert pick(machines, soft, soft + extra, random.Random(0)) is expected

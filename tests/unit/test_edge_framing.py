@@ -9,8 +9,10 @@ from edge.core.framing import (
     BODY_LENGTH,
     BODY_NONE,
     BODY_UNTIL_CLOSE,
+    HeadTooLarge,
     Rejection,
     RequestHead,
+    RequestHeadReader,
     check_request,
     check_response,
     host_name,
@@ -89,7 +91,7 @@ def test_hop_by_hop_internal_and_edge_set_headers_are_not_forwarded() -> None:
         (b"X-Forwarded-Proto", b"https"),
         (b"Accept", b"*/*"),
     ])
-    assert head.forward == [(b"Accept", b"*/*")]
+    assert head.forward == b"Accept: */*\r\n"
 
 
 def test_forwarded_for_and_request_id_and_hold_timeout_are_read() -> None:
@@ -109,7 +111,7 @@ def test_response_framing_follows_the_upstream_and_drops_hop_by_hop() -> None:
     response = check_response(200, [(b"Content-Length", b"5"), (b"Connection", b"X-A"),
                                     (b"X-A", b"1"), (b"X-B", b"2")], head_request=False)
     assert (response.body, response.content_length) == (BODY_LENGTH, 5)
-    assert response.forward == [(b"X-B", b"2")]
+    assert response.forward == b"X-B: 2\r\n"
     assert check_response(200, [(b"Transfer-Encoding", b"chunked")], False).body == BODY_CHUNKED
     assert check_response(200, [], False).body == BODY_UNTIL_CLOSE
     assert check_response(204, [], False).body == BODY_NONE
@@ -118,4 +120,62 @@ def test_response_framing_follows_the_upstream_and_drops_hop_by_hop() -> None:
 def test_a_head_response_keeps_its_content_length_but_has_no_body() -> None:
     response = check_response(200, [(b"Content-Length", b"11")], head_request=True)
     assert response.body == BODY_NONE
-    assert response.forward == [(b"Content-Length", b"11")]
+    assert response.forward == b"Content-Length: 11\r\n"
+
+
+def test_an_empty_or_blank_host_is_missing_even_on_the_fast_path() -> None:
+    assert rejected([(b"Host", b"")]) == "missing_host"
+    assert rejected([(b"Host", b"   ")]) == "missing_host"
+    assert accepted([(b"Host", b"  app.localhost ")]).authority == b"app.localhost"
+
+
+def test_connection_close_and_named_headers_on_a_request() -> None:
+    head = accepted([*H, (b"Connection", b"close, X-Drop"), (b"X-Drop", b"1"), (b"X-Keep", b"2"),
+                     (b"Connection", b"x-also"), (b"X-Also", b"3")])
+    assert head.forward == b"X-Keep: 2\r\n"
+
+
+def test_a_response_saying_close_is_marked_close_and_keep_alive_is_not() -> None:
+    assert check_response(200, [(b"Content-Length", b"0"), (b"Connection", b"close")],
+                          False).close
+    kept = check_response(200, [(b"Content-Length", b"0"), (b"Connection", b"Keep-Alive"),
+                                (b"Keep-Alive", b"timeout=5"), (b"X-A", b"1")], False)
+    assert not kept.close and kept.forward == b"X-A: 1\r\n"
+
+
+def test_response_content_length_with_spaces_or_repeats_is_read_and_junk_is_until_close() -> None:
+    assert check_response(200, [(b"Content-Length", b" 7 ")], False).content_length == 7
+    assert check_response(200, [(b"Content-Length", b"7"), (b"Content-Length", b"7")],
+                          False).content_length == 7
+    assert check_response(200, [(b"Content-Length", b"x")], False).body == BODY_UNTIL_CLOSE
+    assert check_response(200, [(b"Content-Length", b"7"), (b"Content-Length", b"8")],
+                          False).body == BODY_UNTIL_CLOSE
+
+
+def test_the_reader_stops_the_parser_past_its_header_count_or_byte_limits() -> None:
+    reader = RequestHeadReader(max_headers=2, max_header_bytes=1000)
+    reader.on_url(b"/")
+    reader.on_header(b"Host", b"a")
+    reader.on_header(b"A", b"1")
+    with pytest.raises(HeadTooLarge):
+        reader.on_header(b"B", b"2")
+    assert reader.rejection is not None and reader.rejection.code == "headers_too_large"
+    big = RequestHeadReader(max_headers=100, max_header_bytes=64)
+    big.on_url(b"/" + b"p" * 40)
+    with pytest.raises(HeadTooLarge):
+        big.on_header(b"Host", b"h" * 30)
+
+
+def test_a_reset_reader_decides_the_next_head_afresh() -> None:
+    reader = RequestHeadReader(max_headers=10, max_header_bytes=1000)
+    reader.on_url(b"/one")
+    reader.on_header(b"Host", b"a.localhost")
+    reader.on_header(b"Content-Length", b"5")
+    first = reader.finish("1.1", 100)
+    reader.reset()
+    reader.on_url(b"/two")
+    reader.on_header(b"Host", b"b.localhost")
+    second = reader.finish("1.1", 100)
+    assert isinstance(first, RequestHead) and isinstance(second, RequestHead)
+    assert (first.target, first.body) == (b"/one", BODY_LENGTH)
+    assert (second.target, second.host, second.body) == (b"/two", "b.localhost", BODY_NONE)

@@ -45,3 +45,18 @@ def test_a_newer_record_from_its_worker_brings_the_machine_back() -> None:
     view.apply_record("hello", "m1", record(updated_at=wall.now + 1))
     assert [s.id for s in view.apps["hello"].routable] == ["m1"]
     assert view.tombstones == {}
+
+
+def test_routes_follow_app_changes_after_being_looked_up() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", parse({"name": "hello", "image": "img", "hosts": ["www.example.com"]}))
+    hello = view.apps["hello"]
+    assert view.route("hello.localhost") is hello
+    assert view.route("www.example.com") is hello
+    view.set_app("other", parse({"name": "other", "image": "img",
+                                 "hosts": ["www.example.com"]}))
+    view.set_app("hello", parse({"name": "hello", "image": "img"}))
+    assert view.route("www.example.com") is view.apps["other"]
+    view.set_app("hello", None)
+    assert view.route("hello.localhost") is None
+    assert view.route("nobody.localhost") is None
