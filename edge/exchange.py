@@ -14,9 +14,9 @@ from edge.core.framing import (
     BODY_CHUNKED,
     BODY_LENGTH,
     BODY_NONE,
-    BODY_UNTIL_CLOSE,
     RequestHead,
     ResponseHead,
+    status_line,
 )
 from edge.errors import error_response, status_of
 
@@ -127,32 +127,33 @@ class Exchange:
 
     # -- response, from the upstream parser ----------------------------------------------
 
-    def response_head(self, status: int, reason: bytes, head: ResponseHead) -> None:
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason or b"-"), head.forward]
-        if head.body in (BODY_CHUNKED, BODY_UNTIL_CLOSE):
-            if self.http10:
-                self.close_after = True
-            else:
-                self.rechunk = True
-                parts.append(b"Transfer-Encoding: chunked\r\n")
-        elif head.body == BODY_LENGTH:
-            parts.append(b"Content-Length: %d\r\n" % head.content_length)
+    def response_head(self, status: int, head: ResponseHead) -> None:
+        body = head.body
+        if body == BODY_LENGTH:
+            framing = b"Content-Length: %d\r\n" % head.content_length
+        elif body == BODY_NONE:
+            framing = b""
+        elif self.http10:  # chunked or until-close, to a client that cannot take chunks
+            framing = b""
+            self.close_after = True
+        else:
+            framing = b"Transfer-Encoding: chunked\r\n"
+            self.rechunk = True
         if not self.body_done:
             self.close_after = True
         if self.close_after:
-            parts.append(b"Connection: close\r\n")
-        elif self.http10:
-            parts.append(b"Connection: keep-alive\r\n")
-        if self.timing:
-            parts += (b"Server-Timing: ", self.timing, CRLF)
-        parts.append(CRLF)
+            connection = b"Connection: close\r\n"
+        else:
+            connection = b"Connection: keep-alive\r\n" if self.http10 else b""
+        timing = b"Server-Timing: %s\r\n" % self.timing if self.timing else b""
+        data = b"".join((status_line(status), head.forward, framing, connection, timing, CRLF))
         self.status = status
         self.response_started = True
         self.progress_at = self.client.loop.time()
-        if head.body == BODY_LENGTH:
-            self.pending_head = b"".join(parts)  # goes out with the body: one send
+        if body == BODY_LENGTH:
+            self.pending_head = data  # goes out with the body: one send
         else:
-            self.client.write(b"".join(parts))  # streams (SSE, long polls) see headers now
+            self.client.write(data)  # streams (SSE, long polls) see headers now
 
     def response_body(self, data: bytes) -> None:
         self.progress_at = self.client.loop.time()

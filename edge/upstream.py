@@ -43,10 +43,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.used = 0
 
     def _new_parser(self) -> httptools.HttpResponseParser:
-        """The status line and headers go straight from the parser to the pure reader."""
+        """The headers go straight from the parser to the pure reader (the status line's
+        reason phrase is not read: the edge sends the standard one)."""
         reader = self.reader
         return httptools.HttpResponseParser(SimpleNamespace(
-            on_message_begin=reader.reset, on_status=reader.on_status,
             on_header=reader.on_header, on_headers_complete=self.on_headers_complete,
             on_body=self.on_body, on_message_complete=self.on_message_complete,
         ))
@@ -148,13 +148,14 @@ class UpstreamConnection(asyncio.Protocol):
         status = parser.get_status_code()
         if 100 <= status < 200:
             self.skip_interim = True  # 1xx: the edge answered Expect itself
+            self.reader.reset()
             return
         head_request = exchange.method == b"HEAD"
         reader = self.reader
         response = reader.finish(status, head_request)
         self.response = response
         self.keep_alive = parser.should_keep_alive() and not response.close
-        exchange.response_head(status, reader.reason, response)
+        exchange.response_head(status, response)
         if head_request and response.body == BODY_NONE:
             self.head_only = True
 

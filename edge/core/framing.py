@@ -19,6 +19,7 @@ of sockets; header names and values are bytes as parsed.
 from __future__ import annotations
 
 import functools
+import http
 from dataclasses import dataclass
 
 BODY_NONE = 0
@@ -72,6 +73,18 @@ class ResponseHead:
     content_length: int
     close: bool
     forward: bytes
+
+
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode())
+                 for s in http.HTTPStatus}
+
+
+def status_line(status: int) -> bytes:
+    """The status line the edge sends for `status`: its standard reason phrase, whatever
+    the machine wrote (as Envoy and Go's ReverseProxy do; HTTP/2 has no phrase at all).
+    An unregistered code gets an empty phrase, which HTTP/1.1 allows."""
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
 
 
 @functools.lru_cache(maxsize=4096)
@@ -175,6 +188,8 @@ _REQUEST_ROLES: dict[bytes, int] = {
     b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
     b"x-forwarded-for": _FORWARDED_FOR, b"expect": _EXPECT,
 }
+# Connection values that name no header and need no parsing: value -> says close.
+_PLAIN_CONNECTION = {b"keep-alive": False, b"Keep-Alive": False, b"close": True, b"Close": True}
 _RESPONSE_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP},
     b"content-length": _LENGTH, b"transfer-encoding": _CODING, b"connection": _CONNECTION,
@@ -235,6 +250,18 @@ class RequestHeadReader:
 
     def finish(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
         """Decide on the head read since `reset`; `version` is "1.0" or "1.1"."""
+        special = self.special
+        url = self.url
+        if len(special) == 1 and special[0][0] == _HOST and url[:1] == b"/":
+            # The usual head: one Host, an origin-form target, nothing else the edge reads
+            # (so no body). What `_decide` answers for it, without building its lists.
+            authority = special[0][2].strip()
+            if authority:
+                return RequestHead(host_name(authority), authority, url, BODY_NONE, 0, False,
+                                   None, None, None, b"".join(self.forward))
+        return self._decide(version, max_body_bytes)
+
+    def _decide(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
         hosts: list[bytes] = []
         lengths: list[bytes] = []
         codings: list[bytes] = []
@@ -281,20 +308,18 @@ class RequestHeadReader:
 
 
 class ResponseHeadReader:
-    """One response head at a time: `reset`, `on_status` / `on_header`, `finish`."""
+    """One response head at a time: `on_header` as the parser reads, then `finish`, which
+    also makes the reader ready for the next head (so the parser needs no message-begin
+    callback). `reset` drops a head that will not be finished (a 1xx)."""
 
-    __slots__ = ("forward", "reason", "special")
+    __slots__ = ("forward", "special")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.reason = b""
         self.forward: list[bytes] = []
         self.special: list[tuple[int, bytes]] = []
-
-    def on_status(self, reason: bytes) -> None:
-        self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
         role = _RESPONSE_ROLES.get(name.lower())
@@ -304,8 +329,32 @@ class ResponseHeadReader:
             self.special.append((role, value))
 
     def finish(self, status: int, head_request: bool) -> ResponseHead:
-        """How the body of the response read since `reset` is framed (`head_request`:
-        it answers a HEAD, so it has none whatever it says)."""
+        """How the body of the response just read is framed (`head_request`: it answers
+        a HEAD, so it has none whatever it says)."""
+        decision = self._fast(status, head_request) or self._decide(status, head_request)
+        self.forward = []
+        self.special = []
+        return decision
+
+    def _fast(self, status: int, head_request: bool) -> ResponseHead | None:
+        if not head_request and status >= 200 and status != 204 and status != 304:
+            # The usual response: one plain Content-Length and perhaps a plain Connection.
+            # What `_decide` answers for it, without building its sets and lists.
+            length = -1
+            close = False
+            for role, value in self.special:
+                if role == _LENGTH and length < 0 and value.isdigit():
+                    length = int(value)
+                elif role == _CONNECTION and value in _PLAIN_CONNECTION:
+                    close = close or _PLAIN_CONNECTION[value]
+                else:
+                    break  # anything else: the general decision
+            else:
+                if length >= 0:
+                    return ResponseHead(BODY_LENGTH, length, close, b"".join(self.forward))
+        return None
+
+    def _decide(self, status: int, head_request: bool) -> ResponseHead:
         named: frozenset[bytes] = frozenset()
         lengths: list[bytes] = []
         chunked = close = False

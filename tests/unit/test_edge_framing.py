@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edge.core.framing import (
     BODY_CHUNKED,
@@ -13,9 +15,12 @@ from edge.core.framing import (
     Rejection,
     RequestHead,
     RequestHeadReader,
+    ResponseHead,
+    ResponseHeadReader,
     check_request,
     check_response,
     host_name,
+    status_line,
 )
 
 H = [(b"Host", b"app.localhost")]
@@ -179,3 +184,58 @@ def test_a_reset_reader_decides_the_next_head_afresh() -> None:
     assert isinstance(first, RequestHead) and isinstance(second, RequestHead)
     assert (first.target, first.body) == (b"/one", BODY_LENGTH)
     assert (second.target, second.host, second.body) == (b"/two", "b.localhost", BODY_NONE)
+
+
+_REQUEST_NAMES = [b"Host", b"host", b"Content-Length", b"Transfer-Encoding", b"Connection",
+                  b"X-Request-Id", b"Accept", b"X-Thaw-Hold-Timeout-Ms", b"Expect",
+                  b"X-Forwarded-For", b"Keep-Alive", b"X-Drop"]
+_VALUES = [b"a.localhost", b"", b" ", b" 5", b"5", b"chunked", b"keep-alive", b"Close",
+           b"X-Drop", b"100-continue", b"1.2.3.4", b"x"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_REQUEST_NAMES), st.sampled_from(_VALUES)),
+                max_size=6),
+       st.sampled_from([b"/", b"/p?q=1", b"http://a.localhost/x", b"*"]),
+       st.sampled_from(["1.0", "1.1"]))
+def test_the_request_fast_path_decides_as_the_general_rules_do(
+    headers: list[tuple[bytes, bytes]], url: bytes, version: str
+) -> None:
+    reader = RequestHeadReader(max_headers=100, max_header_bytes=65536)
+    reader.on_url(url)
+    for name, value in headers:
+        reader.on_header(name, value)
+    assert reader.finish(version, 1000) == reader._decide(version, 1000)
+
+
+_RESPONSE_NAMES = [b"Content-Length", b"content-length", b"Connection", b"Transfer-Encoding",
+                   b"Keep-Alive", b"X-A", b"X-Drop", b"Server"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_RESPONSE_NAMES), st.sampled_from(_VALUES)),
+                max_size=6),
+       st.sampled_from([101, 200, 204, 304, 404, 503]), st.booleans())
+def test_the_response_fast_path_decides_as_the_general_rules_do(
+    headers: list[tuple[bytes, bytes]], status: int, head_request: bool
+) -> None:
+    reader = ResponseHeadReader()
+    for name, value in headers:
+        reader.on_header(name, value)
+    fast = reader._fast(status, head_request)
+    assert fast is None or fast == reader._decide(status, head_request)
+
+
+def test_the_usual_response_takes_the_fast_path_and_finish_readies_the_next_head() -> None:
+    reader = ResponseHeadReader()
+    for name, value in [(b"Server", b"x"), (b"Content-Length", b"3"),
+                        (b"Connection", b"keep-alive")]:
+        reader.on_header(name, value)
+    assert reader._fast(200, False) == ResponseHead(BODY_LENGTH, 3, False, b"Server: x\r\n")
+    assert reader.finish(200, False).content_length == 3
+    reader.on_header(b"Transfer-Encoding", b"chunked")
+    assert reader.finish(200, False) == ResponseHead(BODY_CHUNKED, 0, False, b"")
+
+
+def test_the_status_line_carries_the_standard_reason_phrase() -> None:
+    assert status_line(200) == b"HTTP/1.1 200 OK\r\n"
+    assert status_line(404) == b"HTTP/1.1 404 Not Found\r\n"
+    assert status_line(299) == b"HTTP/1.1 299 \r\n"
