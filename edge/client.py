@@ -134,13 +134,22 @@ class ClientConnection(asyncio.Protocol):
         if parser.should_upgrade():
             self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
             raise _Stop
-        version = parser.get_http_version()
-        head = self.reader.finish(version, self.max_body_bytes)
-        if isinstance(head, Rejection):
-            self.reject = (head.code, head.message)
-            raise _Stop
-        exchange = Exchange(self, parser.get_method(), head, parser.should_keep_alive(),
-                            version == "1.0")
+        keep_alive = parser.should_keep_alive()
+        head = self.reader.finish_usual() if keep_alive else None
+        if head is not None:
+            # Keep-alive with no Connection header is HTTP/1.1 by llhttp's own rule (1.0
+            # needs `Connection: keep-alive`; it takes no other 1.x), so the version string
+            # need not be made: the usual request skips it.
+            http10 = False
+        else:
+            version = parser.get_http_version()
+            decided = self.reader.finish(version, self.max_body_bytes)
+            if isinstance(decided, Rejection):
+                self.reject = (decided.code, decided.message)
+                raise _Stop
+            head = decided
+            http10 = version == "1.0"
+        exchange = Exchange(self, parser.get_method(), head, keep_alive, http10)
         self.parsing = exchange
         exchanges = self.exchanges
         exchanges.append(exchange)

@@ -22,6 +22,7 @@ STATUS: dict[str, int] = {
     "body_too_large": 413,
     "headers_too_large": 431,
     "upgrade_not_supported": 501,
+    "version_not_supported": 505,
     "bad_gateway": 502,
     "queue_full": 503,
     "edge_full": 503,

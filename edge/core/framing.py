@@ -249,17 +249,24 @@ class RequestHeadReader:
         self.special.append((role, lname, value))
 
     def finish(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
-        """Decide on the head read since `reset`; `version` is "1.0" or "1.1"."""
+        """Decide on the head read since `reset`; `version` as the parser read it ("1.1";
+        HTTP/1 parsers also take "1.0", "0.9" and "2.0", and only 1.0 and 1.1 are served)."""
+        if version != "1.1" and version != "1.0":
+            return Rejection("version_not_supported", f"HTTP/{version} is not served")
+        return self.finish_usual() or self._decide(version, max_body_bytes)
+
+    def finish_usual(self) -> RequestHead | None:
+        """The decision for the usual head — one Host, an origin-form target, nothing else
+        the edge reads (so no body and no Connection header) — or None for any other.
+        The same decision `_decide` makes for it, in any version, without its lists."""
         special = self.special
         url = self.url
         if len(special) == 1 and special[0][0] == _HOST and url[:1] == b"/":
-            # The usual head: one Host, an origin-form target, nothing else the edge reads
-            # (so no body). What `_decide` answers for it, without building its lists.
             authority = special[0][2].strip()
             if authority:
                 return RequestHead(host_name(authority), authority, url, BODY_NONE, 0, False,
                                    None, None, None, b"".join(self.forward))
-        return self._decide(version, max_body_bytes)
+        return None
 
     def _decide(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
         hosts: list[bytes] = []

@@ -230,6 +230,30 @@ async def test_http_1_0_is_answered_and_closed(edge: EdgeHarness) -> None:
     assert status == 200 and len(body) == 1000 and "transfer-encoding" not in headers
 
 
+async def test_http_1_0_keep_alive_is_kept_and_said_then_a_plain_1_0_request_closes(
+    edge: EdgeHarness,
+) -> None:
+    data = await exchange_raw(
+        edge.port,
+        b"GET / HTTP/1.0\r\nHost: web.localhost\r\nConnection: keep-alive\r\n\r\n"
+        b"GET / HTTP/1.0\r\nHost: web.localhost\r\n\r\n",
+    )
+    first, second = data.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert b"Connection: keep-alive\r\n" in first and first.endswith(b"hello from web-m1")
+    assert b"Connection: close\r\n" in second and second.endswith(b"hello from web-m1")
+
+
+@pytest.mark.parametrize("version", [b"2.0", b"0.9"])
+async def test_http_versions_other_than_1_0_and_1_1_answer_505_and_close(
+    edge: EdgeHarness, version: bytes
+) -> None:
+    data = await exchange_raw(edge.port, b"GET / HTTP/" + version + b"\r\n"
+                                         b"Host: web.localhost\r\n\r\n")
+    status, headers, body = split_response(data)
+    assert status == 505 and headers["connection"] == "close"
+    assert json.loads(body)["error"] == "version_not_supported"
+
+
 async def test_a_head_request_keeps_the_connection_usable(edge: EdgeHarness) -> None:
     data = await exchange_raw(
         edge.port,

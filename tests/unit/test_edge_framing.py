@@ -239,3 +239,9 @@ def test_the_status_line_carries_the_standard_reason_phrase() -> None:
     assert status_line(200) == b"HTTP/1.1 200 OK\r\n"
     assert status_line(404) == b"HTTP/1.1 404 Not Found\r\n"
     assert status_line(299) == b"HTTP/1.1 299 \r\n"
+
+
+@pytest.mark.parametrize("version", ["0.9", "2.0"])
+def test_only_http_1_0_and_1_1_heads_are_served(version: str) -> None:
+    head = check_request(b"GET", version, b"/", H, 1000)
+    assert isinstance(head, Rejection) and head.code == "version_not_supported"
