@@ -210,7 +210,7 @@ class Exchange:
         # (fail() may have abandoned the upstream before it could unpause the client).
         if client.pause_reasons & PAUSE_UPSTREAM:
             client.unpause(PAUSE_UPSTREAM)
-        client.edge.exchange_finished(self)
+        client.edge.exchange_ended(self, True)
         client.exchange_done(self)
 
     def abort(self) -> None:
@@ -221,5 +221,5 @@ class Exchange:
         self.upstream = None
         if upstream is not None:
             upstream.abandon()
-        self.client.edge.exchange_aborted(self)
+        self.client.edge.exchange_ended(self, False)
         self.state = DONE

@@ -4,7 +4,7 @@ Warm path: route Host -> app, `balance.pick` a machine, forward. Cold path:
 hold (`HoldQueues`), wake through placement (single flight, `scaling`),
 release held requests as machines take them, expire the late ones. Every
 exchange ends in exactly one answer; accounting (in-flight per machine, held
-counts, metrics) happens in `exchange_finished` / `exchange_aborted` only.
+counts, metrics) happens in `exchange_ended` only.
 """
 
 from __future__ import annotations
@@ -169,18 +169,13 @@ class Edge:
 
     # -- endings -------------------------------------------------------------------------
 
-    def exchange_finished(self, exchange: Exchange) -> None:
+    def exchange_ended(self, exchange: Exchange, answered: bool) -> None:
+        """Accounting of an exchange that answered, or whose client went away first."""
         app = exchange.app
-        key = (app.name if app else "", exchange.status)
-        counts = self.request_counts
-        counts[key] = counts.get(key, 0) + 1
-        self._release_accounting(exchange)
-
-    def exchange_aborted(self, exchange: Exchange) -> None:
-        self._release_accounting(exchange)
-
-    def _release_accounting(self, exchange: Exchange) -> None:
-        app = exchange.app
+        if answered:
+            key = (app.name if app else "", exchange.status)
+            counts = self.request_counts
+            counts[key] = counts.get(key, 0) + 1
         if app is None:
             return
         # Not "if state == HELD": finish() marks the exchange DONE before this runs, and a

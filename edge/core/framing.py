@@ -179,9 +179,9 @@ class HeadTooLarge(Exception):
     """Raised from `on_header` to stop the parser; the reader's `rejection` says why."""
 
 
-# What a header is to the edge, by lower-case name; absent: passed on as it is.
-_HOST, _LENGTH, _CODING, _CONNECTION, _REQUEST_ID, _FORWARDED_FOR, _EXPECT, _DROP = range(8)
-_INTERNAL = 8
+# What a header is to the edge, by lower-case name; absent: passed on as it is (_PASS).
+(_PASS, _HOST, _LENGTH, _CODING, _CONNECTION, _REQUEST_ID, _FORWARDED_FOR, _EXPECT, _DROP,
+ _INTERNAL, _HOLD_TIMEOUT) = range(11)
 _REQUEST_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP | SET_BY_EDGE},
     b"host": _HOST, b"content-length": _LENGTH, b"transfer-encoding": _CODING,
@@ -194,6 +194,33 @@ _RESPONSE_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP},
     b"content-length": _LENGTH, b"transfer-encoding": _CODING, b"connection": _CONNECTION,
 }
+
+
+# Roles by the name as received (any case), filled as names are seen. Bounded: names are
+# the client's to choose; past the bound a name is classified every time it is seen.
+_ROLE_CACHE_MAX = 2048
+_request_role_cache: dict[bytes, int] = {}
+_response_role_cache: dict[bytes, int] = {}
+
+
+def _request_role(name: bytes) -> int:
+    lname = name.lower()
+    role = _REQUEST_ROLES.get(lname)
+    if role is None:
+        if not lname.startswith(INTERNAL_PREFIX):
+            role = _PASS
+        else:
+            role = _HOLD_TIMEOUT if lname == HOLD_TIMEOUT_HEADER else _INTERNAL
+    if len(_request_role_cache) < _ROLE_CACHE_MAX:
+        _request_role_cache[name] = role
+    return role
+
+
+def _response_role(name: bytes) -> int:
+    role = _RESPONSE_ROLES.get(name.lower(), _PASS)
+    if len(_response_role_cache) < _ROLE_CACHE_MAX:
+        _response_role_cache[name] = role
+    return role
 
 
 def _without_named(parts: list[bytes], named: frozenset[bytes]) -> bytes:
@@ -224,7 +251,7 @@ class RequestHeadReader:
     def reset(self) -> None:
         self.url = b""
         self.forward: list[bytes] = []  # (name, ": ", value, CRLF) per passed-on header
-        self.special: list[tuple[int, bytes, bytes]] = []  # (role, lower name, value)
+        self.special: list[tuple[int, bytes]] = []  # (role, value) of headers the edge reads
         self.count = 0
         self.size = 0
 
@@ -239,14 +266,13 @@ class RequestHeadReader:
             self.rejection = Rejection("headers_too_large",
                                        "too many or too large request headers")
             raise HeadTooLarge
-        lname = name.lower()
-        role = _REQUEST_ROLES.get(lname)
+        role = _request_role_cache.get(name)
         if role is None:
-            if not lname.startswith(INTERNAL_PREFIX):
-                self.forward += (name, b": ", value, CRLF)
-                return
-            role = _INTERNAL
-        self.special.append((role, lname, value))
+            role = _request_role(name)
+        if role == _PASS:
+            self.forward += (name, b": ", value, CRLF)
+        else:
+            self.special.append((role, value))
 
     def finish(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
         """Decide on the head read since `reset`; `version` as the parser read it ("1.1";
@@ -262,7 +288,7 @@ class RequestHeadReader:
         special = self.special
         url = self.url
         if len(special) == 1 and special[0][0] == _HOST and url[:1] == b"/":
-            authority = special[0][2].strip()
+            authority = special[0][1].strip()
             if authority:
                 return RequestHead(host_name(authority), authority, url, BODY_NONE, 0, False,
                                    None, None, None, b"".join(self.forward))
@@ -276,7 +302,7 @@ class RequestHeadReader:
         request_id = forwarded_for = None
         expect = False
         hold_timeout_s: float | None = None
-        for role, lname, value in self.special:
+        for role, value in self.special:
             if role == _HOST:
                 hosts.append(value)
             elif role == _LENGTH:
@@ -292,7 +318,7 @@ class RequestHeadReader:
                 forwarded_for = prior + value.strip()
             elif role == _EXPECT:
                 expect = value.strip().lower() == b"100-continue"
-            elif role == _INTERNAL and lname == HOLD_TIMEOUT_HEADER and value.strip().isdigit():
+            elif role == _HOLD_TIMEOUT and value.strip().isdigit():
                 hold_timeout_s = int(value.strip()) / 1000.0
         url = self.url
         authority: tuple[bytes, bytes] | Rejection
@@ -329,8 +355,10 @@ class ResponseHeadReader:
         self.special: list[tuple[int, bytes]] = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        role = _RESPONSE_ROLES.get(name.lower())
+        role = _response_role_cache.get(name)
         if role is None:
+            role = _response_role(name)
+        if role == _PASS:
             self.forward += (name, b": ", value, CRLF)
         elif role != _DROP:
             self.special.append((role, value))
@@ -338,12 +366,7 @@ class ResponseHeadReader:
     def finish(self, status: int, head_request: bool) -> ResponseHead:
         """How the body of the response just read is framed (`head_request`: it answers
         a HEAD, so it has none whatever it says)."""
-        decision = self._fast(status, head_request) or self._decide(status, head_request)
-        self.forward = []
-        self.special = []
-        return decision
-
-    def _fast(self, status: int, head_request: bool) -> ResponseHead | None:
+        decision: ResponseHead | None = None
         if not head_request and status >= 200 and status != 204 and status != 304:
             # The usual response: one plain Content-Length and perhaps a plain Connection.
             # What `_decide` answers for it, without building its sets and lists.
@@ -358,8 +381,12 @@ class ResponseHeadReader:
                     break  # anything else: the general decision
             else:
                 if length >= 0:
-                    return ResponseHead(BODY_LENGTH, length, close, b"".join(self.forward))
-        return None
+                    decision = ResponseHead(BODY_LENGTH, length, close, b"".join(self.forward))
+        if decision is None:
+            decision = self._decide(status, head_request)
+        self.forward = []
+        self.special = []
+        return decision
 
     def _decide(self, status: int, head_request: bool) -> ResponseHead:
         named: frozenset[bytes] = frozenset()
