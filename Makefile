@@ -6,8 +6,10 @@ STAMP  := $(VENV)/.thaw-installed
 
 # Debian packages the tests start for real (command:package).
 SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap
+EDGE_TESTS := tests/unit/test_edge_*.py tests/integration/test_edge_*.py \
+              tests/integration/test_native_modules.py tests/e2e/test_up.py
 
-.PHONY: test up lint typecheck unit sysdeps venv clean
+.PHONY: test up lint typecheck unit sysdeps venv native clean
 
 venv: $(STAMP)
 
@@ -32,6 +34,11 @@ sysdeps:
 	  fi; \
 	fi
 
+# The edge's hot modules compiled with mypyc (thaw/native.py); skipped when the build
+# matches the sources; without a C compiler the edge runs the same modules as Python.
+native: venv
+	@$(PY) -m thaw.native build || echo "continuing without the native edge"
+
 lint: venv
 	$(PY) -m ruff check .
 
@@ -41,11 +48,14 @@ typecheck: venv
 unit: venv
 	$(PY) -m pytest -q tests/unit
 
-test: sysdeps venv lint typecheck
+# Every test with the native edge when it is built, then the edge's own tests again as
+# pure Python, so both forms of the same modules are exercised.
+test: sysdeps venv lint typecheck native
 	$(PY) -m pytest -q
+	THAW_NATIVE=0 $(PY) -m pytest -q $(EDGE_TESTS)
 
-up: sysdeps venv
+up: sysdeps venv native
 	$(VENV)/bin/thaw up $(UP_ARGS)
 
 clean:
-	rm -rf $(VENV) .thaw .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .thaw .native build .pytest_cache .mypy_cache .ruff_cache

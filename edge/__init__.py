@@ -2,3 +2,7 @@
 placement wakes a machine, balances warm requests over started machines, and
 stops idle machines through placement. See docs/edge.md.
 """
+
+from thaw.native import use_native
+
+use_native(__name__, __path__)  # compiled hot modules first, when built from these sources

@@ -36,7 +36,10 @@ class _Stop(Exception):
     """Raised inside a parser callback to stop parsing; the reason is kept on the connection."""
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection:
+    """An asyncio protocol by its methods (uvloop needs no base class; without one it can
+    be a native class when compiled)."""
+
     def __init__(self, edge: Edge) -> None:
         self.edge = edge
         self.config = edge.config

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import cast
 
 from aiohttp import web
 
@@ -57,8 +58,8 @@ class EdgeRuntime:
             log.warning("registry unavailable at start, starting with an empty view: %s", exc)
         self._feed.start()
         self._server = await loop.create_server(
-            lambda: ClientConnection(edge), config.host, config.port, backlog=4096,
-            reuse_address=True,
+            lambda: cast(asyncio.Protocol, ClientConnection(edge)), config.host, config.port,
+            backlog=4096, reuse_address=True,
         )
         self._proxy_port = self._server.sockets[0].getsockname()[1]
         self._admin = web.AppRunner(build_admin_app(edge), access_log=None)

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection:
+    """An asyncio protocol by its methods (see ClientConnection)."""
+
     def __init__(self, pool: UpstreamPool, address: str) -> None:
         self.pool = pool
         self.address = address
@@ -204,11 +206,12 @@ class UpstreamPool:
 
     async def connect(self, slot: MachineSlot) -> UpstreamConnection:
         """A new connection to `slot`; OSError or TimeoutError when it cannot be made."""
+        conn = UpstreamConnection(self, slot.address)
         async with asyncio.timeout(self.connect_timeout_s):
-            _, protocol = await self.loop.create_connection(
-                lambda: UpstreamConnection(self, slot.address), slot.host, slot.port
+            await self.loop.create_connection(
+                lambda: cast(asyncio.Protocol, conn), slot.host, slot.port
             )
-        return protocol
+        return conn
 
     def release(self, conn: UpstreamConnection, reusable: bool) -> None:
         if reusable and not conn.closed:

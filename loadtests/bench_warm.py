@@ -52,7 +52,7 @@ http {{ access_log off; keepalive_requests 1000000;
 """
 
 
-TARGETS = ("direct", "nginx", "floor", "edge")
+TARGETS = ("direct", "nginx", "floor", "edge", "edge-py")
 
 
 async def seed_registry(url: str, backend_port: int) -> None:
@@ -75,7 +75,8 @@ async def seed_registry(url: str, backend_port: int) -> None:
 
 def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str, list[WrkResult]]]:
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
-    ports = {name: free_port() for name in ("backend", "nginx", "floor", "edge", "admin", "redis")}
+    ports = {name: free_port() for name in ("backend", "nginx", "floor", "edge", "admin",
+                                            "edge-py", "admin-py", "redis")}
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
     (work / "proxy.conf").write_text(
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
@@ -103,16 +104,24 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
         for name in ("backend", "nginx", "floor", "redis"):
             wait_port(ports[name])
         asyncio.run(seed_registry(redis_url, ports["backend"]))
-        edge_cmd = [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
-                    "--port", str(ports["edge"]), "--admin-port", str(ports["admin"]),
+        def edge_cmd(port: str, admin: str) -> list[str]:
+            return [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
+                    "--port", str(ports[port]), "--admin-port", str(ports[admin]),
                     "--placement", "http://127.0.0.1:9", "--log-level", "warning"]
-        with process(edge_cmd, cpu=0, log=work / "edge.log"):
+
+        with (
+            process(edge_cmd("edge", "admin"), cpu=0, log=work / "edge.log"),
+            process(edge_cmd("edge-py", "admin-py"), cpu=0, log=work / "edge-py.log",
+                    env={"THAW_NATIVE": "0"}),
+        ):
             wait_port(ports["edge"])
+            wait_port(ports["edge-py"])
             targets = {
                 "direct": (f"http://127.0.0.1:{ports['backend']}/", None),
                 "nginx": (f"http://127.0.0.1:{ports['nginx']}/", "bench.localhost"),
                 "floor": (f"http://127.0.0.1:{ports['floor']}/", "bench.localhost"),
                 "edge": (f"http://127.0.0.1:{ports['edge']}/", "bench.localhost"),
+                "edge-py": (f"http://127.0.0.1:{ports['edge-py']}/", "bench.localhost"),
             }
             for url, host in targets.values():  # warm up every path once
                 wrk(url, host=host, connections=args.connections, duration_s=1, cpu=1)
@@ -145,29 +154,48 @@ def table(med: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
+def paired_ratio(results: dict[str, list[WrkResult]], name: str) -> float:
+    """Median over rounds of name / nginx within each round (rounds are interleaved, so
+    this cancels the machine's drift between rounds better than a ratio of medians)."""
+    return median([a.requests_per_s / b.requests_per_s
+                   for a, b in zip(results[name], results["nginx"], strict=True)])
+
+
 def report(results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]],
            args: argparse.Namespace, command: str) -> str:
+    from thaw.native import state
+
     med, low = medians(results), medians(light)
     ratio = med["edge"]["rps"] / med["nginx"]["rps"]
+    paired = paired_ratio(results, "edge")
     added_p99 = med["edge"]["p99"] - med["direct"]["p99"]
     low_p50 = low["edge"]["p50"] - low["direct"]["p50"]
     low_p99 = low["edge"]["p99"] - low["direct"]["p99"]
+    native_on, native_why = state()
     return "\n".join([
         "## Warm proxy (`loadtests/bench_warm.py`)", "",
         f"Command: `{command}`  ",
         f"Machine: {machine_line()}  ",
         f"wrk 1 thread, {args.duration} s per run, {args.rounds} interleaved rounds; proxy "
         "pinned to core 0, backend (nginx `return 200`) and wrk on core 1. Figures are "
-        "medians over rounds.", "",
+        "medians over rounds. `edge` is `thaw edge` as built by `make native` (native "
+        f"{'on' if native_on else 'off'}: {native_why}); `edge-py` is the same process "
+        "with `THAW_NATIVE=0` (the same modules as Python); `floor` is "
+        "`loadtests/floor_proxy.py`, the least a Python httptools proxy does.", "",
         f"Saturation, {args.connections} connections:", "", *table(med), "",
         f"Light load, {args.light_connections} connections:", "", *table(low), "",
-        f"- edge / nginx throughput: **{ratio:.2f}** (target ≥ 0.5: "
-        f"{'met' if ratio >= 0.5 else 'NOT met'})",
+        f"- edge / nginx throughput: **{ratio:.2f}** (ratio of medians), **{paired:.2f}** "
+        f"(median of per-round ratios) — target ≥ 0.5: "
+        f"{'met' if min(ratio, paired) >= 0.5 else 'NOT met'}",
+        f"- edge-py / nginx: {med['edge-py']['rps'] / med['nginx']['rps']:.2f} "
+        f"(per round {paired_ratio(results, 'edge-py'):.2f}); floor / nginx: "
+        f"{med['floor']['rps'] / med['nginx']['rps']:.2f}",
+        f"- added by the edge over direct at light load: p50 {low_p50:.3f} ms, "
+        f"p99 {low_p99:.3f} ms (target p99 ≤ 2 ms: {'met' if low_p99 <= 2 else 'NOT met'})",
         f"- added by the edge over direct at saturation: p50 "
         f"{med['edge']['p50'] - med['direct']['p50']:.3f} ms, p99 {added_p99:.3f} ms "
-        f"(target p99 ≤ 2 ms: {'met' if added_p99 <= 2 else 'NOT met'})",
-        f"- added by the edge over direct at light load: p50 {low_p50:.3f} ms, "
-        f"p99 {low_p99:.3f} ms",
+        f"({'within' if added_p99 <= 2 else 'over'} 2 ms; at saturation latency is "
+        f"{args.connections} connections / throughput, i.e. queueing)",
         f"- added by nginx at saturation: p50 {med['nginx']['p50'] - med['direct']['p50']:.3f} "
         f"ms, p99 {med['nginx']['p99'] - med['direct']['p99']:.3f} ms",
         "- per round (saturation): " + "; ".join(

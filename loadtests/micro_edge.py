@@ -143,6 +143,9 @@ def run(pair: Any, requests: int) -> float:
 
 
 async def measure(args: argparse.Namespace) -> None:
+    from thaw.native import state
+
+    print("edge modules: native {} ({})".format("on" if state()[0] else "off", state()[1]))
     pairs = {"floor": await floor_pair(), "edge": await edge_pair()}
     timings: dict[str, list[float]] = {name: [] for name in pairs}
     for _ in range(args.repeat):  # interleaved, so drifts in machine speed hit both alike

@@ -115,8 +115,11 @@ async def run_edge(args: argparse.Namespace) -> int:
                         port=args.port, admin_port=args.admin_port, region=args.region)
     runtime = EdgeRuntime(config, open_registry(args.registry))
     await runtime.start()
+    from thaw.native import state as native_state
+
+    on, why = native_state()
     print(f"thaw edge listening on {args.host}:{runtime.proxy_port} "
-          f"(admin :{runtime.admin_port})", flush=True)
+          f"(admin :{runtime.admin_port}; native {'on' if on else 'off'}: {why})", flush=True)
     await wait_for_signal()
     await runtime.stop()
     return 0

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
+from thaw.native import state as native_state
+
 if TYPE_CHECKING:
     from edge.service import Edge
 
@@ -47,7 +49,9 @@ def state_of(edge: Edge) -> dict[str, Any]:
                 for m in entry.machines.values()
             ],
         }
-    return {"held_total": edge.holds.total, "connections": len(edge.connections), "apps": apps}
+    on, why = native_state()
+    return {"held_total": edge.holds.total, "connections": len(edge.connections),
+            "native": {"on": on, "why": why}, "apps": apps}
 
 
 def _json(value: object, status: int = 200) -> web.Response:
