@@ -100,6 +100,18 @@ def wrk(url: str, *, host: str | None = None, connections: int = 50, duration_s:
     return WrkResult(rps, p50, p99, errors + (int(non2xx.group(1)) if non2xx else 0))
 
 
+def cpu_times() -> list[int]:
+    """The machine's aggregate CPU times (/proc/stat `cpu` line, in ticks)."""
+    with open("/proc/stat") as stat:
+        return [int(v) for v in stat.readline().split()[1:]]
+
+
+def steal_percent(before: list[int], after: list[int]) -> float:
+    """Share of CPU time the hypervisor took between two `cpu_times()` readings."""
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return 100.0 * delta[7] / max(1, sum(delta[:8]))  # user .. steal
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

@@ -1,6 +1,6 @@
 """The edge's per-request Python cost, with no sockets: µs per proxied request.
 
-    .venv/bin/python loadtests/micro_edge.py [--requests 20000] [--repeat 25] [--profile]
+    taskset -c 0 .venv/bin/python loadtests/micro_edge.py [--rounds 3] [--repeat 9] [--no-write]
 
 Drives the real `ClientConnection` and `UpstreamConnection` of the edge (and, for
 comparison, `floor_proxy.py`'s protocols) with in-memory transports: a request
@@ -8,11 +8,11 @@ is fed to the client side, the bytes the edge writes upstream are checked, a
 response is fed to the upstream side, and the bytes written to the client are
 checked. What is left is the Python the edge runs per request — the part of
 the warm path this code controls — without the kernel, the event loop's
-polling, or the run-to-run noise of wrk on a shared VM. Runs of the two are
-interleaved; prints the best and median of `--repeat` runs each (best is the
-least disturbed by other load) and their ratio, which machine speed drift
-cancels out of.
-`--profile` prints cProfile's top functions for the edge.
+polling, or the run-to-run noise of wrk on a shared VM. The floor and the edge
+alternate within a process; the native edge (this process, when `make native`
+built it) and the pure-Python edge (a child with `THAW_NATIVE=0`) alternate
+`--rounds` times. Prints the median and best µs per request of each and
+writes them to docs/benchmarks.md. `--profile` adds cProfile's top functions.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import json
+import os
 import pstats
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -142,21 +145,13 @@ def run(pair: Any, requests: int) -> float:
     return (time.perf_counter() - started) / requests * 1e6
 
 
-async def measure(args: argparse.Namespace) -> None:
-    from thaw.native import state
-
-    print("edge modules: native {} ({})".format("on" if state()[0] else "off", state()[1]))
+async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
+    """µs per request of the floor and of the edge as imported here, runs interleaved."""
     pairs = {"floor": await floor_pair(), "edge": await edge_pair()}
     timings: dict[str, list[float]] = {name: [] for name in pairs}
     for _ in range(args.repeat):  # interleaved, so drifts in machine speed hit both alike
         for name, pair in pairs.items():
             timings[name].append(run(pair, args.requests))
-    for name, values in timings.items():
-        print(f"{name:6s} µs/request: best {min(values):.2f}, "
-              f"median {statistics.median(values):.2f} ({args.repeat} runs of {args.requests})")
-    edge, floor = timings["edge"], timings["floor"]
-    print(f"edge / floor: best {min(edge) / min(floor):.2f}, "
-          f"median {statistics.median(edge) / statistics.median(floor):.2f}")
     if args.profile:
         pair = await edge_pair()
         profiler = cProfile.Profile()
@@ -164,17 +159,69 @@ async def measure(args: argparse.Namespace) -> None:
         run(pair, args.requests)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    return timings
+
+
+def pure_child(args: argparse.Namespace) -> dict[str, list[float]]:
+    """The same measurement in a child process running the edge's modules as Python."""
+    command = [sys.executable, __file__, "--json", "--requests", str(args.requests),
+               "--repeat", str(args.repeat)]
+    out = subprocess.run(command, env={**os.environ, "THAW_NATIVE": "0"}, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def report(rows: dict[str, list[float]], args: argparse.Namespace, command: str) -> str:
+    from loadtests.benchlib import machine_line
+
+    lines = ["## The edge's Python per request (`loadtests/micro_edge.py`)", "",
+             f"Command: `{command}`  ", f"Machine: {machine_line()}  ",
+             f"CPUs allowed: {sorted(os.sched_getaffinity(0))}; "
+             f"{args.rounds} alternations of {args.repeat} runs of {args.requests} requests "
+             "each (native in this process, pure Python in a child with `THAW_NATIVE=0`); "
+             "the edge's protocols driven with in-memory transports, no sockets. Lower is "
+             "better.", "", "| what | median µs/request | best µs/request | runs |",
+             "|---|---|---|---|"]
+    for name, values in rows.items():
+        lines.append(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
+                     f"{len(values)} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=25)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=3, help="native/pure alternations")
+    parser.add_argument("--profile", action="store_true", help="cProfile the edge too")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     import uvloop
 
-    uvloop.run(measure(args))
+    if args.json:  # (also run inside older trees by ab_micro.py: no thaw.native there)
+        print(json.dumps(uvloop.run(measure(args))))
+        return
+    from thaw.native import state
+
+    here = "edge, native (mypyc)" if state()[0] else f"edge, pure Python ({state()[1]})"
+    rows: dict[str, list[float]] = {"floor": [], here: [], "edge, pure Python": []}
+    for _ in range(args.rounds):
+        native = uvloop.run(measure(args))
+        rows["floor"] += native["floor"]
+        rows[here] += native["edge"]
+        pure = pure_child(args)
+        rows["floor"] += pure["floor"]
+        rows["edge, pure Python"] += pure["edge"]
+    if not state()[0]:
+        del rows[here]
+    command = "python loadtests/micro_edge.py " + " ".join(sys.argv[1:])
+    text = report(rows, args, command.strip())
+    print(text)
+    if not args.no_write:
+        from loadtests.benchlib import write_section
+
+        write_section("micro", text)
 
 
 if __name__ == "__main__":
