@@ -111,13 +111,17 @@ class Platform:
         await asyncio.gather(*(agent.stop() for agent in self.agents), return_exceptions=True)
 
     def banner(self) -> str:
+        from thaw.native import state as native_state
+
         assert self.edge is not None
         port = self.edge.proxy_port
+        native_on, native_why = native_state()
         return "\n".join(
             [
                 f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
                 f"admin :{self.edge.admin_port}, {len(self.agents)} agents, "
                 f"state in {self.config.state_dir}",
+                f"native edge {'on' if native_on else 'off'} ({native_why})",
                 "",
                 f"  curl -H 'Host: hello.{self.config.domain}' http://127.0.0.1:{port}/",
                 "",

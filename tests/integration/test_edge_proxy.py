@@ -297,3 +297,12 @@ async def test_an_error_answer_to_a_head_request_has_no_body_and_keeps_the_conne
     first, _, second = data.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 404") and b"Content-Length: " in first
     assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"hello from web-m1")
+
+
+async def test_the_admin_state_says_whether_the_native_edge_runs(edge: EdgeHarness) -> None:
+    import edge.client as client_module
+    from thaw.native import state
+
+    native = (await edge.state())["native"]
+    assert native == {"on": state()[0], "why": state()[1]}  # type: ignore[comparison-overlap]
+    assert native["on"] == client_module.__file__.endswith(".so")  # type: ignore[index]
