@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, Rejection, RequestHead, RequestHeadReader
+from edge.core.framing import BODY_NONE, Rejection, RequestHead
+from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import DONE, FORWARDING, PAUSE_PIPELINE, Exchange
 

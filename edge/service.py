@@ -43,7 +43,6 @@ class Edge:
         self.loop = asyncio.get_running_loop()
         self.view = view
         self.metrics = EdgeMetrics()
-        self.request_counts = self.metrics.requests.counts  # (app, status) -> answered
         self.holds: HoldQueues[Exchange] = HoldQueues(config.max_held_total)
         self.pool = UpstreamPool(self)
         self.connections: set[ClientConnection] = set()
@@ -173,9 +172,7 @@ class Edge:
         """Accounting of an exchange that answered, or whose client went away first."""
         app = exchange.app
         if answered:
-            key = (app.name if app else "", exchange.status)
-            counts = self.request_counts
-            counts[key] = counts.get(key, 0) + 1
+            self.metrics.requests.add(app.name if app else "", exchange.status)
         if app is None:
             return
         # Not "if state == HELD": finish() marks the exchange DONE before this runs, and a
@@ -184,11 +181,8 @@ class Edge:
         holds = self.holds
         if exchange.held_at:
             holds.remove(app.name, exchange)
-        slot = exchange.slot
-        if slot is not None:
-            exchange.slot = None
-            slot.in_flight -= 1
-            app.in_flight -= 1
+        if exchange.slot is not None:
+            self._unslot(exchange)
             if holds.total and holds.held(app.name):
                 self.release_held(app)
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead, ResponseHeadReader
+from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead
+from edge.core.headreader import ResponseHeadReader
 from edge.exchange import PAUSE_UPSTREAM
 
 if TYPE_CHECKING:

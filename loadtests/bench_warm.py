@@ -55,7 +55,6 @@ http {{ access_log off; keepalive_requests 1000000;
 
 
 TARGETS = ("direct", "nginx", "floor", "edge", "edge-py")
-STEAL: list[float] = []  # % of CPU time the hypervisor took during the measured rounds
 
 
 async def seed_registry(url: str, backend_port: int) -> None:
@@ -76,24 +75,28 @@ async def seed_registry(url: str, backend_port: int) -> None:
     await registry.close()
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, list[WrkResult]], dict[str, list[WrkResult]]]:
+Runs = dict[str, list[WrkResult]]
+
+
+def run(args: argparse.Namespace) -> tuple[Runs, Runs, float]:
+    """Saturation runs, light-load runs, and the % of CPU time the hypervisor took."""
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
     ports = {name: free_port() for name in ("backend", "nginx", "floor", "edge", "admin",
                                             "edge-py", "admin-py", "redis")}
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
     (work / "proxy.conf").write_text(
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
-    results: dict[str, list[WrkResult]] = {name: [] for name in TARGETS}
-    light: dict[str, list[WrkResult]] = {name: [] for name in TARGETS}
+    results: Runs = {name: [] for name in TARGETS}
+    light: Runs = {name: [] for name in TARGETS}
     try:
-        measure(args, work, ports, results, light)
+        steal = measure(args, work, ports, results, light)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return results, light
+    return results, light, steal
 
 
 def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
-            results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]]) -> None:
+            results: Runs, light: Runs) -> float:
     redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     with (
         process(["nginx", "-c", str(work / "backend.conf")], cpu=1),
@@ -139,10 +142,10 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
                         print(f"round {round_no + 1} c={conns:<3d} {name:6s} "
                               f"{result.requests_per_s:10.0f} req/s p50 {result.p50_ms:.3f} ms "
                               f"p99 {result.p99_ms:.3f} ms errors {result.errors}", flush=True)
-            STEAL.append(steal_percent(before, cpu_times()))
+            return steal_percent(before, cpu_times())
 
 
-def medians(results: dict[str, list[WrkResult]]) -> dict[str, dict[str, float]]:
+def medians(results: Runs) -> dict[str, dict[str, float]]:
     return {name: {
         "rps": median([r.requests_per_s for r in runs]),
         "p50": median([r.p50_ms for r in runs]),
@@ -159,15 +162,15 @@ def table(med: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def paired_ratio(results: dict[str, list[WrkResult]], name: str) -> float:
+def paired_ratio(results: Runs, name: str) -> float:
     """Median over rounds of name / nginx within each round (rounds are interleaved, so
     this cancels the machine's drift between rounds better than a ratio of medians)."""
     return median([a.requests_per_s / b.requests_per_s
                    for a, b in zip(results[name], results["nginx"], strict=True)])
 
 
-def report(results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]],
-           args: argparse.Namespace, command: str) -> str:
+def report(results: Runs, light: Runs, steal: float, args: argparse.Namespace,
+           command: str) -> str:
     from thaw.native import state
 
     med, low = medians(results), medians(light)
@@ -200,7 +203,7 @@ def report(results: dict[str, list[WrkResult]], light: dict[str, list[WrkResult]
         f"edge p99 minus nginx p99 at the same load: "
         f"{low['edge']['p99'] - low['nginx']['p99']:+.3f} ms",
         f"- hypervisor steal during the measured rounds: "
-        f"{STEAL[0] if STEAL else float('nan'):.1f}% of CPU time (a proxy on core 0 loses "
+        f"{steal:.1f}% of CPU time (a proxy on core 0 loses "
         "its vCPU for whole milliseconds; this, not the proxy, is what sets p99 here when "
         "nginx's own p99 exceeds 2 ms)",
         f"- added by the edge over direct at saturation: p50 "
@@ -224,8 +227,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     command = "python loadtests/bench_warm.py " + " ".join(sys.argv[1:])
-    results, light = run(args)
-    text = report(results, light, args, command.strip())
+    results, light, steal = run(args)
+    text = report(results, light, steal, args, command.strip())
     print(text)
     if not args.no_write:
         write_section("warm", text)

@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / ".native"
 MANIFEST = "manifest.json"
 SOURCES = (
-    "edge/core/framing.py", "edge/core/balance.py", "edge/exchange.py", "edge/client.py",
-    "edge/upstream.py", "edge/service.py", "edge/view.py",
+    "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
+    "edge/exchange.py", "edge/client.py", "edge/upstream.py", "edge/service.py", "edge/view.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 

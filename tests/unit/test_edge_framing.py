@@ -11,16 +11,18 @@ from edge.core.framing import (
     BODY_LENGTH,
     BODY_NONE,
     BODY_UNTIL_CLOSE,
-    HeadTooLarge,
     Rejection,
     RequestHead,
-    RequestHeadReader,
     ResponseHead,
+    host_name,
+    status_line,
+)
+from edge.core.headreader import (
+    HeadTooLarge,
+    RequestHeadReader,
     ResponseHeadReader,
     check_request,
     check_response,
-    host_name,
-    status_line,
 )
 
 H = [(b"Host", b"app.localhost")]
