@@ -6,11 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.core.restart import RestartPolicy
+from imagecache.core.egress import EgressPolicy
+from thaw.auth.signing import KeyRing
 
 
 @dataclass(frozen=True)
 class AgentConfig:
     state_dir: Path
+    cluster_keys: KeyRing | None = None  # checks placement's calls; required
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # where images may come from
     region: str = "local"
     host: str = "127.0.0.1"
     port: int = 0  # 0: any free port
@@ -29,6 +33,9 @@ class AgentConfig:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     def __post_init__(self) -> None:
+        if self.cluster_keys is None:
+            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
+                             "THAW_CLUSTER_KEY")
         if self.cpus <= 0:
             raise ValueError("cpus must be > 0")
         if self.memory_mb <= 0:

@@ -12,6 +12,7 @@ import logging
 import secrets
 from pathlib import Path
 
+import yarl
 from aiohttp import web
 
 from agent.adapters.http import build_app
@@ -22,6 +23,7 @@ from agent.service import Agent
 from agent.supervisor import recover, watch
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
+from thaw.auth.signing import Verifier
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.agent")
@@ -37,6 +39,11 @@ def load_worker_id(state_dir: Path) -> str:
     tmp.write_text(worker_id + "\n")
     tmp.replace(path)
     return worker_id
+
+
+def audience_of(url: str) -> str:
+    """The Host a caller of `url` sends, as the signature covers it."""
+    return (yarl.URL(url).host_port_subcomponent or "").lower()
 
 
 class AgentRuntime:
@@ -58,18 +65,23 @@ class AgentRuntime:
             config.state_dir / "images",
             budget_bytes=config.cache_budget_bytes,
             on_change=self._layer_changed,
+            policy=config.egress,
         )
         agent = Agent(config, cache=cache, driver=ProcessDriver(sandbox=config.sandbox),
                       worker_id=worker_id)
         self.agent = agent
         epoch = agent.boot()
-        self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent)),
+        assert config.cluster_keys is not None  # checked by the config
+        verifier = Verifier(config.cluster_keys)
+        self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent), verifier),
                                      access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, config.host, config.port)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = config.advertise_url or f"http://{config.host}:{port}"
+        # Calls signed for another worker's address are refused here (no replay across agents).
+        verifier.audiences = frozenset({audience_of(self.url)})
         publisher = self._publisher_for(agent)
         publisher.url = self.url
         agent.on_change = publisher.machine_changed

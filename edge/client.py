@@ -4,25 +4,30 @@ HTTP/1.1 keep-alive and pipelining (one exchange active per connection, the
 next parsed and queued with reading paused, so answers go out in order),
 HTTP/1.0, streamed bodies with backpressure both ways, a header-read deadline
 and a keep-alive idle timeout. Any parse or framing error ends the connection
-after a 400 (or 408/413/431/501) JSON answer.
+after a 400 (or 408/413/431/501) JSON answer. An upgrade to h2c alone (what
+`curl --http2` sends to an http:// URL) is ignored: the request is served as
+the HTTP/1.1 request it also is, and the connection goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, Rejection, RequestHead
+from edge.core.framing import BODY_CHUNKED, BODY_NONE, Rejection, RequestHead
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import DONE, FORWARDING, PAUSE_PIPELINE, Exchange
 
 if TYPE_CHECKING:
     from edge.service import Edge
+
+log = logging.getLogger("thaw.edge")
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -46,13 +51,11 @@ class ClientConnection:
         self.config = edge.config
         self.loop = edge.loop
         self.max_body_bytes = self.config.max_body_bytes
-        # The head's URL and headers go straight from the parser to the pure reader.
-        self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes)
-        self.parser = httptools.HttpRequestParser(SimpleNamespace(
-            on_message_begin=self.on_message_begin, on_url=self.reader.on_url,
-            on_header=self.reader.on_header, on_headers_complete=self.on_headers_complete,
-            on_body=self.on_body, on_message_complete=self.on_message_complete,
-        ))
+        self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes,
+                                        underscore_headers=self.config.underscore_headers)
+        self.parser = self._new_parser(False)
+        self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
+        self.made_up_head = False
         self.transport: asyncio.Transport | None = None
         self.peer = b"unknown"
         self.exchanges: deque[Exchange] = deque()
@@ -93,6 +96,14 @@ class ClientConnection:
         while self.exchanges:
             self.exchanges.popleft().abort()
 
+    def eof_received(self) -> bool:
+        """The client sent all it will (a half-close): answer the requests it sent whole,
+        then close. One cut off in its head or body is abandoned (the transport closes)."""
+        if self.parsing is not None or self.in_head or not self.exchanges:
+            return False
+        self.exchanges[-1].close_after = True
+        return True
+
     def pause_writing(self) -> None:
         self.write_paused = True
         if self.exchanges and (upstream := self.exchanges[0].upstream) is not None:
@@ -104,25 +115,28 @@ class ClientConnection:
             upstream.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        if self.stopped:
+        while not self.stopped:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade as upgrade:
+                # an h2c upgrade being ignored (any other was refused): the rest of `data`
+                # is the body or the next request, for a new parser
+                data = self._resume_after_upgrade(data[int(upgrade.args[0]):])
+                continue
+            except httptools.HttpParserError as exc:
+                found = self.reader.rejection
+                code, message = self.reject or (
+                    (found.code, found.message) if found
+                    else ("bad_request", f"malformed HTTP: {exc}")
+                )
+                self._reject(code, message)
+                return
+            if self.in_head:
+                # httptools keeps a partial header line to itself: count raw bytes too
+                self.raw_head_bytes += len(data)
+                if self.raw_head_bytes > self.config.max_header_bytes:
+                    self._reject("headers_too_large", "request head too large")
             return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._reject("upgrade_not_supported", "Upgrade (websockets, h2c) is not supported")
-            return
-        except httptools.HttpParserError as exc:
-            found = self.reader.rejection
-            code, message = self.reject or (
-                (found.code, found.message) if found else ("bad_request", f"malformed HTTP: {exc}")
-            )
-            self._reject(code, message)
-            return
-        if self.in_head:
-            # httptools keeps a partial header line to itself: count raw bytes too
-            self.raw_head_bytes += len(data)
-            if self.raw_head_bytes > self.config.max_header_bytes:
-                self._reject("headers_too_large", "request head too large")
 
     # -- parser callbacks ----------------------------------------------------------------
 
@@ -135,9 +149,9 @@ class ClientConnection:
     def on_headers_complete(self) -> None:
         self.in_head = False
         parser = self.parser
-        if parser.should_upgrade():
-            self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
-            raise _Stop
+        upgrade = parser.should_upgrade()
+        if upgrade:
+            self._refuse_upgrade_unless_h2c()
         keep_alive = parser.should_keep_alive()
         head = self.reader.finish_usual() if keep_alive else None
         if head is not None:
@@ -163,6 +177,11 @@ class ClientConnection:
             self._start(exchange)
         else:
             self.edge.dispatch(exchange)  # what _start does for a request with no Expect
+        if upgrade and head.body != BODY_NONE:
+            # llhttp ends an upgrade request at its head, body or not: the body is read
+            # by the next parser (_resume_after_upgrade), and that early end is not its end
+            self.parsing = None
+            self.upgrade_body = exchange
 
     def on_body(self, body: bytes) -> None:
         exchange = self.parsing
@@ -178,6 +197,55 @@ class ClientConnection:
         self.parsing = None
         if exchange is not None:
             exchange.end_body()
+
+    # -- upgrades: refused, or h2c ignored -----------------------------------------------
+
+    def _refuse_upgrade_unless_h2c(self) -> None:
+        """CONNECT and requests to upgrade are refused (501, then close), except an
+        HTTP/1.1 one to h2c alone, which is served as the HTTP/1.1 request it also is
+        (RFC 9113 dropped h2c upgrades; Upgrade and HTTP2-Settings are not forwarded)."""
+        parser = self.parser
+        if (parser.get_method() == b"CONNECT" or parser.get_http_version() != "1.1"
+                or not self.reader.upgrades_to_h2c_only()):
+            self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
+            raise _Stop
+
+    def _resume_after_upgrade(self, rest: bytes) -> bytes:
+        """A parser for what follows an ignored h2c upgrade (llhttp's stops for good after
+        one), and the bytes to feed it. A body the upgrade request announced is framed
+        by llhttp too: the bytes start with a made-up head of the same framing, whose
+        end `_headers_after_upgrade` skips."""
+        exchange = self.upgrade_body
+        self.upgrade_body = None
+        if exchange is None:
+            self.parser = self._new_parser(False)
+            return rest
+        self.parsing = exchange
+        self.made_up_head = True
+        self.parser = self._new_parser(True)
+        head = exchange.head
+        if head.body == BODY_CHUNKED:
+            framing = b"Transfer-Encoding: chunked"
+        else:
+            framing = b"Content-Length: %d" % head.content_length
+        return b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n" + rest
+
+    def _headers_after_upgrade(self) -> None:
+        if self.made_up_head:
+            self.made_up_head = False  # no request here: the announced body follows
+            self.in_head = False
+        else:
+            self.on_headers_complete()
+
+    def _new_parser(self, made_up_head: bool) -> httptools.HttpRequestParser:
+        # The head's URL and headers go straight from the parser to the pure reader.
+        return httptools.HttpRequestParser(SimpleNamespace(
+            on_message_begin=self.on_message_begin, on_url=self.reader.on_url,
+            on_header=self.reader.on_header,
+            on_headers_complete=(self._headers_after_upgrade if made_up_head
+                                 else self.on_headers_complete),
+            on_body=self.on_body, on_message_complete=self.on_message_complete,
+        ))
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -205,7 +273,10 @@ class ClientConnection:
             self.last_active = self.loop.time()
 
     def _reject(self, code: str, message: str) -> None:
-        """Stop parsing and answer `code` after the exchanges already queued, then close."""
+        """Stop parsing and answer `code` after the exchanges already queued, then close.
+        The answer says the code and its fixed message; `message` goes to the debug log."""
+        log.debug("rejected a request from %s: %s: %s", self.peer.decode("latin-1"), code,
+                  message)
         self.stopped = True
         self.in_head = False
         self.pause(PAUSE_PIPELINE)
@@ -292,7 +363,8 @@ class ClientConnection:
             stalled_s = now - active.progress_at
             if active.state == FORWARDING and stalled_s >= self.config.response_timeout_s:
                 # a machine that accepted and went quiet (hung, frozen, or fed half a body)
-                active.fail("upstream_timeout", f"the machine sent nothing for {stalled_s:.1f}s")
+                self.edge.fail(active, "upstream_timeout",
+                               f"the machine sent nothing for {stalled_s:.1f}s")
                 if self.closed:
                     return
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)

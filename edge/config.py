@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thaw.auth.signing import KeyRing
+
 
 @dataclass(frozen=True)
 class EdgeConfig:
@@ -32,8 +34,13 @@ class EdgeConfig:
     write_buffer_high_bytes: int = 256 * 1024  # transport write buffer high-water mark
     max_connect_attempts: int = 3  # machines tried per request before 502
     shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
+    underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
+    cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
 
     def __post_init__(self) -> None:
+        if self.cluster_keys is None:
+            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
+                             "THAW_CLUSTER_KEY")
         if not self.placement_url.startswith(("http://", "https://")):
             raise ValueError("placement_url must be an http(s) URL")
         if not self.domain or self.domain.startswith("."):
@@ -56,3 +63,5 @@ class EdgeConfig:
                 raise ValueError(f"{name} must be >= 0")
         if not self.region:
             raise ValueError("region must not be empty")
+        if self.underscore_headers not in ("drop", "reject"):
+            raise ValueError('underscore_headers must be "drop" or "reject"')

@@ -1,8 +1,11 @@
-"""Edge error codes, their HTTP statuses, and the one place answers are built.
+"""Edge error codes, their HTTP statuses and messages, and the one place answers are built.
 
 Every answer the edge makes itself is JSON `{"error": code, "message": text}`
 (Knative-activator style: 503 when the app cannot take it now, 504 when time
-ran out, 502 when the machine failed the request).
+ran out, 502 when the machine failed the request). The text is fixed per code
+(MESSAGES): what went wrong in detail — placement's words, which can name
+agents' URLs, a machine's address, an exception — is for the log, never for
+the end user.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from http import HTTPStatus
 STATUS: dict[str, int] = {
     "bad_request": 400,
     "bad_framing": 400,
+    "bad_header": 400,
     "missing_host": 400,
     "duplicate_host": 400,
     "conflicting_host": 400,
@@ -24,6 +28,7 @@ STATUS: dict[str, int] = {
     "upgrade_not_supported": 501,
     "version_not_supported": 505,
     "bad_gateway": 502,
+    "image_unavailable": 502,  # the app's image cannot be had: retrying will not help
     "queue_full": 503,
     "edge_full": 503,
     "no_capacity": 503,
@@ -35,6 +40,34 @@ STATUS: dict[str, int] = {
     "deadline": 504,
     "upstream_timeout": 504,
 }
+MESSAGES: dict[str, str] = {
+    "bad_request": "malformed HTTP request",
+    "bad_framing": "ambiguous or invalid request body framing",
+    "bad_header": "header names with an underscore are not accepted",
+    "missing_host": "a Host header is required",
+    "duplicate_host": "more than one Host header",
+    "conflicting_host": "the request target names another host than the Host header",
+    "unknown_app": "no app serves this host",
+    "not_found": "no such app",
+    "request_timeout": "the request head was not received in time",
+    "body_too_large": "the request body is too large",
+    "headers_too_large": "the request headers are too large",
+    "upgrade_not_supported": "protocol upgrades and CONNECT are not supported",
+    "version_not_supported": "only HTTP/1.0 and HTTP/1.1 are served",
+    "bad_gateway": "the app failed to answer the request",
+    "image_unavailable": "the app's image is not available",
+    "queue_full": "too many requests are waiting for this app",
+    "edge_full": "too many requests are waiting",
+    "no_capacity": "no capacity to start the app",
+    "start_failed": "the app failed to start",
+    "auto_start_off": "the app has no running machine",
+    "shutting_down": "the edge is shutting down",
+    "wake_failed": "the app could not be started",
+    "hold_timeout": "the app did not become ready in time",
+    "deadline": "the app did not start in time",
+    "upstream_timeout": "the app did not answer in time",
+}
+INTERNAL_ERROR = "internal error"  # the message of a code missing from MESSAGES
 RETRY_AFTER = frozenset(
     {"queue_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
      "shutting_down", "wake_failed"}
@@ -42,7 +75,8 @@ RETRY_AFTER = frozenset(
 
 
 class EdgeError(Exception):
-    """An IO failure translated at an adapter edge; `code` is a key of STATUS."""
+    """An IO failure translated at an adapter edge; `code` is a key of STATUS, `message`
+    the detail for the log."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -61,13 +95,13 @@ def reason_phrase(status: int) -> bytes:
         return b"Unknown"
 
 
-def error_body(code: str, message: str) -> bytes:
-    return json.dumps({"error": code, "message": message}).encode()
+def error_body(code: str) -> bytes:
+    return json.dumps({"error": code, "message": MESSAGES.get(code, INTERNAL_ERROR)}).encode()
 
 
 def error_response(
     code: str,
-    message: str,
+    detail: str = "",
     *,
     keep_alive: bool,
     retry_after_s: int = 1,
@@ -75,9 +109,11 @@ def error_response(
     head_request: bool = False,
 ) -> bytes:
     """A whole HTTP/1.1 answer for `code`; `extra_headers` are complete CRLF-ended lines.
-    The answer to a HEAD request has the Content-Length of the body but not the body."""
+    The body says the code and its fixed message only: `detail` is never sent (whoever
+    knows the app and request logs it). The answer to a HEAD request has the
+    Content-Length of the body but not the body."""
     status = status_of(code)
-    body = error_body(code, message)
+    body = error_body(code)
     lines = [
         b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status)),
         b"Content-Type: application/json\r\n",

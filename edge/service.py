@@ -4,7 +4,9 @@ Warm path: route Host -> app, `balance.pick` a machine, forward. Cold path:
 hold (`HoldQueues`), wake through placement (single flight, `scaling`),
 release held requests as machines take them, expire the late ones. Every
 exchange ends in exactly one answer; accounting (in-flight per machine, held
-counts, metrics) happens in `exchange_ended` only.
+counts, metrics) happens in `exchange_ended` only. An answer the edge makes
+itself says a code and its fixed message: the detail goes to the log, with
+the app and the request id (`fail`).
 """
 
 from __future__ import annotations
@@ -65,13 +67,13 @@ class Edge:
     def dispatch(self, exchange: Exchange) -> None:
         """Start an exchange that reached the head of its connection's queue."""
         if self.closing:
-            exchange.fail("shutting_down", "the edge is shutting down")
+            self.fail(exchange, "shutting_down", "the edge is shutting down")
             return
         app = exchange.app
         if app is None:
             app = self.view.route(exchange.head.host)
             if app is None:
-                exchange.fail("unknown_app", f"no app serves host {exchange.head.host!r}")
+                self.fail(exchange, "unknown_app", f"no app serves host {exchange.head.host!r}")
                 return
             exchange.app = app
             exchange.upstream_head = self._upstream_head(exchange)
@@ -128,14 +130,16 @@ class Edge:
                         exc: BaseException) -> None:
         """Nothing was delivered: try another machine or hold and wake, whatever the method."""
         self.metrics.connect_errors.labels(app.name).inc()
-        log.warning("connect to machine %s (%s) failed: %r", slot.id, slot.address, exc)
+        log.warning("connect to machine %s (%s) of app %s failed (request %s): %r", slot.id,
+                    slot.address, app.name, _request_id(exchange), exc)
         self.view.mark(slot, "gone")
         if exchange.state == DONE:
             return
         self._unslot(exchange)
         exchange.attempts += 1
         if exchange.attempts >= self.config.max_connect_attempts:
-            exchange.fail("bad_gateway", f"could not connect to a machine of {app.name}")
+            self.fail(exchange, "bad_gateway",
+                      f"no machine took the connection in {exchange.attempts} attempts")
         else:
             self.dispatch(exchange)
 
@@ -146,9 +150,10 @@ class Edge:
         not count as an attempt, and its idle siblings are dropped as likely stale too."""
         if exchange.state == DONE:
             return
+        slot = exchange.slot
         if not got_bytes and exchange.retryable:
-            if reused and exchange.slot is not None:
-                self.pool.close_address(exchange.slot.address)
+            if reused and slot is not None:
+                self.pool.close_address(slot.address)
             else:
                 exchange.attempts += 1
             self._unslot(exchange)
@@ -156,7 +161,8 @@ class Edge:
             if exchange.attempts < self.config.max_connect_attempts:
                 self.dispatch(exchange)
                 return
-        exchange.fail("bad_gateway", "the machine closed the connection before answering")
+        machine = f"machine {slot.id} ({slot.address})" if slot is not None else "the machine"
+        self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")
 
     def _unslot(self, exchange: Exchange) -> None:
         slot = exchange.slot
@@ -189,12 +195,31 @@ class Edge:
     def count_rejected(self, code: str) -> None:
         self.metrics.requests.add("", status_of(code))
 
+    def fail(self, exchange: Exchange, code: str, detail: str) -> None:
+        """End `exchange` with the edge's answer for `code`, which says the code and its
+        fixed message only; `detail` (machines, addresses, placement's words) is logged
+        with the app and the request id, at info for a 5xx and debug for a 4xx."""
+        app = exchange.app
+        log.log(logging.INFO if status_of(code) >= 500 else logging.DEBUG,
+                "answered %s to request %s of app %s: %s", code, _request_id(exchange),
+                app.name if app is not None else "-", detail)
+        exchange.fail(code, detail)
+
+    def fail_all(self, app: str, exchanges: list[Exchange], code: str, detail: str) -> None:
+        """`fail` for many requests of `app` at once, in one log line."""
+        exchanges = [e for e in exchanges if e.state != DONE]
+        if exchanges:
+            log.info("answered %s to %d requests of app %s (%s): %s", code, len(exchanges), app,
+                     " ".join(_request_id(e) for e in exchanges), detail)
+        for exchange in exchanges:
+            exchange.fail(code, detail)
+
     # -- the cold path -------------------------------------------------------------------
 
     def _hold(self, exchange: Exchange, app: AppEntry) -> None:
         config = app.config
         if not config.auto_start and not app.routable:
-            exchange.fail("auto_start_off", f"{app.name} has no started machine")
+            self.fail(exchange, "auto_start_off", "auto_start is off and no machine is started")
             return
         now = self.loop.time()
         # A request held again (its machine refused it after a wake) keeps its first
@@ -206,7 +231,8 @@ class Edge:
             config.max_pending, None if client_s is None else max(0.0, client_s - spent_s),
         )
         if isinstance(decision, Rejected):
-            exchange.fail(decision.reason, f"{app.name} holds too many requests")
+            self.fail(exchange, decision.reason, f"{self.holds.held(app.name)} requests held "
+                      f"for the app, {self.holds.total} in all")
             return
         exchange.state = HELD
         if not exchange.held_at:
@@ -240,7 +266,7 @@ class Edge:
             slot = balance.pick(app.routable, concurrency.soft_limit, concurrency.hard_limit,
                                 self.random)
             if slot is None:  # cannot happen: capacity was counted above
-                exchange.fail("no_capacity", "no machine had room")
+                self.fail(exchange, "no_capacity", "no machine had room on release")
                 continue
             hold_s = now - exchange.held_at
             self.metrics.hold_seconds.labels(app.name).observe(hold_s)
@@ -248,9 +274,8 @@ class Edge:
             exchange.timing = server_timing(hold_s, wake_timings)
             self._forward(exchange, app, slot)
 
-    def fail_held_by_name(self, app: str, code: str, message: str) -> None:
-        for exchange in self.holds.fail_all(app):
-            exchange.fail(code, message)
+    def fail_held_by_name(self, app: str, code: str, detail: str) -> None:
+        self.fail_all(app, self.holds.fail_all(app), code, detail)
 
     def _arm_sweeper(self) -> None:
         """Next sweep at the earliest hold deadline (a 504 is not late), and at most
@@ -269,15 +294,12 @@ class Edge:
         self._sweeper = None
         for expired in self.holds.expire(self.loop.time()):
             self.metrics.hold_seconds.labels(expired.app).observe(expired.waited_s)
-            expired.item.fail(
-                "hold_timeout",
-                f"no machine of {expired.app} could take the request within "
-                f"{expired.waited_s:.3f}s",
-            )
+            self.fail(expired.item, "hold_timeout",
+                      f"no machine could take the request within {expired.waited_s:.3f}s")
         for name in self.holds.apps():
             entry = self.view.apps.get(name)
             if entry is None:
-                self.fail_held_by_name(name, "unknown_app", f"app {name} was deleted")
+                self.fail_held_by_name(name, "unknown_app", "the app was deleted")
                 continue
             self.release_held(entry)  # machines may have appeared through the registry
             if entry.config.auto_start:
@@ -293,13 +315,19 @@ class Edge:
         self.closing = True
         for name in self.holds.apps():
             entry = self.view.apps.get(name)
-            for exchange in self.holds.release(name, self.holds.held(name)):
-                exchange.fail("shutting_down", "the edge is shutting down")
+            self.fail_all(name, self.holds.release(name, self.holds.held(name)),
+                          "shutting_down", "the edge is stopping")
             if entry is not None:
                 entry.wake_in_flight = False
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+
+
+def _request_id(exchange: Exchange) -> str:
+    """The id a request is logged by: the edge's (made when it is routed), else the
+    client's, else "-"."""
+    return (exchange.request_id or exchange.head.request_id or b"-").decode("latin-1")
 
 
 def server_timing(hold_s: float, timings: WakeTimings | None) -> bytes:

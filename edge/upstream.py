@@ -133,7 +133,8 @@ class UpstreamConnection:
             self.exchange = None
             self.close()
             if exchange is not None:
-                exchange.fail("bad_gateway", f"machine sent a malformed response: {exc}")
+                self.pool.edge.fail(exchange, "bad_gateway",
+                                    f"machine sent a malformed response: {exc}")
             return
         if self.head_only:
             # llhttp would wait for a HEAD response's body: start a fresh parser instead

@@ -6,6 +6,10 @@ fully resynced every `resync_interval_s`; when the registry errors the view is
 kept as is (warm apps keep being served) and the feed retries. What the edge
 learnt itself (a wake answered, a machine refused connects, placement stopped
 a machine) wins over registry records older than that moment.
+
+Routing fails closed: `{app}.{domain}` always reaches that app; an app's own
+`hosts` never name the edge's domain or a name under it (ignored: placement
+forbids them), and a host two apps claim reaches neither.
 """
 
 from __future__ import annotations
@@ -72,11 +76,12 @@ class AppEntry:
 class View:
     def __init__(self, domain: str, clock: Callable[[], float],
                  wall: Callable[[], float] = time.time) -> None:
-        self.domain_suffix = "." + domain.lower().rstrip(".")
+        self.domain = domain.lower().rstrip(".")
+        self.domain_suffix = "." + self.domain
         self.clock = clock
         self.wall = wall
         self.apps: dict[str, AppEntry] = {}
-        self.hosts: dict[str, str] = {}
+        self.hosts: dict[str, str] = {}  # an app's own host name -> the one app claiming it
         self._routes: dict[str, AppEntry] = {}  # host -> app, filled by route()
         # (app, machine id) -> wall time the edge saw it stop serving: a registry record
         # older than that (a dead host's last word) must not bring it back.
@@ -84,13 +89,14 @@ class View:
         self.on_machine_removed: Callable[[MachineSlot], None] = lambda slot: None
 
     def route(self, host: str) -> AppEntry | None:
-        """The app serving `host` (lower-case, without port), or None."""
+        """The app serving `host` (lower-case, without port or trailing dot), or None."""
         entry = self._routes.get(host)
         if entry is not None:
             return entry
-        name = self.hosts.get(host)
-        if name is None and host.endswith(self.domain_suffix):
-            name = host[: -len(self.domain_suffix)]
+        if host.endswith(self.domain_suffix):
+            name: str | None = host[: -len(self.domain_suffix)]
+        else:
+            name = self.hosts.get(host)
         entry = self.apps.get(name) if name else None
         if entry is not None:
             # Only hosts that reach an app are remembered (at most one per app name and
@@ -99,6 +105,20 @@ class View:
         return entry
 
     def set_app(self, name: str, config: AppConfig | None) -> None:
+        """One app changed (None: deleted)."""
+        self._put_app(name, config)
+        self._rebuild_hosts()
+
+    def set_apps(self, configs: list[AppConfig]) -> None:
+        """Every app at once (a full load): those not in `configs` are deleted."""
+        names = {config.name for config in configs}
+        for name in [name for name in self.apps if name not in names]:
+            self._put_app(name, None)
+        for config in configs:
+            self._put_app(config.name, config)
+        self._rebuild_hosts()
+
+    def _put_app(self, name: str, config: AppConfig | None) -> None:
         entry = self.apps.get(name)
         if config is None:
             if entry is not None:
@@ -109,8 +129,28 @@ class View:
             self.apps[name] = AppEntry(config)
         else:
             entry.config = config
-        self.hosts = {h.lower(): a.name for a in self.apps.values() for h in a.config.hosts}
+
+    def _rebuild_hosts(self) -> None:
+        """`hosts` from every app's own host names, compared lower-case without a trailing
+        dot; one under (or equal to) the edge's domain, or claimed by two apps, routes to
+        none (said once per rebuild)."""
+        claims: dict[str, set[str]] = {}
+        ignored: set[str] = set()
+        for app in self.apps.values():
+            for raw in app.config.hosts:
+                host = raw.lower().rstrip(".")
+                if host == self.domain or host.endswith(self.domain_suffix):
+                    ignored.add(host)
+                elif host:
+                    claims.setdefault(host, set()).add(app.name)
+        contested = {host: sorted(apps) for host, apps in claims.items() if len(apps) > 1}
+        self.hosts = {host: apps.pop() for host, apps in claims.items() if len(apps) == 1}
         self._routes.clear()
+        if contested:
+            log.warning("hosts claimed by several apps route to none: %s", contested)
+        if ignored:
+            log.warning("app hosts under the edge's domain %s are ignored: %s", self.domain,
+                        sorted(ignored))
 
     def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
         """A registry record (None: deleted) for one machine, unless the edge knows better."""
@@ -192,11 +232,8 @@ class RegistryFeed:
         if self.position is None:
             self.position = await self.registry.feed_position()
         configs = await self.registry.apps()
-        names = {c.name for c in configs}
-        for name in [n for n in self.view.apps if n not in names]:
-            self.view.set_app(name, None)
+        self.view.set_apps(configs)
         for config in configs:
-            self.view.set_app(config.name, config)
             await self._load_machines(config.name)
 
     async def _load_machines(self, app: str) -> None:

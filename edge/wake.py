@@ -29,7 +29,7 @@ WAKE_BACKOFF_S = 1.0
 class Waker:
     def __init__(self, edge: Edge) -> None:
         self.edge = edge
-        self.placement = PlacementClient(edge.config.placement_url)
+        self.placement = PlacementClient(edge.config)
         self.backoff_until: dict[str, float] = {}
         self._timings: dict[str, tuple[float, WakeTimings]] = {}
         self._autostop_task: asyncio.Task[None] | None = None

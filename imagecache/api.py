@@ -1,5 +1,6 @@
 """Wire types of the image cache: the only module other packages import from here
-(besides `imagecache.cache.ImageCache`)."""
+(besides `imagecache.cache.ImageCache`, `imagecache.resolver.ImageResolver` and
+`imagecache.core.egress.EgressPolicy`)."""
 
 from __future__ import annotations
 

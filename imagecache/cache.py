@@ -18,25 +18,19 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 
-import aiohttp
 import msgspec
 
 from imagecache.adapters.blobstore import TEMP_PREFIX, BlobStore, hex_of
-from imagecache.adapters.registry import RegistryClient
-from imagecache.adapters.sources import (
-    ImageSource,
-    LayoutImageSource,
-    RegistryImageSource,
-    Resolved,
-    read_config,
-)
+from imagecache.adapters.egress import Lookup
+from imagecache.adapters.sources import ImageSource, Resolved, read_config
 from imagecache.adapters.unpack import remove_tree, unpack_layers
 from imagecache.api import Image, Layer, LayerChange
+from imagecache.core.egress import EgressPolicy
 from imagecache.core.lru import LayerUse, choose_evictions
 from imagecache.core.manifest import parse_config
-from imagecache.core.reference import LayoutRef, RegistryRef, parse_reference
+from imagecache.core.reference import RegistryRef, parse_reference
 from imagecache.core.tarsafety import UnpackLimits
-from imagecache.errors import ImageError
+from imagecache.resolver import ImageResolver
 from thaw.durable import fsync_dir
 
 
@@ -46,19 +40,28 @@ class ImageCache:
         root: Path,
         *,
         budget_bytes: int,
+        policy: EgressPolicy | None = None,
         on_change: Callable[[LayerChange], None] | None = None,
-        allowed_hosts: frozenset[str] | None = None,
         http_timeout_s: float = 60.0,
         credentials: Mapping[str, tuple[str, str]] | None = None,
         limits: UnpackLimits | None = None,
+        lookup: Lookup | None = None,
     ) -> None:
-        """`budget_bytes`: total layer-blob bytes to keep; `credentials`: host -> (user, pass)."""
+        """`budget_bytes`: total layer-blob bytes to keep; `credentials`: host -> (user, pass).
+
+        `policy`: where pulls may go; None is `EgressPolicy()`: public registries
+        only, no layouts. `http_timeout_s`: per connect and per read.
+        `lookup`: (host, port) -> addresses, for tests; None uses getaddrinfo.
+        """
         self.root = Path(root).resolve()
         self.budget_bytes = budget_bytes
         self._on_change = on_change
-        self._allowed_hosts = allowed_hosts
-        self._http_timeout_s = http_timeout_s
-        self._credentials = dict(credentials or {})
+        self._resolver = ImageResolver(
+            policy or EgressPolicy(),
+            http_timeout_s=http_timeout_s,
+            credentials=credentials,
+            lookup=lookup,
+        )
         self._limits = limits or UnpackLimits()
         self._store = BlobStore(self.root / "blobs")
         self._images_dir = self.root / "images"
@@ -72,8 +75,6 @@ class ImageCache:
         self._in_use: Counter[str] = Counter()
         self._blob_flights: dict[str, asyncio.Future[None]] = {}
         self._unpack_flights: dict[str, asyncio.Future[None]] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._client: RegistryClient | None = None
         self._recover()
 
     # ---- queries -------------------------------------------------------------
@@ -122,13 +123,12 @@ class ImageCache:
     async def pull(self, ref: str) -> Image:
         """Pull, verify and unpack `ref`; idempotent; evicts to budget afterwards."""
         parsed = parse_reference(ref)
-        if isinstance(parsed, RegistryRef):
-            self._check_host(parsed.host)
-            cached = self.image(parsed.digest) if parsed.digest else None
+        source = self._resolver.source(parsed)  # the egress checks, before any IO
+        if isinstance(parsed, RegistryRef) and parsed.digest:
+            cached = self.image(parsed.digest)
             if cached is not None:
                 self._touch(cached.layers)
                 return cached
-        source = self._source(parsed)
         resolved = await source.resolve()
         layers = resolved.manifest.layers
         self._in_use.update(layer.digest for layer in layers)
@@ -159,27 +159,6 @@ class ImageCache:
             await asyncio.to_thread(self._save_image, existing, resolved.aliases)
         self._touch(existing.layers)
         return existing
-
-    def _source(self, parsed: RegistryRef | LayoutRef) -> ImageSource:
-        if isinstance(parsed, LayoutRef):
-            return LayoutImageSource(parsed)
-        if self._client is None:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=self._http_timeout_s, sock_read=self._http_timeout_s
-            )
-            self._session = aiohttp.ClientSession(timeout=timeout)
-            self._client = RegistryClient(
-                self._session, check_host=self._check_host, credentials=self._credentials
-            )
-        return RegistryImageSource(self._client, parsed)
-
-    def _check_host(self, host: str) -> None:
-        allowed = self._allowed_hosts
-        if allowed is None:
-            return
-        bare = host[: host.index("]") + 1] if host.startswith("[") else host.rsplit(":", 1)[0]
-        if host not in allowed and bare not in allowed:
-            raise ImageError("forbidden_host", f"registry host {host!r} is not allowed")
 
     async def _single_flight(
         self,
@@ -287,10 +266,7 @@ class ImageCache:
     async def close(self) -> None:
         for flight in [*self._blob_flights.values(), *self._unpack_flights.values()]:
             flight.cancel()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-            self._client = None
+        await self._resolver.close()
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

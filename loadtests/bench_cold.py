@@ -79,7 +79,7 @@ def ttfb(port: int) -> tuple[float, int, str]:
 
 
 def machine_of(up: ThawUp) -> dict[str, Any]:
-    _, machines = call("GET", f"{up.api}/v1/apps/hello/machines")
+    _, machines = call("GET", f"{up.api}/v1/apps/hello/machines", token=up.token)
     live = [m for m in machines if m["state"] not in ("destroyed",)]
     assert len(live) == 1, live
     return live[0]
@@ -87,10 +87,11 @@ def machine_of(up: ThawUp) -> dict[str, Any]:
 
 def settle(up: ThawUp, action: str, target: str) -> None:
     mid = machine_of(up)["id"]
-    status, body = call("POST", f"{up.api}/v1/apps/hello/machines/{mid}/{action}")
+    status, body = call("POST", f"{up.api}/v1/apps/hello/machines/{mid}/{action}",
+                        token=up.token)
     assert status == 200, body
     status, body = call("GET", f"{up.api}/v1/apps/hello/machines/{mid}/wait"
-                               f"?state={target}&timeout_s=20", timeout_s=30)
+                               f"?state={target}&timeout_s=20", timeout_s=30, token=up.token)
     assert status == 200, body
     time.sleep(0.05)  # let the edge's view hear of it through the change feed
 

@@ -27,6 +27,7 @@ from loadtests.benchlib import (
     WrkResult,
     cpu_times,
     free_port,
+    key_file,
     machine_line,
     median,
     process,
@@ -113,7 +114,8 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
         def edge_cmd(port: str, admin: str) -> list[str]:
             return [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
                     "--port", str(ports[port]), "--admin-port", str(ports[admin]),
-                    "--placement", "http://127.0.0.1:9", "--log-level", "warning"]
+                    "--placement", "http://127.0.0.1:9", "--log-level", "warning",
+                    "--cluster-key-file", str(key_file(work))]
 
         with (
             process(edge_cmd("edge", "admin"), cpu=0, log=work / "edge.log"),

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from thaw.auth.signing import KeyRing
+
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks.md"
 
@@ -145,3 +147,15 @@ def write_section(name: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     REPORT.write_text(text)
+
+
+BENCH_KEYS = KeyRing.parse("bench-cluster-key-" + "b" * 32)  # no placement answers anyway
+
+
+def key_file(work: Path) -> Path:
+    """A cluster key file (mode 0600) for the services a benchmark starts."""
+    path = work / "cluster.key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_bytes(BENCH_KEYS.keys[0])
+    return path

@@ -32,6 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadtests.benchlib import BENCH_KEYS
+
 REQUEST = (b"GET /some/path?q=1 HTTP/1.1\r\nHost: bench.localhost\r\n"
            b"User-Agent: wrk\r\nAccept: */*\r\n\r\n")
 # nginx's own answer to `return 200 "ok\n"`: the backend of bench_warm.py
@@ -94,7 +96,7 @@ async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
     view.set_app("bench", parse({"name": "bench", "image": "x", "auto_stop": "off",
                                  "concurrency": {"soft_limit": 1000, "hard_limit": 2000}}))
     view.add_started("bench", "m1", "127.0.0.1:9999")
-    edge = Edge(EdgeConfig(placement_url="http://127.0.0.1:9"), view)
+    edge = Edge(EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=BENCH_KEYS), view)
     client = ClientConnection(edge)
     client_tx = MemoryTransport()
     client.connection_made(client_tx)  # type: ignore[arg-type]

@@ -22,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.benchlib import BENCH_KEYS
+
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
 
 
@@ -73,7 +75,8 @@ def run_edge(port: int, backend_port: int, cpu: int, profile: bool, seconds: flo
             id="m1", app="bench", worker="w", region="local", state="started",
             image_digest="", created_at=now, updated_at=now,
             address=f"127.0.0.1:{backend_port}"))
-        runtime = EdgeRuntime(EdgeConfig(placement_url="http://127.0.0.1:9", port=port),
+        runtime = EdgeRuntime(EdgeConfig(placement_url="http://127.0.0.1:9", port=port,
+                                         cluster_keys=BENCH_KEYS),
                               registry)
         await runtime.start()
         await asyncio.sleep(seconds + 3)

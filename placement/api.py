@@ -1,20 +1,29 @@
-"""Wire types of placement that other services import (the edge's wake call)."""
+"""Wire types of placement's API: what the edge imports (wake) and what the public API
+takes and answers. The OpenAPI document is generated from these (placement/openapi.py)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
+from agent.api import MachineView
+from thaw.appconfig import APP_NAME_PATTERN, AppConfig, RegionOrPrimary
 
-class WakeRequest(msgspec.Struct, frozen=True):
+AppName = Annotated[str, msgspec.Meta(pattern=APP_NAME_PATTERN)]
+MAX_DEADLINE_MS = 3_600_000
+
+
+class WakeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`POST /internal/apps/{app}/wake`: start `count` machines within `deadline_ms`.
 
     `deadline_ms` is the budget left, in milliseconds, measured from receipt.
     `region` "" means the app's primary region.
     """
 
-    count: int = 1
-    deadline_ms: int = 30_000
-    region: str = ""
+    count: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
+    deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_DEADLINE_MS)] = 30_000
+    region: RegionOrPrimary = ""
 
 
 class WokenMachine(msgspec.Struct, frozen=True):
@@ -44,11 +53,138 @@ WAKE_ERRORS = {
     "not_found": 404,  # unknown app
     "no_capacity": 503,  # no worker accepted an offer (Retry-After set)
     "start_failed": 503,  # a machine was placed but did not become ready
+    "image_unavailable": 424,  # the image cannot be resolved or pulled: retrying won't help
     "deadline": 504,  # the budget ran out first
 }
 
 
-class AutostopRequest(msgspec.Struct, frozen=True):
+class AutostopRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`POST /internal/apps/{app}/machines/{id}/autostop`: the edge saw it idle."""
 
-    idle_s: float = 0.0
+    idle_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = 0.0
+
+
+# -- the public API ----------------------------------------------------------------------
+
+
+class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Every error answer. `field`: the config field a 422 is about; `holder`: the app
+    holding a host name (409 host_taken), only when the caller may see that app."""
+
+    error: str
+    message: str
+    field: str | None = None
+    holder: str | None = None
+
+
+class DeployRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /v1/apps/{app}/deploy`: optionally a new image reference, resolved now."""
+
+    image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+
+
+class DeployResult(msgspec.Struct, frozen=True):
+    app: AppConfig
+    machines: list[MachineView]
+    shortfall: str = ""
+
+
+class CreateMachineRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    start: bool = True
+    region: RegionOrPrimary = ""  # "": the app's primary region
+
+
+class AppDeleted(msgspec.Struct, frozen=True):
+    deleted: str
+    machines: list[str]  # ids of the machines destroyed
+
+
+class MachineWaited(msgspec.Struct, frozen=True):
+    """A machine in the state waited for (the whole view, or id and state once destroyed)."""
+
+    id: str
+    state: str
+
+
+class WorkerView(msgspec.Struct, frozen=True):
+    id: str
+    epoch: int
+    region: str
+    url: str
+    cpus: float
+    memory_mb: int
+    reserved_cpus: float
+    reserved_memory_mb: int
+    machines_starting: int
+    draining: bool
+    layers: int
+    layer_bytes: int
+    updated_at: float
+    healthy: bool
+
+
+class RankedWorker(msgspec.Struct, frozen=True):
+    worker: str
+    score: float
+    terms: dict[str, float]
+
+
+class FilteredWorker(msgspec.Struct, frozen=True):
+    worker: str
+    stage: str
+    reason: str
+
+
+class OfferView(msgspec.Struct, frozen=True):
+    worker: str
+    reply: str
+    machine_id: str
+    message: str
+
+
+class DecisionView(msgspec.Struct, frozen=True):
+    at: float
+    app: str
+    region: str
+    outcome: str
+    fleet: int
+    considered: int
+    ranked: list[RankedWorker]
+    filtered: list[FilteredWorker]
+    offers: list[OfferView]
+
+
+class TokenRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /v1/tokens`: an admin token, or one scoped to existing apps."""
+
+    name: Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[\x20-\x7e]*$")] = ""
+    admin: bool = False
+    apps: Annotated[list[AppName], msgspec.Meta(max_length=100)] = msgspec.field(
+        default_factory=list)
+    expires_in_s: Annotated[int, msgspec.Meta(ge=60, le=2 * 366 * 86_400)] | None = None
+
+
+class TokenView(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    admin: bool
+    apps: list[str]
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+
+class TokenCreated(msgspec.Struct, frozen=True):
+    """The secret `token` is in this answer only; it is never shown again."""
+
+    id: str
+    token: str
+    name: str
+    admin: bool
+    apps: list[str]
+    created_at: float
+    expires_at: float | None = None
+
+
+class Health(msgspec.Struct, frozen=True):
+    ok: bool

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagecache.core.egress import EgressPolicy
 from placement.core.market import DEFAULT_UTILITY, MarketParams, UtilityPoints
+from thaw.auth.signing import KeyRing
+from thaw.hostnames import BadHost, normalize_host
 
 
 @dataclass(frozen=True)
 class PlacementConfig:
     state_dir: Path
+    cluster_keys: KeyRing | None = None  # signs agent calls, checks the edge's; required
+    admin_token: str = ""  # the bootstrap admin token ("": only stored tokens)
+    domain: str = "localhost"  # {app}.{domain} is each app's own name; hosts stay out of it
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # where images may come from
+    resolve_timeout_s: float = 20.0  # resolving an image at create or deploy
     host: str = "127.0.0.1"
     port: int = 4280  # 0: any free port
     heartbeat_interval_s: float = 1.0  # the agents'; a worker is healthy for 3 of them
@@ -26,10 +34,19 @@ class PlacementConfig:
     decisions_kept: int = 50  # per app, for GET /v1/apps/{app}/placements
 
     def __post_init__(self) -> None:
+        if self.cluster_keys is None:
+            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
+                             "THAW_CLUSTER_KEY")
+        try:
+            if normalize_host(self.domain) != self.domain:
+                raise ValueError(f"domain must be written as {normalize_host(self.domain)!r}")
+        except BadHost as exc:
+            raise ValueError(f"domain: {exc}") from None
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
         for name in ("heartbeat_interval_s", "reference_bandwidth_bytes_per_s",
-                     "reference_pull_time_s", "offer_timeout_s", "pull_timeout_s"):
+                     "reference_pull_time_s", "offer_timeout_s", "pull_timeout_s",
+                     "resolve_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("heartbeats_fresh", "candidate_threshold", "max_offers", "decisions_kept"):

@@ -1,5 +1,7 @@
 """What placement knows of the fleet: live workers (registry), machines (agents), images.
 
+Images are resolved here (manifest only, through the image cache's egress-checked
+resolver) to pin digests and learn layer sizes for scoring; workers pull them.
 The registry is advisory. Where it matters — which machines of an app exist and
 in which state — the agents that hold them are asked; the registry only says
 which agents to ask (plus the machines this placement created itself, which the
@@ -10,14 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from imagecache.errors import ImageError
+from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient, AgentUnreachable
-from placement.errors import AgentReplied, NotFound, Unavailable
-from thaw.appconfig import AppConfig
+from placement.errors import AgentReplied, NotFound, PlacementError, Unavailable
+from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.registry import Registry, WorkerStatus
+
+REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
 
 
 @dataclass(frozen=True)
@@ -40,12 +46,14 @@ class Fleet:
         self,
         registry: Registry,
         agents: AgentClient,
+        resolver: ImageResolver,
         freshness_s: float,
         pull_timeout_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry
         self.agents = agents
+        self.resolver = resolver
         self.freshness_s = freshness_s
         self.pull_timeout_s = pull_timeout_s
         self.clock = clock
@@ -120,16 +128,24 @@ class Fleet:
             raise NotFound(f"machine {machine_id} of app {app} not found")
         return await self.worker_url(worker)
 
-    async def image(self, config: AppConfig, candidates: Iterable[WorkerStatus]) -> ImageInfo:
-        """The image's digest and layer list, pulled once on one worker and kept."""
+    async def image(self, config: AppConfig) -> ImageInfo:
+        """The image's digest and layer list, resolved once and kept."""
+        cached = self._images.get((offer_ref(config), config.image_digest))
+        return cached if cached is not None else await self.resolve(config)
+
+    async def resolve(self, config: AppConfig) -> ImageInfo:
+        """Resolve the config's image now: 422 (InvalidConfig `image`) for a reference the
+        egress policy refuses, 424 `image_unavailable` for one that does not resolve."""
         ref = offer_ref(config)
-        cached = self._images.get((ref, config.image_digest))
-        if cached is not None:
-            return cached
-        ordered = sorted(candidates, key=lambda w: (-len(w.layers), w.id))
-        if not ordered:
-            raise Unavailable("no live worker to pull the image on", code="no_capacity")
-        info = await self.pull(ordered[0].url, ref)
+        try:
+            resolved = await self.resolver.resolve(ref)
+        except ImageError as exc:
+            if exc.code in REFUSED_IMAGE:
+                raise InvalidConfig("image", exc.message) from None
+            raise PlacementError(f"image {config.image} cannot be resolved: {exc.message}",
+                                 code="image_unavailable", status=424) from None
+        info = ImageInfo(ref=ref, digest=resolved.digest,
+                         layers={layer.digest: layer.size for layer in resolved.layers})
         self._images[(ref, config.image_digest)] = info
         self._images[(ref, info.digest)] = info
         return info

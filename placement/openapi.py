@@ -1,97 +1,94 @@
-"""A hand-written OpenAPI 3 document of placement's API (served at /openapi.json)."""
+"""Placement's OpenAPI 3.1 document, generated from the route table and the wire types.
+
+Nothing is written by hand: paths, methods, who may call them (security), request
+and answer bodies come from `routes.ROUTES`; the schemas from msgspec's JSON
+Schema of the same types the server decodes and encodes, bounds included.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import msgspec
 
-def _op(summary: str, responses: dict[str, str], body: str | None = None) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "responses": {code: {"description": text} for code, text in responses.items()},
+from placement.adapters.routes import ROUTES, Route
+from placement.api import ErrorBody
+from placement.core.access import Access
+from thaw.appconfig import APP_NAME_PATTERN
+
+REF = "#/components/schemas/{name}"
+SECURITY = {
+    Access.PUBLIC: [],
+    Access.SIGNED: [{"clusterSignature": []}],
+    Access.TOKEN: [{"bearer": []}],
+    Access.APP: [{"bearer": []}],
+    Access.ADMIN: [{"bearer": []}],
+}
+PATH_PARAMETERS = {
+    "app": {"type": "string", "pattern": APP_NAME_PATTERN},
+    "id": {"type": "string", "minLength": 1, "maxLength": 64},
+}
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    types = [ErrorBody, *{t for r in ROUTES for t in (r.body, r.answer) if t is not None}]
+    schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+    schema_of = dict(zip(map(repr, types), schemas, strict=True))
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schema_of)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "thaw placement", "version": "0.2.0",
+                 "description": "Apps, machines, tokens and the edge's wake call. Public "
+                                "routes take `Authorization: Bearer <token>`; internal ones "
+                                "a cluster-key signature. Errors are JSON {error, message}."},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "clusterSignature": {"type": "apiKey", "in": "header",
+                                     "name": "X-Thaw-Signature"},
+            },
+        },
     }
-    if body is not None:
+
+
+def _operation(route: Route, schema_of: dict[str, Any]) -> dict[str, Any]:
+    error = {"description": "an error: {error, message}",
+             "content": {"application/json": {"schema": schema_of[repr(ErrorBody)]}}}
+    success: dict[str, Any] = {"description": route.summary}
+    if route.answer is not None:
+        success["content"] = {"application/json": {"schema": schema_of[repr(route.answer)]}}
+    elif route.handler == "openapi":
+        success["content"] = {"application/json": {"schema": {"type": "object"}}}
+    else:
+        success["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    op: dict[str, Any] = {
+        "operationId": route.handler,
+        "summary": route.summary,
+        "tags": ["internal" if route.access is Access.SIGNED else "public"],
+        "security": SECURITY[route.access],
+        "responses": {str(route.status): success, "default": error},
+    }
+    if route.access is not Access.PUBLIC:
+        op["responses"]["401"] = {**error, "description": "no valid credential"}
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": PATH_PARAMETERS[name]}
+        for name in PATH_PARAMETERS if "{" + name + "}" in route.path
+    ]
+    parameters += [
+        {"name": name, "in": "query", "required": False, "description": text, "schema": schema}
+        for name, schema, text in route.query
+    ]
+    if parameters:
+        op["parameters"] = parameters
+    if route.body is not None:
         op["requestBody"] = {
-            "required": False,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}},
+            "required": route.handler == "create_app",
+            "content": {"application/json": {"schema": schema_of[repr(route.body)]}},
         }
     return op
-
-
-ERR = {"404": "unknown app or machine"}
-APP = "/v1/apps/{app}"
-MACHINE = APP + "/machines/{id}"
-
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {"title": "thaw placement", "version": "0.1.0",
-             "description": "Apps and Machines API, the market, and the edge's wake call. "
-                            "Errors are JSON {error, message}."},
-    "paths": {
-        "/v1/apps": {
-            "get": _op("List apps", {"200": "app configs"}),
-            "post": _op("Create an app", {"201": "created", "409": "exists",
-                                          "422": "invalid_config naming the field"}, "AppConfig"),
-        },
-        APP: {
-            "get": _op("Show an app", {"200": "app config", **ERR}),
-            "patch": _op("Update an app (JSON merge patch)",
-                         {"200": "app config", "422": "invalid_config", **ERR}, "AppConfig"),
-            "delete": _op("Delete an app and destroy its machines", {"200": "deleted", **ERR}),
-        },
-        APP + "/deploy": {
-            "post": _op("Pin the image digest; create min_machines_running machines and spares",
-                        {"200": "deployed", "503": "no_capacity", **ERR}, "DeployRequest"),
-        },
-        APP + "/machines": {
-            "get": _op("List the app's machines (as the agents report them)", {"200": "machines"}),
-            "post": _op("Place one new machine through the market",
-                        {"201": "machine", "409": "max_machines", "503": "no_capacity", **ERR},
-                        "CreateMachine"),
-        },
-        MACHINE: {
-            "get": _op("Show a machine", {"200": "machine", **ERR}),
-            "delete": _op("Destroy a machine", {"202": "destroying", **ERR}),
-        },
-        MACHINE + "/start": {"post": _op("Start", {"200": "machine", "409": "illegal"})},
-        MACHINE + "/stop": {"post": _op("Stop", {"200": "machine", "409": "illegal"})},
-        MACHINE + "/suspend": {"post": _op("Suspend", {"200": "machine", "409": "illegal"})},
-        MACHINE + "/wait": {
-            "get": _op("Wait for ?state= up to ?timeout_s=",
-                       {"200": "reached", "408": "timeout", "409": "machine_failed"}),
-        },
-        APP + "/placements": {
-            "get": _op("Last decisions with per-term breakdowns and filter reasons",
-                       {"200": "decisions, newest first", **ERR}),
-        },
-        "/v1/workers": {"get": _op("Workers from the registry", {"200": "workers"})},
-        "/internal/apps/{app}/wake": {
-            "post": _op("Start machines within the deadline (the edge's cold path)",
-                        {"200": "WakeResponse", "404": "not_found", "503": "no_capacity or "
-                         "start_failed (Retry-After)", "504": "deadline"}, "WakeRequest"),
-        },
-        "/internal/apps/{app}/machines/{id}/autostop": {
-            "post": _op("Stop or suspend an idle machine per auto_stop",
-                        {"200": "machine", "409": "min_machines_running or auto_stop_off"},
-                        "AutostopRequest"),
-        },
-        "/metrics": {"get": _op("Prometheus metrics", {"200": "text"})},
-        "/healthz": {"get": _op("Liveness", {"200": "ok"})},
-    },
-    "components": {
-        "schemas": {
-            "AppConfig": {"type": "object", "required": ["name", "image"],
-                          "description": "See thaw/appconfig.py: name, image, regions, guest, "
-                                         "min_machines_running, max_machines, concurrency, "
-                                         "auto_stop, spares, health, …"},
-            "DeployRequest": {"type": "object", "properties": {"image": {"type": "string"}}},
-            "CreateMachine": {"type": "object", "properties": {
-                "start": {"type": "boolean", "default": True}, "region": {"type": "string"}}},
-            "WakeRequest": {"type": "object", "properties": {
-                "count": {"type": "integer", "default": 1},
-                "deadline_ms": {"type": "integer", "default": 30000},
-                "region": {"type": "string", "default": ""}}},
-            "AutostopRequest": {"type": "object", "properties": {"idle_s": {"type": "number"}}},
-        }
-    },
-}

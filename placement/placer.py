@@ -92,8 +92,7 @@ class Placer:
     ) -> Round:
         """`machines`: the app's machines as their agents report them (for `spread`)."""
         workers = {w.id: w for w in await self.fleet.workers(region)}
-        live = await self.fleet.live_workers(region)
-        image = await self.fleet.image(config, live.values())
+        image = await self.fleet.image(config)
         on_workers = Counter(
             m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
         )

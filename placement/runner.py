@@ -10,28 +10,39 @@ import logging
 
 from aiohttp import web
 
+from imagecache.adapters.egress import Lookup
+from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient
+from placement.adapters.authn import Authenticator
 from placement.adapters.http import build_app
-from placement.adapters.store import AppStore
+from placement.adapters.store import AppStore, Database
+from placement.adapters.tokenstore import TokenStore
 from placement.config import PlacementConfig
 from placement.fleet import Fleet
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 from placement.service import Placement
+from placement.tokens import Tokens
 from placement.waker import Waker
+from thaw.auth.aiohttp_glue import Signer
+from thaw.auth.signing import Verifier
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
 
 
 class PlacementRuntime:
-    def __init__(self, config: PlacementConfig, registry: Registry) -> None:
+    def __init__(self, config: PlacementConfig, registry: Registry,
+                 lookup: Lookup | None = None) -> None:
+        """`lookup`: host name resolution for image registries (tests stub it; default DNS)."""
         self.config = config
         self.registry = registry
+        self.lookup = lookup
         self.url = ""
         self.placement: Placement | None = None
         self._runner: web.AppRunner | None = None
-        self._store: AppStore | None = None
+        self._database: Database | None = None
+        self._resolver: ImageResolver | None = None
         self._agents: AgentClient | None = None
         self._waker: Waker | None = None
         self._placer: Placer | None = None
@@ -40,20 +51,26 @@ class PlacementRuntime:
         """Open the store, publish every stored app, serve HTTP; return the base URL."""
         config = self.config
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        self._store = AppStore(config.state_dir / "apps.sqlite3")
-        self._agents = AgentClient(config.offer_timeout_s)
+        assert config.cluster_keys is not None  # checked by the config
+        self._database = database = Database(config.state_dir / "apps.sqlite3")
+        store = AppStore(database)
+        tokens = Tokens(TokenStore(database), store)
+        self._agents = AgentClient(config.offer_timeout_s, Signer(config.cluster_keys))
+        self._resolver = ImageResolver(config.egress, resolve_timeout_s=config.resolve_timeout_s,
+                                       lookup=self.lookup)
         market = config.market()
         metrics = PlacementMetrics()
-        fleet = Fleet(self.registry, self._agents, market.heartbeat_freshness_s,
+        fleet = Fleet(self.registry, self._agents, self._resolver, market.heartbeat_freshness_s,
                       config.pull_timeout_s)
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
                         decisions_kept=config.decisions_kept)
         self._placer = placer
         self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms)
-        self.placement = Placement(self.registry, self._store, fleet, self._agents, placer,
-                                   self._waker)
+        self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
+                                   self._waker, config.domain)
         published = await self.placement.publish_all()
-        self._runner = web.AppRunner(build_app(self.placement, metrics), access_log=None)
+        auth = Authenticator(tokens.store, config.admin_token, Verifier(config.cluster_keys))
+        self._runner = web.AppRunner(build_app(self.placement, metrics, auth), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, config.host, config.port).start()
         port = self._runner.addresses[0][1]
@@ -70,5 +87,7 @@ class PlacementRuntime:
             await self._placer.close()
         if self._agents is not None:
             await self._agents.close()
-        if self._store is not None:
-            self._store.close()
+        if self._resolver is not None:
+            await self._resolver.close()
+        if self._database is not None:
+            self._database.close()

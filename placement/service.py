@@ -1,8 +1,10 @@
 """The placement shell: apps (stored, published), deploys, machines, wake and autostop.
 
-App configs live in the SQLite store (the truth) and are copied to the registry
-after every change. Machine operations are forwarded to the agent that owns the
-machine; its answer — errors included — is passed through.
+App configs live in the store (the truth) and are copied to the registry after
+every change. An app's image is resolved and its digest pinned when the app is
+created, when its image changes and at every deploy — never first on a request.
+Machine operations are forwarded to the agent that owns the machine; its answer —
+errors included — is passed through.
 """
 
 from __future__ import annotations
@@ -14,17 +16,25 @@ import msgspec
 
 from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.adapters.store import AppStore
-from placement.api import WakeRequest, WakeResponse
+from placement.api import (
+    AppDeleted,
+    CreateMachineRequest,
+    WakeRequest,
+    WakeResponse,
+    WorkerView,
+)
 from placement.core.offers import NoCapacity
 from placement.core.wake import GONE, MachineState, deploy_shortfall
-from placement.errors import AgentReplied, BadRequest, Conflict, NotFound, Unavailable
+from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.tokens import Tokens
 from placement.waker import Waker
 from thaw.appconfig import AppConfig, InvalidConfig, check, parse, patched
+from thaw.hostnames import within_domain
 from thaw.registry import Registry
 
-MACHINE_ACTIONS = ("start", "stop", "suspend")
+READ_ONLY_FIELDS = ("version", "image_digest")  # kept by placement, never set by a patch
 
 
 class Placement:
@@ -32,17 +42,21 @@ class Placement:
         self,
         registry: Registry,
         store: AppStore,
+        tokens: Tokens,
         fleet: Fleet,
         agents: AgentClient,
         placer: Placer,
         waker: Waker,
+        domain: str,
     ) -> None:
         self.registry = registry
         self.store = store
+        self.tokens = tokens
         self.fleet = fleet
         self.agents = agents
         self.placer = placer
         self.waker = waker
+        self.domain = domain
 
     # -- apps ------------------------------------------------------------------
 
@@ -53,34 +67,51 @@ class Placement:
         return len(apps)
 
     async def create_app(self, body: bytes) -> AppConfig:
-        config = self.store.create(parse(body))
+        config = await self._pinned(self._routable(parse(body)))
+        config = self.store.create(config)
         await self.registry.put_app(config)
         return config
 
     def app(self, name: str) -> AppConfig:
         return self.store.get(name)
 
-    async def update_app(self, name: str, patch: Any) -> AppConfig:
-        if not isinstance(patch, dict):
-            raise InvalidConfig("body", "a JSON merge patch must be an object")
+    async def update_app(self, name: str, patch: dict[str, Any]) -> AppConfig:
         current = self.store.get(name)
-        patch = {k: v for k, v in patch.items() if k != "version"}
-        config = patched(current, patch)
-        if config.image != current.image and "image_digest" not in patch:
-            config = msgspec.structs.replace(config, image_digest="")  # re-pinned at deploy
+        patch = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
+        config = self._routable(patched(current, patch))
+        if config.image != current.image:
+            config = await self._pinned(config)
         config = self.store.update(config)
         await self.registry.put_app(config)
         return config
 
-    async def delete_app(self, name: str) -> list[str]:
+    def _routable(self, config: AppConfig) -> AppConfig:
+        """`hosts` may not reach into the platform's own domain: names there are apps'."""
+        for host in config.hosts:
+            if within_domain(host, self.domain):
+                raise InvalidConfig("hosts", f"{host} is under the platform's domain "
+                                             f"{self.domain}; {config.name}'s name there is "
+                                             f"{config.name}.{self.domain}")
+        return config
+
+    async def _pinned(self, config: AppConfig) -> AppConfig:
+        """The config with its image resolved now and the digest pinned (422 for a
+        refused reference, 424 for one that does not resolve)."""
+        info = await self.fleet.resolve(msgspec.structs.replace(config, image_digest=""))
+        pinned = msgspec.structs.replace(config, image_digest=info.digest)
+        self.fleet.keep(pinned, info)
+        return pinned
+
+    async def delete_app(self, name: str) -> AppDeleted:
         self.store.get(name)
         views = await self.fleet.app_machines(name)
         destroyed = await asyncio.gather(
             *(self._destroy(name, v) for v in views if v["state"] not in GONE)
         )
         self.store.delete(name)
+        self.tokens.app_deleted(name)
         await self.registry.delete_app(name)
-        return [mid for mid in destroyed if mid]
+        return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
     async def _destroy(self, app: str, view: dict[str, Any]) -> str:
         try:
@@ -92,21 +123,18 @@ class Placement:
 
     # -- deploy ----------------------------------------------------------------
 
-    async def deploy(self, name: str, body: Any) -> dict[str, Any]:
-        """Pin the image digest, then create the missing running machines and spares."""
-        config = self.store.get(name)
-        image = body.get("image") if isinstance(body, dict) else None
-        if image:
-            config = check(msgspec.structs.replace(config, image=str(image), image_digest=""))
+    async def deploy(self, name: str, image: str | None) -> dict[str, Any]:
+        """Resolve the image (it may have moved) and pin it, then create the missing
+        running machines and spares."""
+        current = self.store.get(name)
+        config = check(msgspec.structs.replace(current, image=image)) if image else current
+        config = await self._pinned(config)
+        if config != current:
+            config = self.store.update(config)
+            await self.registry.put_app(config)
         region = config.regions[0]
-        live = await self.fleet.live_workers(region)
-        if not live:
+        if not await self.fleet.live_workers(region):
             raise Unavailable(f"no live worker in region {region}", code="no_capacity")
-        info = await self.fleet.image(msgspec.structs.replace(config, image_digest=""),
-                                      live.values())
-        config = self.store.update(msgspec.structs.replace(config, image_digest=info.digest))
-        self.fleet.keep(config, info)
-        await self.registry.put_app(config)
         created, shortfall = await self._fill(config, region)
         return {"app": msgspec.to_builtins(config), "machines": created, "shortfall": shortfall}
 
@@ -145,19 +173,15 @@ class Placement:
         self.store.get(app)
         return sorted(await self.fleet.app_machines(app), key=lambda v: v["created_at"])
 
-    async def create_machine(self, app: str, body: Any) -> dict[str, Any]:
+    async def create_machine(self, app: str, options: CreateMachineRequest) -> dict[str, Any]:
         config = self.store.get(app)
-        options = body if isinstance(body, dict) else {}
-        start = options.get("start", True)
-        region = options.get("region") or config.regions[0]
-        if not isinstance(start, bool) or not isinstance(region, str):
-            raise BadRequest("start must be a boolean and region a string")
+        region = options.region or config.regions[0]
         views = await self.fleet.app_machines(app)
         if sum(1 for v in views if v["state"] not in GONE) >= config.max_machines:
             raise Conflict(f"app {app} has max_machines={config.max_machines}",
                            code="max_machines")
         rnd = await self.placer.round(config, region, views)
-        placed = await (self.placer.place(rnd, start=True) if start
+        placed = await (self.placer.place(rnd, start=True) if options.start
                         else self._spare(rnd, frozenset()))
         if isinstance(placed, NoCapacity):
             raise Unavailable(placed.reason, code="no_capacity")
@@ -185,8 +209,6 @@ class Placement:
     # -- wake, autostop, introspection ------------------------------------------
 
     async def wake(self, app: str, request: WakeRequest) -> WakeResponse:
-        if request.count < 1 or request.deadline_ms < 1:
-            raise BadRequest("count and deadline_ms must be >= 1")
         return await self.waker.wake(self.store.get(app), request)
 
     async def autostop(self, app: str, mid: str) -> dict[str, Any]:
@@ -196,12 +218,16 @@ class Placement:
         self.store.get(app)
         return list(reversed(self.placer.decisions.get(app, [])))
 
-    async def workers(self) -> list[dict[str, Any]]:
+    async def workers(self) -> list[WorkerView]:
         workers = sorted(await self.registry.workers(), key=lambda w: w.id)
         now = self.fleet.clock()
         return [
-            {**msgspec.to_builtins(w), "layers": len(w.layers),
-             "layer_bytes": sum(w.layers.values()),
-             "healthy": now - w.updated_at <= self.fleet.freshness_s}
+            WorkerView(
+                id=w.id, epoch=w.epoch, region=w.region, url=w.url, cpus=w.cpus,
+                memory_mb=w.memory_mb, reserved_cpus=w.reserved_cpus,
+                reserved_memory_mb=w.reserved_memory_mb, machines_starting=w.machines_starting,
+                draining=w.draining, layers=len(w.layers), layer_bytes=sum(w.layers.values()),
+                updated_at=w.updated_at, healthy=now - w.updated_at <= self.fleet.freshness_s,
+            )
             for w in workers
         ]

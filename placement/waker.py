@@ -24,7 +24,7 @@ from placement.core.wake import MachineState, Refuse, decide_autostop, plan_wake
 from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import Placer, Round
-from thaw.appconfig import AppConfig
+from thaw.appconfig import AppConfig, InvalidConfig
 
 log = logging.getLogger("thaw.placement")
 
@@ -37,8 +37,14 @@ class Ready:
 
 @dataclass(frozen=True)
 class Failed:
-    code: str  # no_capacity | start_failed | deadline
+    code: str  # no_capacity | start_failed | image_unavailable | deadline
     message: str
+
+
+# An agent's answer to a pull that no retry will change (imagecache error codes).
+IMAGE_REFUSALS = frozenset({"bad_reference", "forbidden_host", "not_found", "unauthorized",
+                            "digest_mismatch", "size_mismatch", "unsafe_layer", "unsupported",
+                            "image_unavailable"})
 
 
 Outcome = Ready | Failed
@@ -102,8 +108,11 @@ class Waker:
     ) -> Round | Failed:
         try:
             return await self.placer.round(config, region, views)
+        except InvalidConfig as exc:
+            return Failed("image_unavailable", f"image refused: {exc.reason}")
         except PlacementError as exc:
-            return Failed("no_capacity", f"cannot place: {exc.message}")
+            code = "image_unavailable" if exc.code == "image_unavailable" else "no_capacity"
+            return Failed(code, f"cannot place: {exc.message}")
 
     async def _gather(
         self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
@@ -174,7 +183,8 @@ class Waker:
         try:
             await self.fleet.pull(placed.url, rnd.image.ref)
         except PlacementError as exc:
-            return Failed("start_failed", f"pull on {placed.worker}: {exc.message}")
+            code = "image_unavailable" if exc.code in IMAGE_REFUSALS else "start_failed"
+            return Failed(code, f"pull on {placed.worker}: {exc.message}")
         pull_ms = ms_since(pull_began)
         try:
             outcome = await self._start_and_wait(

@@ -1,18 +1,40 @@
-"""AppConfig: what an app owner sets (API, CLI, thaw.toml), and its validation.
+"""AppConfig: what an app owner sets (API, CLI, thaw.toml), its bounds and its validation.
 
-Decoding checks types (msgspec); `check` adds the rules between fields. Every
-rejection names the field, so the API can answer 422 with it.
+Decoding checks types and bounds (msgspec constraints, which the generated OpenAPI
+document carries too); `check` adds the rules between fields and normalises routed
+host names. Every rejection names the field, so the API can answer 422 with it.
+Every number has an upper bound: a config either passes and stays within them, or
+is refused — nothing accepted can stall something later.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+from imagecache.core.reference import parse_reference
+from imagecache.errors import ImageError
+from thaw.hostnames import BadHost, normalize_host
+
+APP_NAME_PATTERN = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"  # one DNS label: {app}.{domain}
+APP_NAME = re.compile(APP_NAME_PATTERN)
+MAX_ENV_BYTES = 64 * 1024
+RESERVED_ENV = frozenset({"PORT"})  # set by the agent; THAW_* too
+HOUR_S = 3600.0
+
+AppName = Annotated[str, msgspec.Meta(pattern=APP_NAME_PATTERN)]
+REGION_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?"
+Region = Annotated[str, msgspec.Meta(pattern=f"^{REGION_PATTERN}$")]
+RegionOrPrimary = Annotated[str, msgspec.Meta(pattern=f"^(?:{REGION_PATTERN})?$")]  # "": primary
+EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvValue = Annotated[str, msgspec.Meta(max_length=MAX_ENV_BYTES)]
+HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=254)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=HOUR_S)]
+Machines = Annotated[int, msgspec.Meta(ge=0, le=1000)]
+Requests = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 
 
 class InvalidConfig(ValueError):
@@ -23,84 +45,92 @@ class InvalidConfig(ValueError):
 
 
 class GuestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    cpus: float = 1.0
-    memory_mb: int = 256
+    cpus: Annotated[float, msgspec.Meta(gt=0, le=64)] = 1.0
+    memory_mb: Annotated[int, msgspec.Meta(ge=1, le=262_144)] = 256
 
 
 class Concurrency(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     type: Literal["requests", "connections"] = "requests"
-    soft_limit: int = 20
-    hard_limit: int = 25
+    soft_limit: Requests = 20
+    hard_limit: Requests = 25
 
 
 class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    path: str = ""  # "": ready when the port accepts a TCP connection
-    interval_s: float = 10.0
-    timeout_s: float = 30.0  # start-to-ready budget
-    grace_s: float = 1.0
+    # "": ready when the port accepts a TCP connection; else an origin-form path, no spaces
+    path: Annotated[str, msgspec.Meta(max_length=1024, pattern=r"^(/[\x21-\x7e]*)?$")] = ""
+    interval_s: Seconds = 10.0
+    timeout_s: Seconds = 30.0  # start-to-ready budget
+    grace_s: Annotated[float, msgspec.Meta(ge=0, le=HOUR_S)] = 1.0
 
 
 class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: str
-    image: str
-    regions: list[str] = msgspec.field(default_factory=lambda: ["local"])
+    name: AppName
+    image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    regions: Annotated[list[Region], msgspec.Meta(min_length=1, max_length=16)] = (
+        msgspec.field(default_factory=lambda: ["local"]))
     guest: GuestConfig = GuestConfig()
-    port: int = 8080  # informational: the agent sets $PORT, which the app must honour
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    hosts: list[str] = msgspec.field(default_factory=list)  # extra Host names routed here
-    min_machines_running: int = 0
-    max_machines: int = 3
+    port: Annotated[int, msgspec.Meta(ge=1, le=65_535)] = 8080  # informational: $PORT rules
+    env: Annotated[dict[EnvName, EnvValue], msgspec.Meta(max_length=128)] = (
+        msgspec.field(default_factory=dict))
+    # extra Host names routed here (normalised; never under the platform's domain)
+    hosts: Annotated[list[HostName], msgspec.Meta(max_length=32)] = (
+        msgspec.field(default_factory=list))
+    min_machines_running: Machines = 0
+    max_machines: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
     concurrency: Concurrency = Concurrency()
     auto_stop: Literal["off", "stop", "suspend"] = "stop"
     auto_start: bool = True
-    idle_timeout_s: float = 300.0
-    hold_timeout_s: float = 30.0
-    max_pending: int = 1000
-    spares: int = 0
+    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=24 * HOUR_S)] = 300.0
+    hold_timeout_s: Seconds = 30.0
+    max_pending: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
+    spares: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     health: HealthConfig = HealthConfig()
-    kill_signal: str = "SIGTERM"
-    kill_timeout_s: float = 5.0
-    image_digest: str = ""  # pinned at deploy; "" until the first deploy
-    version: int = 0  # bumped on every stored change
-
-
-def _positive(field: str, value: float) -> None:
-    if value <= 0:
-        raise InvalidConfig(field, "must be > 0")
+    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
+    kill_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
+    # pinned at create and deploy; "" only before the first resolution
+    image_digest: Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
+    version: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # bumped on every stored change
 
 
 def check(config: AppConfig) -> AppConfig:
-    """Rules between fields; raises InvalidConfig naming the first bad field."""
-    if not APP_NAME.match(config.name):
-        raise InvalidConfig("name", "lowercase letters, digits and '-', starting with a letter")
-    if not config.image:
-        raise InvalidConfig("image", "must not be empty")
-    if not config.regions or any(not r for r in config.regions):
-        raise InvalidConfig("regions", "at least one non-empty region")
-    _positive("guest.cpus", config.guest.cpus)
-    _positive("guest.memory_mb", config.guest.memory_mb)
-    if not 0 < config.port < 65536:
-        raise InvalidConfig("port", "must be in 1..65535")
-    if config.min_machines_running < 0:
-        raise InvalidConfig("min_machines_running", "must be >= 0")
-    if config.max_machines < max(1, config.min_machines_running):
+    """Rules between fields; raises InvalidConfig naming the first bad field. Returns the
+    config with its host names normalised."""
+    try:
+        parse_reference(config.image)
+    except ImageError as exc:
+        raise InvalidConfig("image", exc.message) from None
+    if config.max_machines < config.min_machines_running:
         raise InvalidConfig("max_machines", "must be >= max(1, min_machines_running)")
-    _positive("concurrency.soft_limit", config.concurrency.soft_limit)
     if config.concurrency.hard_limit < config.concurrency.soft_limit:
         raise InvalidConfig("concurrency.hard_limit", "must be >= concurrency.soft_limit")
-    for name in ("idle_timeout_s", "hold_timeout_s", "kill_timeout_s"):
-        _positive(name, getattr(config, name))
-    if config.max_pending < 0:
-        raise InvalidConfig("max_pending", "must be >= 0")
-    if config.spares < 0:
-        raise InvalidConfig("spares", "must be >= 0")
-    _positive("health.timeout_s", config.health.timeout_s)
-    _positive("health.interval_s", config.health.interval_s)
-    if config.health.path and not config.health.path.startswith("/"):
-        raise InvalidConfig("health.path", "must start with '/'")
     if config.kill_signal not in signal.Signals.__members__:
         raise InvalidConfig("kill_signal", f"{config.kill_signal!r} is not a signal name")
-    return config
+    _check_env(config.env)
+    hosts = _normalised_hosts(config.hosts)
+    return config if hosts == config.hosts else msgspec.structs.replace(config, hosts=hosts)
+
+
+def _check_env(env: dict[str, str]) -> None:
+    for name, value in env.items():
+        if name in RESERVED_ENV or name.startswith("THAW_"):
+            raise InvalidConfig("env", f"{name} is set by the platform")
+        if "\0" in value:
+            raise InvalidConfig("env", f"{name}: a value cannot contain a NUL byte")
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in env.items())
+    if size > MAX_ENV_BYTES:
+        raise InvalidConfig("env", f"{size} bytes of names and values; at most {MAX_ENV_BYTES}")
+
+
+def _normalised_hosts(hosts: list[str]) -> list[str]:
+    out: list[str] = []
+    for host in hosts:
+        try:
+            name = normalize_host(host)
+        except BadHost as exc:
+            raise InvalidConfig("hosts", str(exc)) from None
+        if name not in out:
+            out.append(name)
+    return out
 
 
 def parse(data: bytes | dict[str, Any]) -> AppConfig:
@@ -111,9 +141,11 @@ def parse(data: bytes | dict[str, Any]) -> AppConfig:
         else:
             config = msgspec.convert(data, type=AppConfig)
     except msgspec.ValidationError as exc:
-        raise InvalidConfig(_field_of(str(exc)), str(exc)) from None
+        raise InvalidConfig(field_of(str(exc)), str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidConfig("body", "nested too deeply") from None
     return check(config)
 
 
@@ -137,10 +169,11 @@ def _merge(base: Any, patch: Any) -> Any:
     return out
 
 
-def _field_of(message: str) -> str:
-    """The field a msgspec error names: "... - at `$.a.b`" or "... required field `image`"."""
-    at = re.search(r"at `\$\.([^`]+)`", message)
+def field_of(message: str) -> str:
+    """The field a msgspec error names: "... - at `$.a.b`", "... in `$.env`" or
+    "... required field `image`"."""
+    at = re.search(r"`\$\.([^`]+)`", message)
     if at:
-        return re.sub(r"\[\d+\]", "", at.group(1))
+        return re.sub(r"\[[^\]]*\]", "", at.group(1))
     named = re.search(r"field `([^`]+)`", message)
     return named.group(1) if named else "body"

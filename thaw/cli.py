@@ -1,4 +1,8 @@
-"""The `thaw` command: services (`agent`, later `edge`, `placement`, `up`) and tools."""
+"""thaw: a serverless-style edge autoscaler.
+
+Services: `up` (the whole platform in one process), `edge`, `placement`, `agent`.
+App owners and operators: `apps`, `deploy`, `machines`, `status`, `tokens`, `image`.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,46 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from thaw.commands import add_client_commands, run_client_command
 from thaw.logs import setup_logging
 
+if TYPE_CHECKING:
+    from imagecache.core.egress import EgressPolicy
+    from thaw.up import UpConfig
+
 
 def env_default(name: str, default: str) -> str:
     return os.environ.get(f"THAW_{name}", default)
+
+
+def env_list(name: str) -> list[str]:
+    return [item for item in os.environ.get(f"THAW_{name}", "").split(",") if item.strip()]
+
+
+def add_cluster_key_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster-key-file", type=Path, default=None, metavar="PATH",
+                   help="the cluster key(s) that sign internal calls (else $THAW_CLUSTER_KEY)")
+
+
+def add_egress_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-registry", action="append", default=env_list("ALLOW_REGISTRIES"),
+                   metavar="HOST[:PORT]",
+                   help="an image registry allowed even at a private address (repeatable)")
+    p.add_argument("--only-allowed-registries", action="store_true",
+                   default=env_default("ONLY_ALLOWED_REGISTRIES", "") == "1",
+                   help="refuse every registry not given with --allow-registry")
+    p.add_argument("--allow-layout", action="append", default=env_list("ALLOW_LAYOUTS"),
+                   metavar="DIR", help="a directory whose oci: image layouts may be used "
+                                       "(repeatable)")
+
+
+def egress_policy(args: argparse.Namespace) -> EgressPolicy:
+    from imagecache.core.egress import EgressPolicy
+
+    return EgressPolicy.build(args.allow_registry, listed_only=args.only_allowed_registries,
+                              layout_dirs=[str(Path(d).resolve()) for d in args.allow_layout])
 
 
 def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,16 +69,23 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--heartbeat-s", type=float, default=float(e("HEARTBEAT_S", "1.0")))
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default=e("SANDBOX", "auto"))
     p.add_argument("--stop-machines-on-exit", action="store_true")
+    p.add_argument("--advertise-url", default=e("ADVERTISE_URL", ""),
+                   help="the URL placement reaches this agent at (default http://HOST:PORT)")
+    add_cluster_key_flag(p)
+    add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
 
 async def run_agent(args: argparse.Namespace) -> int:
     from agent.config import AgentConfig
     from agent.runner import AgentRuntime
+    from thaw.auth.secrets_files import cluster_keys
     from thaw.registry.factory import open_registry
 
     config = AgentConfig(
-        state_dir=args.state_dir.resolve(), region=args.region, host=args.host, port=args.port,
+        state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
+        egress=egress_policy(args), advertise_url=args.advertise_url,
+        region=args.region, host=args.host, port=args.port,
         cpus=args.cpus, memory_mb=args.memory_mb, worker_id=args.id,
         cache_budget_bytes=args.cache_budget_mb << 20, heartbeat_interval_s=args.heartbeat_s,
         sandbox={"auto": None, "on": True, "off": False}[args.sandbox],
@@ -62,6 +106,12 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--port", type=int, default=int(e("PLACEMENT_PORT", "4280")))
     p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/placement")))
     p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    p.add_argument("--domain", default=e("DOMAIN", "localhost"),
+                   help="apps are {app}.DOMAIN; no app may list a host under it")
+    p.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
+                   help="the bootstrap admin token (else $THAW_ADMIN_TOKEN)")
+    add_cluster_key_flag(p)
+    add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
 
@@ -75,6 +125,12 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
     p.add_argument("--region", default=e("REGION", "local"))
     p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    p.add_argument("--max-held-total", type=int, default=int(e("MAX_HELD_TOTAL", "10000")),
+                   help="requests held across all apps; past it new ones get 503")
+    p.add_argument("--underscore-headers", choices=["drop", "reject"],
+                   default=e("UNDERSCORE_HEADERS", "drop"),
+                   help="request header names with '_': dropped (default) or refused (400)")
+    add_cluster_key_flag(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
 
@@ -89,15 +145,21 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
     p.add_argument("--hello-set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the example app (e.g. idle_timeout_s=2)")
+    add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
 
 async def run_placement(args: argparse.Namespace) -> int:
     from placement.config import PlacementConfig
     from placement.runner import PlacementRuntime
+    from thaw.auth.secrets_files import admin_token, cluster_keys
     from thaw.registry.factory import open_registry
 
-    config = PlacementConfig(state_dir=args.state_dir.resolve(), host=args.host, port=args.port)
+    config = PlacementConfig(
+        state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
+        admin_token=admin_token(args.admin_token_file), domain=args.domain,
+        egress=egress_policy(args), host=args.host, port=args.port,
+    )
     runtime = PlacementRuntime(config, open_registry(args.registry))
     url = await runtime.start()
     print(f"thaw placement listening on {url}", flush=True)
@@ -109,10 +171,14 @@ async def run_placement(args: argparse.Namespace) -> int:
 async def run_edge(args: argparse.Namespace) -> int:
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
+    from thaw.auth.secrets_files import cluster_keys
     from thaw.registry.factory import open_registry
 
     config = EdgeConfig(placement_url=args.placement, domain=args.domain, host=args.host,
-                        port=args.port, admin_port=args.admin_port, region=args.region)
+                        port=args.port, admin_port=args.admin_port, region=args.region,
+                        max_held_total=args.max_held_total,
+                        underscore_headers=args.underscore_headers,
+                        cluster_keys=cluster_keys(args.cluster_key_file))
     runtime = EdgeRuntime(config, open_registry(args.registry))
     await runtime.start()
     from thaw.native import state as native_state
@@ -125,16 +191,24 @@ async def run_edge(args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_up(args: argparse.Namespace) -> int:
+def up_config(args: argparse.Namespace) -> UpConfig:
     from thaw.commands import settings
-    from thaw.up import Platform, UpConfig
+    from thaw.up import UpConfig
 
-    config = UpConfig(
+    return UpConfig(
         state_dir=args.state_dir, edge_port=args.edge_port, api_port=args.api_port,
         admin_port=args.admin_port, agents=args.agents, domain=args.domain,
         hello_overrides=tuple(settings(args.hello_set).items()),
+        allow_registries=tuple(args.allow_registry),
+        only_allowed_registries=args.only_allowed_registries,
+        allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
     )
-    platform = Platform(config)
+
+
+async def run_up(args: argparse.Namespace) -> int:
+    from thaw.up import Platform
+
+    platform = Platform(up_config(args))
     try:
         await platform.start()
         print(platform.banner(), flush=True)

@@ -1,10 +1,16 @@
-"""App-owner and operator commands: apps, deploy, machines, status (placement's API)."""
+"""App-owner and operator commands: apps, deploy, machines, status, tokens (placement's API).
+
+The token sent is `--token`, else $THAW_TOKEN, else the local platform's admin token
+(`./.thaw/admin.token`, written by `thaw up`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -14,13 +20,17 @@ from thaw.client import ApiClient, ApiError
 from thaw.tables import table
 
 MACHINE_COLUMNS = ["id", "state", "worker", "region", "address", "image_digest"]
+LOCAL_TOKEN = Path(".thaw") / "admin.token"
+DURATION = re.compile(r"^(\d+)([smhd]?)$")
 
 
 def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         env: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"))
-    common.add_argument("--token", default=env("TOKEN", ""))
+    common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
+                        help="placement's API (default $THAW_API_URL or http://127.0.0.1:4280)")
+    common.add_argument("--token", default=env("TOKEN", ""),
+                        help=f"bearer token (default $THAW_TOKEN, else ./{LOCAL_TOKEN})")
 
     apps = sub.add_parser("apps", help="create, list, show, update, delete apps")
     apps_sub = apps.add_subparsers(dest="action", required=True)
@@ -50,10 +60,34 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     sub.add_parser("status", parents=[common], help="workers, apps and machines as tables")
 
+    tokens = sub.add_parser("tokens", help="create, list and revoke API tokens (admin)")
+    t_sub = tokens.add_subparsers(dest="action", required=True)
+    create_token = t_sub.add_parser("create", parents=[common],
+                                    help="a new token; its secret is printed once")
+    create_token.add_argument("--app", action="append", default=[], metavar="APP",
+                              help="an app the token may act on (repeatable)")
+    create_token.add_argument("--admin", action="store_true", help="a token that can do all")
+    create_token.add_argument("--name", default="", help="a label shown in lists")
+    create_token.add_argument("--expires-in", default="", metavar="DURATION",
+                              help="e.g. 3600, 90m, 24h, 30d (default: never)")
+    t_sub.add_parser("list", parents=[common], help="every token, never a secret")
+    t_sub.add_parser("revoke", parents=[common], help="revoke a token by id").add_argument("id")
+
+
+def token_from(given: str) -> str:
+    if given:
+        return given
+    try:
+        return LOCAL_TOKEN.read_text().strip()
+    except OSError:
+        return ""
+
 
 def run_client_command(args: argparse.Namespace) -> int:
-    client = ApiClient(args.api, args.token)
+    client = ApiClient(args.api, token_from(args.token))
     try:
+        if args.command == "tokens":
+            return _tokens(client, args)
         if args.command == "apps":
             return _apps(client, args)
         if args.command == "deploy":
@@ -66,6 +100,9 @@ def run_client_command(args: argparse.Namespace) -> int:
         return 2
     except ApiError as exc:
         print(f"thaw {args.command}: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print(f"  (pass --token, set THAW_TOKEN, or run where ./{LOCAL_TOKEN} is)",
+                  file=sys.stderr)
         return 1
 
 
@@ -157,3 +194,35 @@ def _status(client: ApiClient) -> int:
               f"min={app['min_machines_running']} max={app['max_machines']}")
         print(table(client.get(f"/v1/apps/{app['name']}/machines"), MACHINE_COLUMNS))
     return 0
+
+
+def seconds(text: str) -> int:
+    found = DURATION.match(text.strip())
+    if found is None:
+        raise InvalidConfig("expires_in", f"{text!r} is not a duration like 3600, 90m, 24h, 30d")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[found.group(2)]
+    return int(found.group(1)) * unit
+
+
+def _tokens(client: ApiClient, args: argparse.Namespace) -> int:
+    if args.action == "create":
+        body: dict[str, Any] = {"name": args.name, "admin": args.admin, "apps": args.app}
+        if args.expires_in:
+            body["expires_in_s"] = seconds(args.expires_in)
+        made = client.post("/v1/tokens", body)
+        scope = "admin" if made["admin"] else "apps " + ",".join(made["apps"])
+        print(f"token {made['id']} ({scope}); this is the only time it is shown:")
+        print(made["token"])
+    elif args.action == "list":
+        rows = [{**t, "scope": "admin" if t["admin"] else ",".join(t["apps"]),
+                 "created": _when(t["created_at"]), "expires": _when(t["expires_at"]),
+                 "revoked": _when(t["revoked_at"])} for t in client.get("/v1/tokens")]
+        print(table(rows, ["id", "name", "scope", "created", "expires", "revoked"]))
+    else:
+        client.delete(f"/v1/tokens/{args.id}")
+        print(f"revoked {args.id}")
+    return 0
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at)) if at else "-"

@@ -1,8 +1,10 @@
 """`thaw up`: placement, N agents and the edge in one process and one event loop.
 
 Each service listens on its own loopback port and they talk real HTTP to each
-other; they share the embedded (in-memory) registry. Nothing in the services
-knows it runs this way beyond the registry it was handed.
+other — signed with a cluster key made on first start (`<state>/cluster.key`) —
+and share the embedded (in-memory) registry. Nothing in the services knows it runs
+this way beyond the registry it was handed. An admin token is made on first start
+too (`<state>/admin.token`, mode 0600), which the CLI finds by itself.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from agent.config import AgentConfig
 from agent.runner import AgentRuntime
 from edge.config import EdgeConfig
 from edge.runner import EdgeRuntime
+from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
+from thaw.auth.secrets_files import ADMIN_TOKEN_FILE, CLUSTER_KEY_FILE, ensure_secret
+from thaw.auth.signing import KeyRing
 from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
 
@@ -52,6 +57,9 @@ class UpConfig:
     agent_memory_mb: int = 4096
     example: Path = EXAMPLE
     hello_overrides: tuple[tuple[str, Any], ...] = ()
+    allow_registries: tuple[str, ...] = ()  # beyond public registries
+    only_allowed_registries: bool = False
+    allow_layouts: tuple[str, ...] = ()  # beyond <state>/images
 
 
 class Platform:
@@ -62,32 +70,44 @@ class Platform:
         self.placement: PlacementRuntime | None = None
         self.edge: EdgeRuntime | None = None
         self.api_url = ""
+        self.admin_token = ""
 
     async def start(self) -> None:
         state = self.config.state_dir.resolve()
         state.mkdir(parents=True, exist_ok=True)
+        keys = KeyRing.parse(ensure_secret(state / CLUSTER_KEY_FILE))
+        self.admin_token = ensure_secret(state / ADMIN_TOKEN_FILE)
+        # Images come from the layouts `thaw up` builds (and those allowed), or registries.
+        egress = EgressPolicy.build(
+            self.config.allow_registries, listed_only=self.config.only_allowed_registries,
+            layout_dirs=[str(state / "images"), *self.config.allow_layouts],
+        )
         for i in range(self.config.agents):
-            runtime = AgentRuntime(self._agent_config(state, i), self.registry)
+            runtime = AgentRuntime(self._agent_config(state, i, keys, egress), self.registry)
             self.agents.append(runtime)
             await runtime.start()
         self.placement = PlacementRuntime(
-            PlacementConfig(state_dir=state / "placement", port=self.config.api_port),
+            PlacementConfig(state_dir=state / "placement", port=self.config.api_port,
+                            cluster_keys=keys, admin_token=self.admin_token,
+                            domain=self.config.domain, egress=egress),
             self.registry,
         )
         self.api_url = await self.placement.start()
         self.edge = EdgeRuntime(
             EdgeConfig(placement_url=self.api_url, domain=self.config.domain,
-                       port=self.config.edge_port, admin_port=self.config.admin_port),
+                       port=self.config.edge_port, admin_port=self.config.admin_port,
+                       cluster_keys=keys),
             self.registry,
         )
         await self.edge.start()
         await self._ensure_hello(state)
 
-    def _agent_config(self, state: Path, index: int) -> AgentConfig:
+    def _agent_config(self, state: Path, index: int, keys: KeyRing, egress: EgressPolicy
+                      ) -> AgentConfig:
         return AgentConfig(
-            state_dir=state / f"agent-{index}", worker_id=f"local-{index}", region="local",
-            cpus=self.config.agent_cpus, memory_mb=self.config.agent_memory_mb,
-            stop_machines_on_exit=True,
+            state_dir=state / f"agent-{index}", cluster_keys=keys, egress=egress,
+            worker_id=f"local-{index}", region="local", cpus=self.config.agent_cpus,
+            memory_mb=self.config.agent_memory_mb, stop_machines_on_exit=True,
         )
 
     async def _ensure_hello(self, state: Path) -> None:
@@ -95,7 +115,8 @@ class Platform:
         layout = state / "images" / "layout"
         await asyncio.to_thread(build_image, self.config.example, "hello:latest", layout=layout)
         body = {**HELLO_APP, "image": f"oci:{layout}:latest", **dict(self.config.hello_overrides)}
-        async with aiohttp.ClientSession() as session:
+        auth = {"Authorization": f"Bearer {self.admin_token}"}
+        async with aiohttp.ClientSession(headers=auth) as session:
             async with session.get(f"{self.api_url}/v1/apps/hello") as response:
                 if response.status == 200:
                     return
@@ -116,6 +137,10 @@ class Platform:
         assert self.edge is not None
         port = self.edge.proxy_port
         native_on, native_why = native_state()
+        token_file = self.config.state_dir / ADMIN_TOKEN_FILE
+        local = self.config.state_dir.resolve() == (Path.cwd() / ".thaw").resolve()
+        token_hint = (f"the CLI uses the admin token in {token_file}" if local else
+                      f"export THAW_TOKEN=$(cat {token_file})   # the admin token, for the CLI")
         return "\n".join(
             [
                 f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
@@ -125,7 +150,8 @@ class Platform:
                 "",
                 f"  curl -H 'Host: hello.{self.config.domain}' http://127.0.0.1:{port}/",
                 "",
-                f"  thaw status --api {self.api_url}",
+                f"  thaw status --api {self.api_url}      # {token_hint}",
+                f"  curl -H \"Authorization: Bearer $(cat {token_file})\" {self.api_url}/v1/apps",
                 "Ctrl-C stops everything.",
             ]
         )

@@ -1,4 +1,9 @@
-"""The agent's internal HTTP API (aiohttp). Errors become JSON in one middleware."""
+"""The agent's internal HTTP API (aiohttp). Errors become JSON in one middleware.
+
+Every route but `/healthz` and `/metrics` answers only calls signed with the cluster
+key and addressed to this agent (thaw/auth/signing.py); anything else is 401 and
+does nothing.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from agent.machinelog import read_log
 from agent.publisher import Publisher, machine_view
 from agent.service import Agent, machine_dir
 from imagecache.errors import ImageError
+from thaw.auth.aiohttp_glue import refusal
+from thaw.auth.signing import Verifier
 
 IMAGE_ERROR_STATUS = {
     "bad_reference": 400,
@@ -27,6 +34,7 @@ IMAGE_ERROR_STATUS = {
     "unsafe_layer": 422,
 }
 MAX_WAIT_S = 300.0
+UNSIGNED_PATHS = frozenset({"/healthz", "/metrics"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -53,10 +61,23 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(IMAGE_ERROR_STATUS.get(exc.code, 502), exc.code, str(exc))
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return error_response(422, "invalid", str(exc))
+    except RecursionError:
+        return error_response(422, "invalid", "nested too deeply")
 
 
-def build_app(agent: Agent, publisher: Publisher) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=1 << 20)
+def signature_middleware(verifier: Verifier) -> object:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in UNSIGNED_PATHS and await refusal(verifier, request) is not None:
+            return error_response(401, "unauthorized", "a signed call is required")
+        return await handler(request)
+
+    return middleware
+
+
+def build_app(agent: Agent, publisher: Publisher, verifier: Verifier) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware, signature_middleware(verifier)],
+                          client_max_size=1 << 20)
     routes = AgentRoutes(agent, publisher)
     app.add_routes(
         [

@@ -1,21 +1,27 @@
 """Client of placement's internal API (aiohttp): wake an app, ask to auto-stop a machine.
 
-Foreign exceptions are translated here: every failure is an EdgeError whose
-code is one of placement's WAKE_ERRORS codes, or `wake_failed`.
+Every call is signed with the cluster key (thaw/auth). Foreign exceptions are
+translated here: every failure is an EdgeError whose code is one of placement's
+WAKE_ERRORS codes, or `wake_failed`.
 """
 
 from __future__ import annotations
 
 import aiohttp
 import msgspec
+import yarl
 
+from edge.config import EdgeConfig
 from edge.errors import EdgeError
 from placement.api import WAKE_ERRORS, AutostopRequest, WakeRequest, WakeResponse
+from thaw.auth.aiohttp_glue import Signer
 
 
 class PlacementClient:
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, config: EdgeConfig) -> None:
+        assert config.cluster_keys is not None  # checked by the config
+        self.base_url = config.placement_url.rstrip("/")
+        self.signer = Signer(config.cluster_keys)
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -25,14 +31,17 @@ class PlacementClient:
             )
         return self._session
 
+    def _post(self, path: str, body: bytes, timeout_s: float
+              ) -> aiohttp.client._RequestContextManager:
+        url = yarl.URL(self.base_url + path)
+        headers = {**self.signer.headers("POST", url, body), "Content-Type": "application/json"}
+        return self._client().post(yarl.URL(str(url), encoded=True), data=body, headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=timeout_s))
+
     async def wake(self, app: str, request: WakeRequest, timeout_s: float) -> WakeResponse:
-        url = f"{self.base_url}/internal/apps/{app}/wake"
         try:
-            async with self._client().post(
-                url, data=msgspec.json.encode(request),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
-            ) as response:
+            async with self._post(f"/internal/apps/{app}/wake", msgspec.json.encode(request),
+                                  timeout_s) as response:
                 body = await response.read()
                 if response.status == 200:
                     return msgspec.json.decode(body, type=WakeResponse)
@@ -47,13 +56,9 @@ class PlacementClient:
 
     async def autostop(self, app: str, machine_id: str, request: AutostopRequest) -> bool:
         """True: placement stopped/suspended it; False: placement kept it (409)."""
-        url = f"{self.base_url}/internal/apps/{app}/machines/{machine_id}/autostop"
+        path = f"/internal/apps/{app}/machines/{machine_id}/autostop"
         try:
-            async with self._client().post(
-                url, data=msgspec.json.encode(request),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=30),
-            ) as response:
+            async with self._post(path, msgspec.json.encode(request), 30) as response:
                 body = await response.read()
                 if response.status == 200:
                     return True

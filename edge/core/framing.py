@@ -6,11 +6,13 @@ as the parser reads them. Rejections are values carrying an
 error code (edge/errors.py maps codes to statuses): ambiguous framing (both
 Content-Length and Transfer-Encoding, differing Content-Lengths, a final
 coding other than chunked, Transfer-Encoding on HTTP/1.0), missing,
-duplicate or conflicting Host, too large a declared body. Hop-by-hop headers
-(Connection and those it names, Keep-Alive, Proxy-Connection, TE, Trailer,
-Transfer-Encoding, Upgrade) and client-supplied internal `X-Thaw-*` headers
-never go upstream; framing headers are re-made by the shell. It knows nothing
-of sockets; header names and values are bytes as parsed.
+duplicate or conflicting Host (an HTTP/1.1 request needs a Host even with an
+absolute-form target, RFC 9112 3.2), too large a declared body. Hop-by-hop
+headers (Connection and those it names, Keep-Alive, Proxy-Connection, TE,
+Trailer, Transfer-Encoding, Upgrade, HTTP2-Settings) and client-supplied
+internal `X-Thaw-*` headers never go upstream; framing headers are re-made by
+the shell. It knows nothing of sockets; header names and values are bytes as
+parsed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ BODY_UNTIL_CLOSE = 3  # responses only
 HOP_BY_HOP = frozenset(
     {
         b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-        b"transfer-encoding", b"upgrade", b"content-length",
+        b"transfer-encoding", b"upgrade", b"http2-settings", b"content-length",
     }
 )
 SET_BY_EDGE = frozenset(
@@ -163,10 +165,11 @@ def request_authority(
     if len(hosts) > 1:
         return Rejection("duplicate_host", "more than one Host header")
     absolute, target = (None, url) if url[:1] == b"/" else _origin_form(url)
-    if not hosts and absolute is None:
-        if version != "1.0":
+    if not hosts:
+        if version != "1.0":  # also with an absolute-form target (RFC 9112, 3.2)
             return Rejection("missing_host", "Host header required (HTTP/1.1)")
-        return b"", target
+        if absolute is None:
+            return b"", target
     authority = hosts[0].strip() if hosts else b""
     if absolute is not None:
         if authority and host_name(absolute) != host_name(authority):

@@ -3,8 +3,13 @@
 The parser calls a reader's bound `on_header` itself (no shell frame between):
 each header is classified once, by a role table memoised on the name as
 received, and a header the edge passes on goes into the outgoing bytes as it
-arrives. `finish` decides the usual heads (one Host, an origin-form target, no
-body; one plain Content-Length) in a straight line and any other through the
+arrives. A request header whose name holds "_" is never passed on: CGI, WSGI
+and many frameworks fold "_" and "-" to one name, so `X_Forwarded_For` or
+`Transfer_Encoding` would reach the app as a header the edge set or framed
+itself. Such a name has a role of its own (ordinary names cost nothing more),
+and `finish` drops it or rejects the head, as the reader was built to.
+`finish` decides the usual heads (one Host, an origin-form target, no body;
+one plain Content-Length) in a straight line and any other through the
 general rules of `framing.py`; property tests hold the two to one answer.
 `check_request` and `check_response` do the same for a list of headers. It
 knows nothing of sockets or parsers beyond the callbacks' signatures.
@@ -38,14 +43,16 @@ class HeadTooLarge(Exception):
     """Raised from `on_header` to stop the parser; the reader's `rejection` says why."""
 
 
+UNDERSCORE_HEADERS = ("drop", "reject")  # what a request header whose name holds "_" gets
+
 # What a header is to the edge, by lower-case name; absent: passed on as it is (_PASS).
 (_PASS, _HOST, _LENGTH, _CODING, _CONNECTION, _REQUEST_ID, _FORWARDED_FOR, _EXPECT, _DROP,
- _INTERNAL, _HOLD_TIMEOUT) = range(11)
+ _INTERNAL, _HOLD_TIMEOUT, _UPGRADE, _UNDERSCORE) = range(13)
 _REQUEST_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP | SET_BY_EDGE},
     b"host": _HOST, b"content-length": _LENGTH, b"transfer-encoding": _CODING,
     b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
-    b"x-forwarded-for": _FORWARDED_FOR, b"expect": _EXPECT,
+    b"x-forwarded-for": _FORWARDED_FOR, b"expect": _EXPECT, b"upgrade": _UPGRADE,
 }
 _RESPONSE_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP},
@@ -62,7 +69,7 @@ _response_role_cache: dict[bytes, int] = {}
 
 def _request_role(name: bytes) -> int:
     lname = name.lower()
-    role = _REQUEST_ROLES.get(lname)
+    role = _UNDERSCORE if b"_" in lname else _REQUEST_ROLES.get(lname)
     if role is None:
         if not lname.startswith(INTERNAL_PREFIX):
             role = _PASS
@@ -94,14 +101,20 @@ def _without_named(parts: list[bytes], named: frozenset[bytes]) -> bytes:
 class RequestHeadReader:
     """One request head at a time: `reset`, then `on_url` / `on_header` as the parser
     reads, then `finish`. Limits are on the count of headers and on the bytes of the
-    target plus headers; past them `on_header` raises HeadTooLarge."""
+    target plus headers; past them `on_header` raises HeadTooLarge. `underscore_headers`
+    (one of UNDERSCORE_HEADERS): a header whose name holds "_" is dropped (as nginx's
+    default `underscores_in_headers off` does), or the head is rejected, `bad_header`."""
 
-    __slots__ = ("count", "forward", "max_header_bytes", "max_headers", "rejection", "size",
-                 "special", "url")
+    __slots__ = ("count", "forward", "max_header_bytes", "max_headers", "reject_underscore",
+                 "rejection", "size", "special", "url")
 
-    def __init__(self, max_headers: int, max_header_bytes: int) -> None:
+    def __init__(self, max_headers: int, max_header_bytes: int, *,
+                 underscore_headers: str = "drop") -> None:
+        if underscore_headers not in UNDERSCORE_HEADERS:
+            raise ValueError(f"underscore_headers must be one of {UNDERSCORE_HEADERS}")
         self.max_headers = max_headers
         self.max_header_bytes = max_header_bytes
+        self.reject_underscore = underscore_headers == "reject"
         self.rejection: Rejection | None = None
         self.reset()
 
@@ -177,6 +190,8 @@ class RequestHeadReader:
                 expect = value.strip().lower() == b"100-continue"
             elif role == _HOLD_TIMEOUT and value.strip().isdigit():
                 hold_timeout_s = int(value.strip()) / 1000.0
+            elif role == _UNDERSCORE and self.reject_underscore:
+                return Rejection("bad_header", 'a header name holds "_"')
         authority = request_authority(version, hosts, self.url)
         if isinstance(authority, Rejection):
             return authority
@@ -190,6 +205,12 @@ class RequestHeadReader:
         return RequestHead(host_name(authority[0]), authority[0], authority[1], framing[0],
                            framing[1], expect, request_id, forwarded_for, hold_timeout_s,
                            forward)
+
+    def upgrades_to_h2c_only(self) -> bool:
+        """Whether the head read asks to upgrade to h2c and to nothing else (what `curl
+        --http2` sends to an http:// URL): the one upgrade the edge may ignore."""
+        offered = [t for role, value in self.special if role == _UPGRADE for t in tokens(value)]
+        return offered == [b"h2c"]
 
 
 class ResponseHeadReader:
@@ -277,10 +298,12 @@ def check_request(
     url: bytes,
     headers: list[tuple[bytes, bytes]],
     max_body_bytes: int,
+    underscore_headers: str = "drop",
 ) -> RequestHead | Rejection:
     """Decide on one request head; `headers` as received, names in any case. (`method`
     does not change the decision: any method may carry a body.)"""
-    reader = RequestHeadReader(max_headers=len(headers), max_header_bytes=1 << 62)
+    reader = RequestHeadReader(max_headers=len(headers), max_header_bytes=1 << 62,
+                               underscore_headers=underscore_headers)
     reader.on_url(url)
     for name, value in headers:
         reader.on_header(name, value)

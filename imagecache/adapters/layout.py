@@ -1,9 +1,15 @@
-"""OCI image-layout directories as an image source (`oci-layout`, `index.json`, `blobs/`)."""
+"""OCI image-layout directories as an image source (`oci-layout`, `index.json`, `blobs/`).
+
+Every file is opened by its resolved path, and only after `refusal` (the egress
+policy's layout rule) has passed that path: a symlink inside a layout cannot
+lead a read outside the allowed layout directories.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from imagecache.adapters.blobstore import hex_of
@@ -14,11 +20,18 @@ _CHUNK = 1 << 16
 _MAX_DOC_BYTES = 4 * 1024 * 1024
 
 
+# resolved path -> None when it may be read, else why not
+PathRefusal = Callable[[str], str | None]
+
+
 class LayoutSource:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, refusal: PathRefusal, shown: str) -> None:
+        """`path`: the layout's resolved directory; `shown`: the path as the owner wrote it."""
         self.path = path
+        self._refusal = refusal
+        self._shown = shown
         if not (path / "oci-layout").is_file() or not (path / "index.json").is_file():
-            raise ImageError("not_found", f"{path} is not an OCI image layout")
+            raise ImageError("not_found", f"{shown} is not an OCI image layout")
 
     def index(self) -> bytes:
         return self._read_small(self.path / "index.json", "index.json")
@@ -32,7 +45,7 @@ class LayoutSource:
 
     async def blob(self, digest: str) -> AsyncIterator[bytes]:
         """Stream a blob's bytes from the layout; the caller verifies them."""
-        path = self._blob_path(digest)
+        path = self._checked(self._blob_path(digest), f"blob {digest}")
         try:
             handle = await asyncio.to_thread(open, path, "rb")
         except FileNotFoundError:
@@ -46,12 +59,20 @@ class LayoutSource:
     def _blob_path(self, digest: str) -> Path:
         return self.path / "blobs" / "sha256" / hex_of(digest)
 
+    def _checked(self, path: Path, what: str) -> str:
+        real = os.path.realpath(path)
+        if self._refusal(real) is not None:
+            raise ImageError(
+                "forbidden_host", f"layout {self._shown}: {what} is outside the allowed directories"
+            )
+        return real
+
     def _read_small(self, path: Path, what: str) -> bytes:
         try:
-            with open(path, "rb") as handle:
+            with open(self._checked(path, what), "rb") as handle:
                 body = handle.read(_MAX_DOC_BYTES + 1)
         except FileNotFoundError:
-            raise ImageError("not_found", f"layout {self.path}: {what} missing") from None
+            raise ImageError("not_found", f"layout {self._shown}: {what} missing") from None
         if len(body) > _MAX_DOC_BYTES:
-            raise ImageError("registry_error", f"layout {self.path}: {what} too large")
+            raise ImageError("registry_error", f"layout {self._shown}: {what} too large")
         return body

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from imagecache.adapters.blobstore import copy_verified
-from imagecache.adapters.layout import LayoutSource
+from imagecache.adapters.layout import LayoutSource, PathRefusal
 from imagecache.adapters.registry import RegistryClient
 from imagecache.core.manifest import (
     INDEX_TYPES,
@@ -92,8 +92,9 @@ class RegistryImageSource:
 
 
 class LayoutImageSource:
-    def __init__(self, ref: LayoutRef) -> None:
-        self._layout = LayoutSource(Path(ref.path).resolve())
+    def __init__(self, ref: LayoutRef, real_path: Path, refusal: PathRefusal) -> None:
+        """`real_path`: `ref.path` resolved, already allowed by `refusal` (the layout rule)."""
+        self._layout = LayoutSource(real_path, refusal, ref.path)
         self._tag = ref.tag
 
     async def resolve(self) -> Resolved:

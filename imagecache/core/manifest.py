@@ -75,9 +75,9 @@ def descriptor(raw: Any, what: str) -> Descriptor:
         raise ImageError("registry_error", f"{what}: descriptor is not an object")
     digest, size = raw.get("digest"), raw.get("size")
     if not isinstance(digest, str) or not digest.startswith("sha256:") or len(digest) != 71:
-        raise ImageError("registry_error", f"{what}: bad or unsupported digest {digest!r}")
+        raise ImageError("registry_error", f"{what}: bad or unsupported digest {_short(digest)}")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise ImageError("registry_error", f"{what}: bad size {size!r}")
+        raise ImageError("registry_error", f"{what}: bad size {_short(size)}")
     annotations = raw.get("annotations") or {}
     return Descriptor(str(raw.get("mediaType", "")), digest, size, dict(annotations))
 
@@ -111,7 +111,8 @@ def parse_manifest(doc: dict[str, Any]) -> Manifest:
     for raw in doc.get("layers") or []:
         d = descriptor(raw, "manifest layer")
         if d.media_type not in GZIP_LAYERS | PLAIN_LAYERS:
-            raise ImageError("unsupported", f"layer {d.digest} has media type {d.media_type!r}")
+            kind = _short(d.media_type)
+            raise ImageError("unsupported", f"layer {d.digest} has media type {kind}")
         layers.append(Layer(digest=d.digest, size=d.size, media_type=d.media_type))
     return Manifest(config=config, layers=layers)
 
@@ -136,5 +137,11 @@ def _strings(value: Any) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ImageError("registry_error", f"expected a list of strings, got {value!r}")
+        raise ImageError("registry_error", f"expected a list of strings, got {_short(value)}")
     return list(value)
+
+
+def _short(value: Any) -> str:
+    """A document's value for an error message, cut short: messages never carry bodies."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -19,7 +19,8 @@ DEFAULT_TAG = "latest"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?$")
+# IPv6 in brackets may end in dotted IPv4 (`[::ffff:10.0.0.1]`); the egress policy judges it.
+_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
 
 @dataclass(frozen=True)

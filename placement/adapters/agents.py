@@ -1,17 +1,24 @@
 """HTTP client of the agents' internal API. Foreign exceptions stop here.
 
-Every call returns `(status, JSON body)`; a transport failure or timeout becomes
-`AgentUnreachable`, so the service sees only values and its own errors.
+Every call is signed with the cluster key (thaw/auth) and returns `(status, JSON
+body)`; a transport failure or timeout becomes `AgentUnreachable`, whose message
+names the call but not the worker's address (it may reach an app owner): the
+address and the cause go to the log.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiohttp
 import msgspec
+import yarl
 
 from placement.errors import PlacementError
+from thaw.auth.aiohttp_glue import Signer
+
+log = logging.getLogger("thaw.placement")
 
 
 class AgentUnreachable(PlacementError):
@@ -20,8 +27,9 @@ class AgentUnreachable(PlacementError):
 
 
 class AgentClient:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, signer: Signer) -> None:
         self.timeout_s = timeout_s
+        self.signer = signer
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -45,17 +53,24 @@ class AgentClient:
         params: dict[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> tuple[int, Any]:
-        data = msgspec.json.encode(body) if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        data = msgspec.json.encode(body) if body is not None else b""
+        target = yarl.URL(url + path)
+        if params:
+            target = target.with_query(params)
+        headers = self.signer.headers(method, target, data)
+        if data:
+            headers["Content-Type"] = "application/json"
         limit = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
             async with self._http().request(
-                method, url + path, data=data, headers=headers, params=params, timeout=limit
+                method, yarl.URL(str(target), encoded=True), data=data or None,
+                headers=headers, timeout=limit,
             ) as response:
                 raw = await response.read()
                 return response.status, decode(raw)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise AgentUnreachable(f"{method} {url}{path}: {exc!r}") from None
+            log.warning("agent call %s %s%s failed: %r", method, url, path, exc)
+            raise AgentUnreachable(f"a worker did not answer {method} {path}") from None
 
 
 def decode(raw: bytes) -> Any:
@@ -63,5 +78,5 @@ def decode(raw: bytes) -> Any:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return {"error": "agent_error", "message": raw.decode(errors="replace")[:500]}
+    except (msgspec.DecodeError, RecursionError):
+        return {"error": "agent_error", "message": "the worker sent an answer that is not JSON"}

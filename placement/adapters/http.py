@@ -1,7 +1,10 @@
 """Placement's HTTP API (aiohttp): public `/v1`, internal `/internal`, metrics, health.
 
-Errors become `{"error": code, "message": text}` in one middleware; a config that
-fails validation is 422 naming the field.
+Routes come from the table in routes.py; authentication and authorisation happen in
+authn.py's middleware before any handler runs. Errors become `{"error": code,
+"message": text}` in one middleware; a body that fails validation is 422 naming
+the field; a host name taken by another app is 409 `host_taken`, naming the
+holder only to a caller who may see it.
 """
 
 from __future__ import annotations
@@ -9,27 +12,48 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from placement.api import WakeRequest
+from placement.adapters.authn import PRINCIPAL, Authenticator, auth_middleware, principal_of
+from placement.adapters.routes import ROUTES
+from placement.adapters.store import HostTaken
+from placement.api import (
+    AutostopRequest,
+    CreateMachineRequest,
+    DeployRequest,
+    TokenRequest,
+    WakeRequest,
+)
 from placement.errors import BadRequest, PlacementError
 from placement.metrics import PlacementMetrics
-from placement.openapi import OPENAPI
-from placement.service import MACHINE_ACTIONS, Placement
-from thaw.appconfig import InvalidConfig
+from placement.openapi import openapi_document
+from placement.service import Placement
+from thaw.appconfig import InvalidConfig, field_of
+from thaw.auth.tokens import Principal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
 log = logging.getLogger("thaw.placement")
 MAX_WAIT_S = 300.0
+MAX_BODY_BYTES = 1 << 20
 
 
 def json_response(value: object, status: int = 200, headers: dict[str, str] | None = None
                   ) -> web.Response:
     return web.Response(body=msgspec.json.encode(value), status=status,
                         content_type="application/json", headers=headers)
+
+
+def error_body(exc: PlacementError, principal: Principal | None) -> dict[str, Any]:
+    body = exc.body()
+    if isinstance(exc, HostTaken) and principal is not None and principal.may_act_on(
+            exc.holder):
+        body["message"] = f"host {exc.host} is held by app {exc.holder}"
+        body["holder"] = exc.holder
+    return body
 
 
 def errors_middleware(metrics: PlacementMetrics) -> Any:
@@ -39,13 +63,12 @@ def errors_middleware(metrics: PlacementMetrics) -> Any:
             response = await handler(request)
         except PlacementError as exc:
             headers = {"Retry-After": "1"} if exc.status == 503 else None
-            response = json_response(exc.body(), exc.status, headers)
+            response = json_response(error_body(exc, request.get(PRINCIPAL)), exc.status,
+                                     headers)
         except InvalidConfig as exc:
             response = json_response(
                 {"error": "invalid_config", "field": exc.field, "message": exc.reason}, 422
             )
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            response = json_response({"error": "invalid", "message": str(exc)}, 422)
         except web.HTTPException as exc:  # aiohttp's own 404/405/413: JSON like the rest
             code = exc.reason.lower().replace(" ", "_")
             response = json_response({"error": code, "message": exc.reason}, exc.status)
@@ -60,42 +83,31 @@ def errors_middleware(metrics: PlacementMetrics) -> Any:
     return middleware
 
 
-def build_app(placement: Placement, metrics: PlacementMetrics) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware(metrics)], client_max_size=1 << 20)
-    r = Routes(placement, metrics)
-    machine = "/v1/apps/{app}/machines/{id}"
-    app.add_routes([
-        web.post("/v1/apps", r.create_app),
-        web.get("/v1/apps", r.list_apps),
-        web.get("/v1/apps/{app}", r.get_app),
-        web.patch("/v1/apps/{app}", r.patch_app),
-        web.delete("/v1/apps/{app}", r.delete_app),
-        web.post("/v1/apps/{app}/deploy", r.deploy),
-        web.get("/v1/apps/{app}/machines", r.list_machines),
-        web.post("/v1/apps/{app}/machines", r.create_machine),
-        web.get(machine, r.get_machine),
-        web.delete(machine, r.destroy_machine),
-        web.get(machine + "/wait", r.wait_machine),
-        web.post(machine + "/{action}", r.machine_action),
-        web.get("/v1/apps/{app}/placements", r.placements),
-        web.get("/v1/workers", r.workers),
-        web.post("/internal/apps/{app}/wake", r.wake),
-        web.post("/internal/apps/{app}/machines/{id}/autostop", r.autostop),
-        web.get("/metrics", r.metrics_text),
-        web.get("/healthz", r.healthz),
-        web.get("/openapi.json", r.openapi),
-    ])
+def build_app(placement: Placement, metrics: PlacementMetrics, auth: Authenticator
+              ) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware(metrics), auth_middleware(auth)],
+                          client_max_size=MAX_BODY_BYTES)
+    handlers = Routes(placement, metrics)
+    app.add_routes([web.route(r.method, r.path, getattr(handlers, r.handler)) for r in ROUTES])
     return app
 
 
-async def json_body(request: web.Request) -> Any:
+async def decoded(request: web.Request, kind: type[T]) -> T:
+    """The body as `kind` (an empty body: its defaults); 422 naming the field otherwise."""
     raw = await request.read()
-    if not raw.strip():
-        return None
     try:
-        return msgspec.json.decode(raw)
+        return msgspec.json.decode(raw, type=kind) if raw.strip() else kind()
+    except msgspec.ValidationError as exc:
+        raise InvalidConfig(field_of(str(exc)), str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidConfig("body", "nested too deeply") from None
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    patch: Any = await decoded(request, dict)
+    return patch  # type: ignore[no-any-return]
 
 
 class Routes:
@@ -103,67 +115,72 @@ class Routes:
         self.p = placement
         self.metrics = metrics
 
+    # -- apps ------------------------------------------------------------------------------
+
     async def create_app(self, request: web.Request) -> web.Response:
-        config = await self.p.create_app(await request.read())
-        return json_response(config, 201)
+        return json_response(await self.p.create_app(await request.read()), 201)
 
     async def list_apps(self, request: web.Request) -> web.Response:
-        return json_response(self.p.store.list())
+        principal = principal_of(request)
+        return json_response([c for c in self.p.store.list() if principal.may_act_on(c.name)])
 
     async def get_app(self, request: web.Request) -> web.Response:
         return json_response(self.p.app(request.match_info["app"]))
 
     async def patch_app(self, request: web.Request) -> web.Response:
-        config = await self.p.update_app(request.match_info["app"], await json_body(request))
-        return json_response(config)
+        patch = await json_object(request)
+        return json_response(await self.p.update_app(request.match_info["app"], patch))
 
     async def delete_app(self, request: web.Request) -> web.Response:
-        destroyed = await self.p.delete_app(request.match_info["app"])
-        return json_response({"deleted": request.match_info["app"], "machines": destroyed})
+        return json_response(await self.p.delete_app(request.match_info["app"]))
 
     async def deploy(self, request: web.Request) -> web.Response:
-        return json_response(await self.p.deploy(request.match_info["app"],
-                                                 await json_body(request)))
+        body = await decoded(request, DeployRequest)
+        return json_response(await self.p.deploy(request.match_info["app"], body.image))
+
+    # -- machines ----------------------------------------------------------------------------
 
     async def list_machines(self, request: web.Request) -> web.Response:
         return json_response(await self.p.machines(request.match_info["app"]))
 
     async def create_machine(self, request: web.Request) -> web.Response:
-        view = await self.p.create_machine(request.match_info["app"], await json_body(request))
-        return json_response(view, 201)
+        body = await decoded(request, CreateMachineRequest)
+        return json_response(await self.p.create_machine(request.match_info["app"], body), 201)
+
+    async def _machine(self, request: web.Request, method: str, action: str = "",
+                       **options: Any) -> web.Response:
+        status, body = await self.p.machine(request.match_info["app"],
+                                            request.match_info["id"], method, action, **options)
+        return json_response(body, status)
 
     async def get_machine(self, request: web.Request) -> web.Response:
-        status, body = await self.p.machine(request.match_info["app"], request.match_info["id"])
-        return json_response(body, status)
+        return await self._machine(request, "GET")
 
     async def destroy_machine(self, request: web.Request) -> web.Response:
-        status, body = await self.p.machine(
-            request.match_info["app"], request.match_info["id"], "DELETE"
-        )
-        return json_response(body, status)
+        return await self._machine(request, "DELETE")
 
-    async def machine_action(self, request: web.Request) -> web.Response:
-        action = request.match_info["action"]
-        if action not in MACHINE_ACTIONS:
-            raise PlacementError(f"no action {action!r}", code="not_found", status=404)
-        status, body = await self.p.machine(
-            request.match_info["app"], request.match_info["id"], "POST", action
-        )
-        return json_response(body, status)
+    async def start_machine(self, request: web.Request) -> web.Response:
+        return await self._machine(request, "POST", "start")
+
+    async def stop_machine(self, request: web.Request) -> web.Response:
+        return await self._machine(request, "POST", "stop")
+
+    async def suspend_machine(self, request: web.Request) -> web.Response:
+        return await self._machine(request, "POST", "suspend")
 
     async def wait_machine(self, request: web.Request) -> web.Response:
         state = request.query.get("state", "started")
+        if len(state) > 32:
+            raise BadRequest("state is not a machine state")
         try:
             timeout_s = float(request.query.get("timeout_s", "60"))
         except ValueError:
             raise BadRequest("timeout_s must be a number") from None
         if not 0 < timeout_s <= MAX_WAIT_S:
             raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
-        status, body = await self.p.machine(
-            request.match_info["app"], request.match_info["id"], "GET", "wait",
-            params={"state": state, "timeout_s": str(timeout_s)}, timeout_s=timeout_s + 5,
-        )
-        return json_response(body, status)
+        return await self._machine(request, "GET", "wait",
+                                   params={"state": state, "timeout_s": str(timeout_s)},
+                                   timeout_s=timeout_s + 5)
 
     async def placements(self, request: web.Request) -> web.Response:
         return json_response(self.p.placements(request.match_info["app"]))
@@ -171,9 +188,22 @@ class Routes:
     async def workers(self, request: web.Request) -> web.Response:
         return json_response(await self.p.workers())
 
+    # -- tokens ------------------------------------------------------------------------------
+
+    async def create_token(self, request: web.Request) -> web.Response:
+        body = await decoded(request, TokenRequest)
+        return json_response(self.p.tokens.create(body), 201)
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        return json_response(self.p.tokens.list())
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        return json_response(self.p.tokens.revoke(request.match_info["id"]))
+
+    # -- internal ----------------------------------------------------------------------------
+
     async def wake(self, request: web.Request) -> web.Response:
-        raw = await request.read()
-        wake = msgspec.json.decode(raw, type=WakeRequest) if raw.strip() else WakeRequest()
+        wake = await decoded(request, WakeRequest)
         began = time.perf_counter()
         outcome = "error"
         try:
@@ -187,9 +217,11 @@ class Routes:
             self.metrics.wake_seconds.labels(outcome).observe(time.perf_counter() - began)
 
     async def autostop(self, request: web.Request) -> web.Response:
-        await json_body(request)  # AutostopRequest: idle_s is informational
+        await decoded(request, AutostopRequest)  # idle_s is informational
         view = await self.p.autostop(request.match_info["app"], request.match_info["id"])
         return json_response(view)
+
+    # -- public ------------------------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -198,4 +230,4 @@ class Routes:
         return json_response({"ok": True})
 
     async def openapi(self, request: web.Request) -> web.Response:
-        return json_response(OPENAPI)
+        return json_response(openapi_document())

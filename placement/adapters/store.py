@@ -1,12 +1,15 @@
-"""App configs, durably: one SQLite file (WAL), one transaction per change.
+"""Placement's durable state: one SQLite file (WAL), one transaction per change.
 
-Placement's store is the truth for app configs; the registry holds a copy. Every
-change bumps the config's `version`, so the registry (which ignores lower
-versions) never goes back to an older config.
+Placement's store is the truth for app configs, the host names they route and the
+API's tokens; the registry holds a copy of the configs. Every change of a config
+bumps its `version`, so the registry (which ignores lower versions) never goes back
+to an older one. Each routed host name is a row keyed by the name: two apps can
+never hold one, whatever the interleaving of requests, because the database says no.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -15,25 +18,54 @@ import msgspec
 from placement.errors import Conflict, NotFound
 from thaw.appconfig import AppConfig
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS apps (
-    name    TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    config  BLOB NOT NULL
+log = logging.getLogger("thaw.placement")
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS apps (
+        name    TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        config  BLOB NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS hosts (
+        host TEXT PRIMARY KEY,
+        app  TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS tokens (
+        id     TEXT PRIMARY KEY,
+        record BLOB NOT NULL)""",
 )
-"""
+
+
+class HostTaken(Conflict):
+    """A routed name another app holds; the API shows the holder only to who may see it."""
+
+    code = "host_taken"
+
+    def __init__(self, host: str, holder: str) -> None:
+        super().__init__(f"host {host} is taken")
+        self.host = host
+        self.holder = holder
+
+
+class Database:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        for statement in SCHEMA:
+            self.db.execute(statement)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self.db)
 
 
 class AppStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(SCHEMA)
-
-    def close(self) -> None:
-        self._db.close()
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._db = database.db
+        self._index_hosts()
 
     def list(self) -> list[AppConfig]:
         rows = self._db.execute("SELECT config FROM apps ORDER BY name").fetchall()
@@ -45,21 +77,26 @@ class AppStore:
             raise NotFound(f"app {name} not found")
         return msgspec.json.decode(row[0], type=AppConfig)
 
+    def holder(self, host: str) -> str | None:
+        row = self._db.execute("SELECT app FROM hosts WHERE host = ?", (host,)).fetchone()
+        return str(row[0]) if row else None
+
     def create(self, config: AppConfig) -> AppConfig:
         stored = msgspec.structs.replace(config, version=1)
-        try:
-            with self._transaction():
+        with self._database.transaction():
+            try:
                 self._db.execute(
                     "INSERT INTO apps (name, version, config) VALUES (?, ?, ?)",
                     (stored.name, stored.version, msgspec.json.encode(stored)),
                 )
-        except sqlite3.IntegrityError:
-            raise Conflict(f"app {config.name} exists", code="exists") from None
+            except sqlite3.IntegrityError:
+                raise Conflict(f"app {config.name} exists", code="exists") from None
+            self._claim(stored.name, stored.hosts)
         return stored
 
     def update(self, config: AppConfig) -> AppConfig:
         """Replace the stored config; the version becomes the stored one + 1."""
-        with self._transaction():
+        with self._database.transaction():
             row = self._db.execute(
                 "SELECT version FROM apps WHERE name = ?", (config.name,)
             ).fetchone()
@@ -70,16 +107,40 @@ class AppStore:
                 "UPDATE apps SET version = ?, config = ? WHERE name = ?",
                 (stored.version, msgspec.json.encode(stored), stored.name),
             )
+            self._db.execute("DELETE FROM hosts WHERE app = ?", (stored.name,))
+            self._claim(stored.name, stored.hosts)
         return stored
 
     def delete(self, name: str) -> None:
-        with self._transaction():
+        with self._database.transaction():
             cursor = self._db.execute("DELETE FROM apps WHERE name = ?", (name,))
             if cursor.rowcount == 0:
                 raise NotFound(f"app {name} not found")
+            self._db.execute("DELETE FROM hosts WHERE app = ?", (name,))
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _claim(self, app: str, hosts: list[str]) -> None:
+        """Inside a transaction: take `hosts` for `app`, or raise (rolling it all back)."""
+        for host in hosts:
+            try:
+                self._db.execute("INSERT INTO hosts (host, app) VALUES (?, ?)", (host, app))
+            except sqlite3.IntegrityError:
+                raise HostTaken(host, self.holder(host) or "") from None
+
+    def _index_hosts(self) -> None:
+        """A store written before hosts were owned: index them now; the first app (by
+        name) keeps a name that two apps listed, and the conflict is logged."""
+        with self._database.transaction():
+            if self._db.execute("SELECT 1 FROM hosts LIMIT 1").fetchone() is not None:
+                return
+            for config in self.list():
+                for host in config.hosts:
+                    inserted = self._db.execute(
+                        "INSERT OR IGNORE INTO hosts (host, app) VALUES (?, ?)",
+                        (host, config.name),
+                    )
+                    if inserted.rowcount == 0:
+                        log.warning("host %s is listed by %s and another app; %s loses it",
+                                    host, config.name, config.name)
 
 
 class _Transaction:

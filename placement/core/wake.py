@@ -133,9 +133,12 @@ def deploy_shortfall(
 def wake_failure(failures: Sequence[str], pending: int) -> str:
     """The error code of a wake in which no machine became ready (see WAKE_ERRORS).
 
-    `failures`: codes of the machines that ended (no_capacity | start_failed);
-    `pending`: machines still starting when the budget ran out.
+    `failures`: codes of the machines that ended (no_capacity | start_failed |
+    image_unavailable); `pending`: machines still starting when the budget ran out.
+    An image that cannot be had says most: no retry will start anything.
     """
+    if "image_unavailable" in failures:
+        return "image_unavailable"
     if pending:
         return "deadline"
     if "start_failed" in failures:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,9 +28,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThawUp]:
         platform.cleanup()
 
 
-def thaw(up: ThawUp, *args: str) -> subprocess.CompletedProcess[str]:
+def thaw(up: ThawUp, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "THAW_TOKEN": up.token if token is None else token}
     return subprocess.run([sys.executable, "-m", "thaw", *args, "--api", up.api],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
 def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
@@ -46,7 +48,7 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
     )
     deployed = thaw(up, "deploy", "-c", str(toml))
     assert deployed.returncode == 0, deployed.stderr
-    _, app = call("GET", f"{up.api}/v1/apps/greeter")
+    _, app = call("GET", f"{up.api}/v1/apps/greeter", token=up.token)
     assert app["concurrency"]["soft_limit"] == 5 and app["image_digest"].startswith("sha256:")
     listed = thaw(up, "machines", "list", "greeter")
     assert listed.returncode == 0 and "ID" in listed.stdout
@@ -56,9 +58,10 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
 
 
 def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent(
-    up: ThawUp,
+    up: ThawUp, tmp_path: Path
 ) -> None:
-    created = thaw(up, "apps", "create", "owned", "--image", "oci:/nowhere:v1",
+    build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
+    created = thaw(up, "apps", "create", "owned", "--image", f"oci:{tmp_path / 'layout'}:v1",
                    "--set", "concurrency.soft_limit=4", "--set", "concurrency.hard_limit=6")
     assert created.returncode == 0, created.stderr
     updated = thaw(up, "apps", "update", "owned", "--set", "max_machines=5")
@@ -66,11 +69,12 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
     bad = thaw(up, "apps", "create", "broken", "--image", "x",
                "--set", "concurrency.hard_limit=1")
     assert bad.returncode == 2 and "concurrency.hard_limit" in bad.stderr
-    assert call("GET", f"{up.api}/v1/apps/broken")[0] == 404
+    assert call("GET", f"{up.api}/v1/apps/broken", token=up.token)[0] == 404
     listed = thaw(up, "apps", "list")
     assert listed.returncode == 0 and "owned" in listed.stdout
     deleted = thaw(up, "apps", "delete", "owned")
-    assert deleted.returncode == 0 and call("GET", f"{up.api}/v1/apps/owned")[0] == 404
+    assert deleted.returncode == 0
+    assert call("GET", f"{up.api}/v1/apps/owned", token=up.token)[0] == 404
 
 
 def test_an_unknown_app_is_a_clear_error_not_a_traceback(up: ThawUp) -> None:

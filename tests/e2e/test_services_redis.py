@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
+from tests.support.credentials import ADMIN_TOKEN, ENV
 from tests.support.ports import free_port, wait_for_port
 from tests.support.redis_server import RedisServer, start_redis_server
 from thaw.imagebuild import build_image
@@ -33,20 +35,21 @@ class Services:
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
                                  self.redis_url, "--log-level", "warning"],
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         log.close()
         self.procs.append(proc)
         wait_for_port("127.0.0.1", port, timeout_s=20)
 
     def start(self) -> Services:
+        layouts = ("--allow-layout", str(self.tmp))
         self.spawn("placement", "placement", "--port", str(self.api_port),
-                   "--state-dir", str(self.tmp / "placement"), port=self.api_port)
+                   "--state-dir", str(self.tmp / "placement"), *layouts, port=self.api_port)
         for i in range(2):
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
                        "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", "2",
                        "--memory-mb", "1024", "--heartbeat-s", "0.5",
-                       "--stop-machines-on-exit", port=port)
+                       "--stop-machines-on-exit", *layouts, port=port)
         self.spawn("edge", "edge", "--port", str(self.edge_port), "--admin-port",
                    str(self.admin_port), "--placement", self.api, port=self.edge_port)
         return self
@@ -94,8 +97,9 @@ def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
 def deploy_hello(services: Services, tmp_path: Path) -> str:
     """Create the app and wake it through the edge; returns the machine id."""
     build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
-    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers")[1]) == 2, 20)
-    status, body = call("POST", f"{services.api}/v1/apps", {
+    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers", token=ADMIN_TOKEN)[1]) == 2,
+               20)
+    status, body = call("POST", f"{services.api}/v1/apps", token=ADMIN_TOKEN, body={
         "name": "hello", "image": f"oci:{tmp_path / 'layout'}:v1", "idle_timeout_s": 60,
         "guest": {"cpus": 0.5, "memory_mb": 128},
     })
@@ -114,7 +118,7 @@ def deploy_hello(services: Services, tmp_path: Path) -> str:
     assert "hold;dur=" in headers.get("Server-Timing", "")
     status, body, headers = edge_get(services, "hello.localhost")
     assert status == 200 and body.split()[-1] == machine_id and "Server-Timing" not in headers
-    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines", token=ADMIN_TOKEN)
     started: list[dict[str, Any]] = [m for m in machines if m["state"] == "started"]
     assert [m["id"] for m in started] == [machine_id]
     return machine_id
@@ -134,7 +138,7 @@ def test_when_a_host_dies_the_next_request_is_served_by_a_machine_on_another_wor
     services: Services, tmp_path: Path
 ) -> None:
     machine_id = deploy_hello(services, tmp_path)
-    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines", token=ADMIN_TOKEN)
     [machine] = [m for m in machines if m["id"] == machine_id]
     index = int(machine["worker"][1:])
     services.procs[1 + index].kill()  # kill -9 of the agent...
@@ -143,6 +147,6 @@ def test_when_a_host_dies_the_next_request_is_served_by_a_machine_on_another_wor
     status, body, _ = edge_get(services, "hello.localhost")
     assert status == 200 and body.startswith("hello from "), body
     assert body.split()[-1] != machine_id
-    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines")
+    _, machines = call("GET", f"{services.api}/v1/apps/hello/machines", token=ADMIN_TOKEN)
     [survivor] = [m for m in machines if m["state"] == "started"]
     assert survivor["worker"] != machine["worker"]

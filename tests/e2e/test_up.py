@@ -8,6 +8,8 @@ import http.client
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +51,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThawUp]:
 
 
 def create_app(up: ThawUp, name: str, image: str, **fields: Any) -> None:
-    status, body = call("POST", f"{up.api}/v1/apps", {"name": name, "image": image, **fields})
+    status, body = call("POST", f"{up.api}/v1/apps", {"name": name, "image": image, **fields},
+                        token=up.token)
     assert status == 201, body
 
 
@@ -66,7 +69,7 @@ def edge_get(
 
 
 def machines(up: ThawUp, app: str) -> list[dict[str, Any]]:
-    status, body = call("GET", f"{up.api}/v1/apps/{app}/machines")
+    status, body = call("GET", f"{up.api}/v1/apps/{app}/machines", token=up.token)
     assert status == 200, body
     return [m for m in body if m["state"] != "destroyed"]
 
@@ -175,8 +178,63 @@ def test_an_unknown_host_is_404_json(up: ThawUp) -> None:
 
 def test_an_invalid_app_config_is_422_naming_the_field(up: ThawUp) -> None:
     status, body = call("POST", f"{up.api}/v1/apps",
-                        {"name": "bad", "image": "x", "concurrency": {"soft_limit": "lots"}})
+                        {"name": "bad", "image": "x", "concurrency": {"soft_limit": "lots"}},
+                        token=up.token)
     assert status == 422 and body["field"] == "concurrency.soft_limit"
+
+
+def test_an_app_cannot_take_another_apps_host_name_and_the_owner_keeps_its_traffic(
+    up: ThawUp, images: dict[str, str]
+) -> None:
+    def reserved_cpus() -> float:
+        return round(sum(w["reserved_cpus"] for w in
+                         call("GET", f"{up.api}/v1/workers", token=up.token)[1]), 3)
+
+    before = reserved_cpus()
+    small = {"cpus": 0.1, "memory_mb": 64}  # this module's platform is shared: leave room
+    create_app(up, "owner", images["echo"], hosts=["www.owner.test"], guest=small)
+    for claim, status in [("www.owner.test", 409), ("WWW.Owner.TEST.", 409),
+                          ("hello.localhost", 422), ("owner.localhost", 422)]:
+        got, body = call("POST", f"{up.api}/v1/apps",
+                         {"name": "thief", "image": images["echo"], "hosts": [claim]},
+                         token=up.token)
+        assert got == status, (claim, body)
+    create_app(up, "thief", images["echo"], guest=small)
+    got, _ = call("PATCH", f"{up.api}/v1/apps/thief", {"hosts": ["www.owner.test"]},
+                  token=up.token)
+    assert got == 409
+    status, body, _ = edge_get(up, "www.owner.test")
+    assert status == 200 and body.startswith("echo ")
+    assert body.split()[-1] in [m["id"] for m in machines(up, "owner")]
+    assert machines(up, "thief") == []  # nothing of the thief's was started for it
+    status, body, _ = edge_get(up, "hello.localhost")
+    assert status == 200 and body.startswith("hello from ")
+    for app in ("owner", "thief"):  # give the shared platform its capacity back
+        assert call("DELETE", f"{up.api}/v1/apps/{app}", token=up.token)[0] == 200
+    wait_until(lambda: reserved_cpus() == before, 20, 0.1)
+
+
+def test_the_cli_finds_the_local_admin_token_and_the_edge_needs_none(tmp_path: Path) -> None:
+    """The quick start: `thaw up` in a directory, then the CLI there with no token given."""
+    up = ThawUp(tmp_path / ".thaw", agents=1).start()
+    try:
+        token_file = tmp_path / ".thaw" / "admin.token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / ".thaw" / "cluster.key").stat().st_mode & 0o777 == 0o600
+        assert "admin.token" in up.output.decode()
+        env = {k: v for k, v in os.environ.items() if k != "THAW_TOKEN"}
+        status = subprocess.run([sys.executable, "-m", "thaw", "status", "--api", up.api],
+                                capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                env=env, check=False)
+        assert status.returncode == 0 and "APP hello" in status.stdout, status.stderr
+        elsewhere = subprocess.run([sys.executable, "-m", "thaw", "apps", "list", "--api",
+                                    up.api], capture_output=True, text=True, timeout=60,
+                                   cwd=tmp_path / ".thaw", env=env, check=False)
+        assert elsewhere.returncode == 1 and "HTTP 401" in elsewhere.stderr
+        code, body, _ = edge_get(up, HOST)  # app traffic needs no token
+        assert code == 200 and body.startswith("hello from ")
+    finally:
+        up.cleanup()
 
 
 def test_content_length_with_transfer_encoding_is_400_and_the_connection_closes(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -193,8 +194,19 @@ def process_state(pid: int) -> str:
 
 
 def test_an_image_pushed_with_thaw_image_build_to_a_real_registry_runs_as_a_machine(
-    agent: AgentProcess, docker_registry: Any
+    tmp_path: Path, docker_registry: Any
 ) -> None:
+    agent = AgentProcess(tmp_path / "agent", extra=["--allow-registry", docker_registry.host])
+    with contextlib.closing(agent.start()) as agent:
+        pull_and_run_pushed_hello(agent, docker_registry)
+    refused = AgentProcess(tmp_path / "strict")  # the registry is on loopback: not by default
+    with contextlib.closing(refused.start()):
+        status, answer = call("POST", f"{refused.url}/v1/images/pull",
+                              {"ref": f"{docker_registry.host}/hello:pushed"})
+        assert (status, answer["error"]) == (403, "forbidden_host"), answer
+
+
+def pull_and_run_pushed_hello(agent: AgentProcess, docker_registry: Any) -> None:
     built = subprocess.run(
         [sys.executable, "-m", "thaw", "image", "build", str(HELLO), "-t", "hello:pushed",
          "--push", docker_registry.url],

@@ -12,6 +12,8 @@ from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.core.records import Guest, MachineSpec
 from agent.runner import AgentRuntime
+from imagecache.core.egress import EgressPolicy
+from tests.support.credentials import RING
 from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
 
@@ -32,8 +34,9 @@ async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
 ) -> None:
     build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
     registry = MemoryRegistry()
-    config = AgentConfig(state_dir=tmp_path / "agent", cpus=2, memory_mb=1024,
-                         heartbeat_interval_s=0.2, stop_machines_on_exit=True)
+    config = AgentConfig(state_dir=tmp_path / "agent", cluster_keys=RING,
+                         egress=EgressPolicy.build(layout_dirs=[str(tmp_path)]), cpus=2,
+                         memory_mb=1024, heartbeat_interval_s=0.2, stop_machines_on_exit=True)
     runtime = AgentRuntime(config, registry)
     await runtime.start()
     agent = runtime.agent

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import aiohttp
 import pytest
 
 from tests.support.edge_fakes import EdgeHarness, FakePlacement, start_edge
+from thaw.auth.signing import KeyRing
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +99,72 @@ async def test_a_wake_that_never_succeeds_ends_every_held_request_before_the_dea
                 assert headers["Retry-After"] == "1"
         state = await edge.state()
         assert state["held_total"] == 0 and state["apps"]["sleepy"]["held"] == 0
+    finally:
+        await edge.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [((503, "no_capacity"), "no_capacity"), ((503, "start_failed"), "start_failed"),
+     ((500, "internal"), "wake_failed")],
+)
+async def test_a_failed_wake_tells_the_end_user_a_code_and_the_log_placements_detail(
+    session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture, error: tuple[int, str],
+    code: str,
+) -> None:
+    detail = "agent http://10.1.2.3:7001/internal-thing refused the offer"
+    placement = FakePlacement(wake_error=error, wake_error_message=detail)
+    edge = await start_edge([{"name": "leaky"}], placement=placement)
+    try:
+        with caplog.at_level(logging.INFO, logger="thaw.edge"):
+            async with session.get(f"http://127.0.0.1:{edge.port}/",
+                                   headers={"Host": "leaky.localhost",
+                                            "X-Request-Id": "req-leak-1"}) as response:
+                status, raw, headers = response.status, await response.read(), response.headers
+        assert status == 503 and headers["Retry-After"] == "1"
+        body = json.loads(raw)
+        assert set(body) == {"error", "message"} and body["error"] == code
+        for secret in (b"10.1.2.3", b"internal-thing", b"http://", b"7001"):
+            assert secret not in raw
+        logged = [r.getMessage() for r in caplog.records if "req-leak-1" in r.getMessage()]
+        assert any("leaky" in line and "10.1.2.3" in line for line in logged), caplog.text
+    finally:
+        await edge.close()
+
+
+async def test_an_image_that_cannot_be_had_is_502_without_retry_after(
+    session: aiohttp.ClientSession,
+) -> None:
+    """Retrying cannot help (placement says image_unavailable): no Retry-After, so clients
+    do not retry forever."""
+    placement = FakePlacement(wake_error=(424, "image_unavailable"))
+    edge = await start_edge([{"name": "imageless"}], placement=placement)
+    try:
+        status, body, headers = await get(session, edge, "imageless.localhost")
+        assert status == 502 and "Retry-After" not in headers
+        assert json.loads(body) == {"error": "image_unavailable",
+                                    "message": "the app's image is not available"}
+    finally:
+        await edge.close()
+
+
+async def test_the_edges_wake_is_signed_and_one_signed_with_another_key_is_refused(
+    session: aiohttp.ClientSession,
+) -> None:
+    placement = FakePlacement()
+    edge = await start_edge([{"name": "signed"}], placement=placement)
+    try:
+        status, _, _ = await get(session, edge, "signed.localhost")
+        assert status == 200 and placement.wakes == [1] and placement.unsigned == 0
+    finally:
+        await edge.close()
+    placement = FakePlacement()
+    edge = await start_edge([{"name": "forged"}], placement=placement,
+                            cluster_keys=KeyRing.parse("f" * 40))
+    try:
+        status, body, _ = await get(session, edge, "forged.localhost")
+        assert (status, json.loads(body)["error"]) == (503, "wake_failed")
+        assert placement.unsigned == 1 and placement.wakes == []  # refused, nothing started
     finally:
         await edge.close()
 

@@ -11,7 +11,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.support.edge_fakes import EdgeHarness, exchange_raw, pattern_sha256, start_edge
+from tests.support.edge_fakes import (
+    EdgeHarness,
+    exchange_raw,
+    pattern_sha256,
+    split_response,
+    start_warm_edge,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -20,27 +26,11 @@ MIB = 1 << 20
 
 @pytest.fixture
 async def edge() -> AsyncIterator[EdgeHarness]:
-    harness = await start_edge([{"name": "web", "hosts": ["www.example.test"]}],
-                               header_timeout_s=0.5, idle_timeout_s=2.0)
+    harness = await start_warm_edge(header_timeout_s=0.5, idle_timeout_s=2.0)
     try:
-        await harness.add_machine("web", "web-m1")
-        deadline = time.monotonic() + 5
-        while not (await harness.state())["apps"]["web"]["machines"]:  # type: ignore[index]
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
         yield harness
     finally:
         await harness.close()
-
-
-def split_response(data: bytes) -> tuple[int, dict[str, str], bytes]:
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(lines[0].split()[1]), headers, body
 
 
 async def test_an_unknown_host_answers_404_json(edge: EdgeHarness) -> None:
@@ -48,7 +38,8 @@ async def test_an_unknown_host_answers_404_json(edge: EdgeHarness) -> None:
                                          b"Connection: close\r\n\r\n")
     status, headers, body = split_response(data)
     assert status == 404 and headers["content-type"] == "application/json"
-    assert json.loads(body)["error"] == "unknown_app"
+    assert json.loads(body) == {"error": "unknown_app", "message": "no app serves this host"}
+    assert b"nope" not in body  # the Host is not echoed
 
 
 async def test_an_app_is_reached_by_its_extra_host_name_with_any_port(edge: EdgeHarness) -> None:
@@ -62,6 +53,7 @@ async def test_an_app_is_reached_by_its_extra_host_name_with_any_port(edge: Edge
     [
         (b"GET / HTTP/1.1\r\nHost: web.localhost\r\nHost: web.localhost\r\n\r\n", "duplicate_host"),
         (b"GET / HTTP/1.1\r\n\r\n", "missing_host"),
+        (b"GET http://web.localhost/ HTTP/1.1\r\n\r\n", "missing_host"),
         (b"GET http://other.localhost/ HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
          "conflicting_host"),
         (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nContent-Length: 5\r\n"
@@ -74,8 +66,8 @@ async def test_an_app_is_reached_by_its_extra_host_name_with_any_port(edge: Edge
          b"5\r\nhello\r\n0\r\n\r\n", "bad_framing"),
         (b"GET / HTTP/1.1\r\nHost: web.localhost\r\nBad Header\r\n\r\n", "bad_request"),
     ],
-    ids=["duplicate-host", "missing-host", "conflicting-authority", "cl-and-te",
-         "differing-cl", "te-not-chunked", "http10-te", "garbage-header"],
+    ids=["duplicate-host", "missing-host", "absolute-form-no-host", "conflicting-authority",
+         "cl-and-te", "differing-cl", "te-not-chunked", "http10-te", "garbage-header"],
 )
 async def test_ambiguous_or_malformed_requests_answer_400_and_close(
     edge: EdgeHarness, request_bytes: bytes, code: str | None
@@ -86,6 +78,41 @@ async def test_ambiguous_or_malformed_requests_answer_400_and_close(
     if code is not None:
         assert json.loads(body)["error"] == code
     assert data.count(b"HTTP/1.1 ") == 1  # nothing after the rejection is answered
+
+
+async def test_an_absolute_form_http_1_0_request_without_host_is_served(
+    edge: EdgeHarness,
+) -> None:
+    data = await exchange_raw(edge.port, b"GET http://web.localhost/ HTTP/1.0\r\n\r\n")
+    assert split_response(data)[2] == b"hello from web-m1"
+
+
+async def test_header_names_with_an_underscore_never_reach_the_machine(edge: EdgeHarness) -> None:
+    data = await exchange_raw(
+        edge.port,
+        b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\nX_Api_Key: stolen\r\n"
+        b"X-Api-Key: mine\r\nTransfer_Encoding: chunked\r\nX_Forwarded_For: 6.6.6.6\r\n"
+        b"Connection: close\r\n\r\n",
+    )
+    status, _, body = split_response(data)
+    names = [name for name, _ in json.loads(body)]
+    assert status == 200 and not [name for name in names if "_" in name]
+    assert dict(json.loads(body))["X-Api-Key"] == "mine"
+
+
+async def test_header_names_with_an_underscore_answer_400_and_close_when_so_configured() -> None:
+    harness = await start_warm_edge(underscore_headers="reject")
+    try:
+        data = await exchange_raw(
+            harness.port, b"GET / HTTP/1.1\r\nHost: web.localhost\r\nX_Api_Key: k\r\n\r\n"
+            b"GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
+        )
+        status, headers, body = split_response(data)
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body)["error"] == "bad_header"
+        assert data.count(b"HTTP/1.1 ") == 1
+    finally:
+        await harness.close()
 
 
 async def test_an_upgrade_request_answers_501(edge: EdgeHarness) -> None:
@@ -306,3 +333,30 @@ async def test_the_admin_state_says_whether_the_native_edge_runs(edge: EdgeHarne
     native = (await edge.state())["native"]
     assert native == {"on": state()[0], "why": state()[1]}  # type: ignore[comparison-overlap]
     assert native["on"] == client_module.__file__.endswith(".so")  # type: ignore[index]
+
+
+async def test_a_client_that_half_closes_after_its_requests_gets_every_answer(
+    edge: EdgeHarness,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    writer.write(b"GET /sleep?ms=50 HTTP/1.1\r\nHost: web.localhost\r\n\r\n"
+                 b"GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
+    await writer.drain()
+    writer.write_eof()  # FIN: nothing more will come, the answers still must
+    data = await asyncio.wait_for(reader.read(), timeout=10)  # until the edge closes
+    writer.close()
+    assert data.count(b"HTTP/1.1 200") == 2, data
+    assert data.rstrip().endswith(b"hello from web-m1")
+
+
+async def test_a_client_that_half_closes_inside_a_request_is_closed_without_an_answer(
+    edge: EdgeHarness,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    writer.write(b"POST /sha256 HTTP/1.1\r\nHost: web.localhost\r\nContent-Length: 10\r\n\r\n"
+                 b"12345")
+    await writer.drain()
+    writer.write_eof()
+    data = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    assert data == b""

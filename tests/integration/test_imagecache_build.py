@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from imagecache.cache import ImageCache
+from imagecache.core.egress import EgressPolicy
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
 from tests.support.ports import free_port, wait_for_port
@@ -42,7 +43,8 @@ async def test_cli_push_prints_the_manifest_digest_and_flags_override_the_toml(
     accept = "application/vnd.oci.image.manifest.v1+json"
     _, body = _get(f"{docker_registry.url}/v2/team/hello/manifests/cli", accept)
     assert "sha256:" + hashlib.sha256(body).hexdigest() == digest
-    cache = ImageCache(tmp_path / "cache", budget_bytes=1 << 30)
+    policy = EgressPolicy.build([docker_registry.host])
+    cache = ImageCache(tmp_path / "cache", budget_bytes=1 << 30, policy=policy)
     try:
         image = await cache.pull(f"{docker_registry.host}/team/hello:cli@{digest}")
     finally:
@@ -93,7 +95,8 @@ async def test_pulled_hello_rootfs_runs_its_entrypoint_and_stops_on_sigterm(
 ) -> None:
     layout = tmp_path / "layout"
     assert image_main(["build", str(HELLO), "-t", "hello:v1", "--layout", str(layout)]) == 0
-    cache = ImageCache(tmp_path / "cache", budget_bytes=1 << 30)
+    policy = EgressPolicy.build(layout_dirs=[str(tmp_path)])
+    cache = ImageCache(tmp_path / "cache", budget_bytes=1 << 30, policy=policy)
     try:
         image = await cache.pull(f"oci:{layout}:v1")
     finally:

@@ -13,6 +13,7 @@ import pytest
 
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
+from imagecache.core.egress import EgressPolicy
 from imagecache.errors import ImageError
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
@@ -38,6 +39,11 @@ async def proxy(docker_registry: DockerRegistry) -> AsyncIterator[RegistryProxy]
         yield running
 
 
+def _listing(*hosts: str) -> EgressPolicy:
+    """A policy allowing exactly these test registries (all on loopback)."""
+    return EgressPolicy.build(hosts, listed_only=True)
+
+
 def _manifest(registry: DockerRegistry, reference: str) -> dict[str, object]:
     request = urllib.request.Request(
         f"{registry.url}/v2/hello/manifests/{reference}",
@@ -60,7 +66,12 @@ async def test_pushed_hello_example_pulls_with_app_py_and_its_entrypoint(
     hello_digest: str,
 ) -> None:
     changes: list[LayerChange] = []
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, on_change=changes.append)
+    cache = ImageCache(
+        tmp_path / "cache",
+        budget_bytes=GIB,
+        policy=EgressPolicy.build([docker_registry.host]),
+        on_change=changes.append,
+    )
     try:
         image = await cache.pull(f"{docker_registry.host}/hello:v1")
     finally:
@@ -77,7 +88,7 @@ async def test_pushed_hello_example_pulls_with_app_py_and_its_entrypoint(
 async def test_second_pull_of_a_cached_image_fetches_no_blob(
     tmp_path: Path, proxy: RegistryProxy, hello_digest: str
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         first = await cache.pull(f"{proxy.host}/hello:v1")
         fetched = sum(proxy.blob_gets.values())
@@ -92,7 +103,7 @@ async def test_second_pull_of_a_cached_image_fetches_no_blob(
 async def test_twenty_concurrent_pulls_fetch_each_blob_exactly_once(
     tmp_path: Path, proxy: RegistryProxy, hello_digest: str
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         images = await asyncio.gather(*(cache.pull(f"{proxy.host}/hello:v1") for _ in range(20)))
     finally:
@@ -106,13 +117,13 @@ async def test_twenty_concurrent_pulls_fetch_each_blob_exactly_once(
 async def test_restarted_cache_knows_layers_and_image_and_pulls_pinned_ref_offline(
     tmp_path: Path, proxy: RegistryProxy, hello_digest: str
 ) -> None:
-    first = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    first = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         image = await first.pull(f"{proxy.host}/hello:v1")
     finally:
         await first.close()
     await proxy.__aexit__(None, None, None)  # the registry is now unreachable
-    second = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    second = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         assert second.image(hello_digest) == image
         assert second.layers() == {layer.digest: layer.size for layer in image.layers}
@@ -140,7 +151,7 @@ async def test_corrupted_blob_is_rejected_and_nothing_lands_under_its_digest(
 ) -> None:
     layer = _layer_digest(docker_registry)
     proxy.tamper[layer] = mode
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(f"{proxy.host}/hello:v1")
@@ -158,8 +169,8 @@ async def test_bearer_challenge_is_answered_with_a_token_and_the_pull_succeeds(
     docker_registry: DockerRegistry,
     hello_digest: str,
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
     async with RegistryProxy(docker_registry.url, require_token=True) as guarded:
+        cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(guarded.host))
         try:
             image = await cache.pull(f"{guarded.host}/hello:v1")
         finally:
@@ -174,8 +185,9 @@ async def test_blob_redirects_are_followed(
     docker_registry: DockerRegistry,
     hello_digest: str,
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
     async with RegistryProxy(docker_registry.url, redirect_blobs=True) as redirecting:
+        policy = _listing(redirecting.host)
+        cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=policy)
         try:
             image = await cache.pull(f"{redirecting.host}/hello:v1")
         finally:
@@ -187,7 +199,7 @@ async def test_pinned_ref_whose_manifest_bytes_do_not_hash_to_the_pin_is_refused
     tmp_path: Path, proxy: RegistryProxy, hello_digest: str
 ) -> None:
     proxy.tamper[hello_digest] = "wrong_digest"
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(f"{proxy.host}/hello:v1@{hello_digest}")
@@ -200,7 +212,8 @@ async def test_pinned_ref_whose_manifest_bytes_do_not_hash_to_the_pin_is_refused
 async def test_hosts_outside_the_allow_list_are_refused_before_any_request(
     tmp_path: Path, proxy: RegistryProxy
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, allowed_hosts=frozenset({"a.b"}))
+    policy = EgressPolicy.build(["a.b"], listed_only=True)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=policy)
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(f"{proxy.host}/hello:v1")
@@ -214,22 +227,27 @@ async def test_unknown_repository_is_not_found(
     tmp_path: Path,
     docker_registry: DockerRegistry,
 ) -> None:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    policy = _listing(docker_registry.host)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=policy)
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(f"{docker_registry.host}/nothing-here:v1")
     finally:
         await cache.close()
     assert caught.value.code == "not_found"
+    where = f"{docker_registry.host}: manifest nothing-here:v1"
+    assert caught.value.message == f"{where}: not found (HTTP 404)"
 
 
 _PULL_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from imagecache.cache import ImageCache
+from imagecache.core.egress import EgressPolicy
 
 async def main():
-    cache = ImageCache(Path(sys.argv[1]), budget_bytes=1 << 30)
+    policy = EgressPolicy.build([sys.argv[2].split("/")[0]])
+    cache = ImageCache(Path(sys.argv[1]), budget_bytes=1 << 30, policy=policy)
     await cache.pull(sys.argv[2])
 
 asyncio.run(main())
@@ -266,7 +284,7 @@ async def test_kill_9_mid_download_leaves_no_file_under_the_digest_name(
         process.kill()
         await process.wait()
     assert not (blob_dir / layer.split(":")[1]).exists()
-    cache = ImageCache(root, budget_bytes=GIB)
+    cache = ImageCache(root, budget_bytes=GIB)  # no pull: the default policy will do
     await cache.close()
     assert cache.layers() == {}
     assert [p.name for p in blob_dir.iterdir() if p.name.startswith(".tmp-")] == []

@@ -9,6 +9,7 @@ import pytest
 
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
+from imagecache.core.egress import EgressPolicy
 from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError
 from tests.support.oci_layout import (
@@ -27,8 +28,13 @@ GIB = 1024**3
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
 
 
-async def _pull(tmp_path: Path, ref: str, **kwargs: object) -> tuple[ImageCache, object]:
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, **kwargs)  # type: ignore[arg-type]
+def _layouts_under(tmp_path: Path) -> EgressPolicy:
+    """A policy that allows reading layouts under the test's own directory, and nothing else."""
+    return EgressPolicy.build(layout_dirs=[str(tmp_path)])
+
+
+async def _pull(tmp_path: Path, ref: str) -> tuple[ImageCache, object]:
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_layouts_under(tmp_path))
     try:
         return cache, await cache.pull(ref)
     finally:
@@ -39,7 +45,7 @@ async def _refused(tmp_path: Path, layers: list[list[Entry]]) -> ImageError:
     sentinel = tmp_path / "sentinel"
     sentinel.mkdir()
     ref = single_image_layout(tmp_path / "layout", [layer_tar(entries) for entries in layers])
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB)
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_layouts_under(tmp_path))
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(ref)
@@ -96,7 +102,12 @@ async def test_write_through_a_symlink_from_a_lower_layer_is_refused(tmp_path: P
 
 async def test_unpacked_size_over_the_limit_is_refused(tmp_path: Path) -> None:
     ref = single_image_layout(tmp_path / "layout", [layer_tar([Entry("big", data=b"x" * 2000)])])
-    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, limits=UnpackLimits(max_bytes=1000))
+    cache = ImageCache(
+        tmp_path / "cache",
+        budget_bytes=GIB,
+        policy=_layouts_under(tmp_path),
+        limits=UnpackLimits(max_bytes=1000),
+    )
     try:
         with pytest.raises(ImageError) as caught:
             await cache.pull(ref)
@@ -176,7 +187,12 @@ async def test_eviction_removes_lru_unpinned_layers_and_their_rootfs(tmp_path: P
     }
     write_layout(layout, descs)
     changes: list[LayerChange] = []
-    cache = ImageCache(tmp_path / "cache", budget_bytes=9000, on_change=changes.append)
+    cache = ImageCache(
+        tmp_path / "cache",
+        budget_bytes=9000,
+        policy=_layouts_under(tmp_path),
+        on_change=changes.append,
+    )
     try:
         one = await cache.pull(f"oci:{layout}:one")
         cache.pin("machine-1", one.digest)

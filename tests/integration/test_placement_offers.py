@@ -57,7 +57,7 @@ class DecliningAgent:
 
 
 async def test_three_declining_workers_end_in_no_capacity_and_a_fourth_is_never_offered(
-    tmp_path: Path,
+    tmp_path: Path, hello_layout: str,
 ) -> None:
     fakes = [DecliningAgent() for _ in range(4)]
     async with Platform(tmp_path, agents=0) as p:
@@ -67,7 +67,7 @@ async def test_three_declining_workers_end_in_no_capacity_and_a_fourth_is_never_
                 status = WorkerStatus(id=f"f{i}", epoch=1, region="local", url=url, cpus=4,
                                       memory_mb=4096, updated_at=time.time())
                 await p.registry.publish_worker(status, ttl_s=60)
-            await p.create_app(name="busy", image="example.test/busy:v1")
+            await p.create_app(name="busy", image=hello_layout)
             status, body = await p.call("POST", "/v1/apps/busy/machines", {"start": True})
             assert status == 503 and body["error"] == "no_capacity", body
             offered = [fake for fake in fakes if fake.offers]
@@ -106,7 +106,7 @@ class SlowAcceptingAgent(DecliningAgent):
 
 
 async def test_an_offer_that_times_out_is_released_if_the_slow_agent_accepted_it(
-    tmp_path: Path,
+    tmp_path: Path, hello_layout: str,
 ) -> None:
     slow = SlowAcceptingAgent(delay_s=1.0)
     async with Platform(tmp_path, agents=0, offer_timeout_s=0.3) as p:
@@ -115,7 +115,7 @@ async def test_an_offer_that_times_out_is_released_if_the_slow_agent_accepted_it
             await p.registry.publish_worker(
                 WorkerStatus(id="slow", epoch=1, region="local", url=url, cpus=4,
                              memory_mb=4096, updated_at=time.time()), ttl_s=60)
-            await p.create_app(name="busy", image="example.test/busy:v1")
+            await p.create_app(name="busy", image=hello_layout)
             status, body = await p.call("POST", "/v1/apps/busy/machines", {"start": True})
             assert status == 503 and body["error"] == "no_capacity", body
             deadline = time.monotonic() + 10

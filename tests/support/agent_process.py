@@ -15,17 +15,23 @@ from urllib.parse import urlsplit
 
 from agent.core.oplog_codec import decode
 from agent.core.state import replay
+from tests.support.credentials import ENV, bearer, signed_headers
 from tests.support.ports import free_port, wait_for_port
 
 
 def call(
-    method: str, url: str, body: Any = None, timeout_s: float = 30.0
+    method: str, url: str, body: Any = None, timeout_s: float = 30.0, *, token: str = "",
+    signed: bool = True,
 ) -> tuple[int, Any]:
-    """One HTTP request; returns (status, decoded JSON or text)."""
+    """One HTTP request, signed with the test cluster key (internal routes need it, public
+    ones ignore it) and with `token` as bearer; returns (status, decoded JSON or text)."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
     payload = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"} if payload is not None else {}
+    if signed:
+        headers.update(signed_headers(method, url, payload or b""))
+    headers.update(bearer(token))
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request(method, path, body=payload, headers=headers)
@@ -39,24 +45,30 @@ def call(
 
 class AgentProcess:
     def __init__(self, state_dir: Path, *, cpus: float = 4, memory_mb: int = 4096,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
             sys.executable, "-m", "thaw", "agent", "--port", str(self.port),
             "--state-dir", str(state_dir), "--cpus", str(cpus), "--memory-mb", str(memory_mb),
-            "--heartbeat-s", "0.5", *(extra or []),
+            "--heartbeat-s", "0.5",
+            # oci: layouts the tests build anywhere in this run's temp root
+            "--allow-layout", str(state_dir.parent.parent.resolve()), *(extra or []),
         ]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env = {**os.environ, **ENV, **(env or {})}
         self.log_path = state_dir.parent / f"{state_dir.name}-agent.log"
 
     def start(self) -> AgentProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                         env=self.env)
         try:
-            wait_for_port("127.0.0.1", self.port, timeout_s=20)
+            proc = self.proc
+            wait_for_port("127.0.0.1", self.port, timeout_s=20,
+                          alive=lambda: proc.poll() is None)
         except TimeoutError:
             raise RuntimeError(f"agent did not start:\n{self.log_path.read_text()}") from None
         return self
@@ -86,6 +98,9 @@ class AgentProcess:
         pids = [m.process.pid for m in state.machines.values() if m.process is not None]
         pids += find_machine_processes(set(state.machines))
         return sorted(set(pids))
+
+    def close(self) -> None:
+        self.cleanup()
 
     def cleanup(self) -> None:
         """Stop the agent, then kill every machine process group it left."""

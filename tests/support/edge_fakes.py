@@ -20,13 +20,17 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 from aiohttp import web
 
 from placement.api import AutostopRequest, WakeRequest, WakeResponse, WakeTimings, WokenMachine
+from tests.support.credentials import RING
 from tests.support.ports import free_port
+from thaw.auth.aiohttp_glue import refusal
+from thaw.auth.signing import Verifier
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = bytes(range(256)) * 256  # 64 KiB
@@ -178,6 +182,7 @@ class FakePlacement:
 
     wake_delay_s: float = 0.0
     wake_error: tuple[int, str] | None = None  # (status, code) to answer instead
+    wake_error_message: str = ""  # the message of that answer ("fake {code}" when empty)
     autostop_status: int = 200
     wakes: list[int] = field(default_factory=list)
     wakes_in_flight: int = 0
@@ -185,11 +190,13 @@ class FakePlacement:
     autostops: list[str] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     url: str = ""
+    unsigned: int = 0  # calls refused for want of a valid signature
+    verifier: Verifier = field(default_factory=lambda: Verifier(RING))
     _runner: web.AppRunner | None = None
     _count: int = 0
 
     async def start(self) -> str:
-        app = web.Application()
+        app = web.Application(middlewares=[self._signed])
         app.add_routes([
             web.post("/internal/apps/{app}/wake", self._wake),
             web.post("/internal/apps/{app}/machines/{id}/autostop", self._autostop),
@@ -201,6 +208,16 @@ class FakePlacement:
         self.url = f"http://127.0.0.1:{port}"
         return self.url
 
+    @web.middleware
+    async def _signed(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Like placement: an unsigned call is 401 (so the edge's calls must be signed)."""
+        if await refusal(self.verifier, request) is not None:
+            self.unsigned += 1
+            return web.json_response({"error": "unauthorized", "message": "unsigned"},
+                                     status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
     async def _wake(self, request: web.Request) -> web.Response:
         body = msgspec.json.decode(await request.read(), type=WakeRequest)
         self.wakes_in_flight += 1
@@ -211,8 +228,8 @@ class FakePlacement:
                 await asyncio.sleep(self.wake_delay_s)
             if self.wake_error is not None:
                 status, code = self.wake_error
-                return web.json_response({"error": code, "message": f"fake {code}"},
-                                         status=status)
+                message = self.wake_error_message or f"fake {code}"
+                return web.json_response({"error": code, "message": message}, status=status)
             began = time.monotonic()
             machines = await asyncio.gather(*(self._boot(request.match_info["app"])
                                               for _ in range(body.count)))
@@ -318,10 +335,38 @@ async def start_edge(apps: list[dict[str, object]], placement: FakePlacement | N
     registry = MemoryRegistry()
     for app in apps:
         await registry.put_app(parse({"image": "example/hello:v1", **app}))
-    settings: dict[str, object] = {"port": 0, "shutdown_grace_s": 1.0, **config}
+    settings: dict[str, object] = {"port": 0, "shutdown_grace_s": 1.0, "cluster_keys": RING,
+                                   **config}
     runtime = EdgeRuntime(EdgeConfig(placement_url=url, **settings), registry)  # type: ignore[arg-type]
     await runtime.start()
     return EdgeHarness(placement, registry, runtime)
+
+
+async def start_warm_edge(**config: object) -> EdgeHarness:
+    """An edge serving app `web` (also as `www.example.test`) from one started machine,
+    `web-m1`, already in its view."""
+    harness = await start_edge([{"name": "web", "hosts": ["www.example.test"]}], **config)
+    try:
+        await harness.add_machine("web", "web-m1")
+        deadline = time.monotonic() + 5
+        while not (await harness.state())["apps"]["web"]["machines"]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the machine never reached the view"
+            await asyncio.sleep(0.02)
+    except BaseException:
+        await harness.close()
+        raise
+    return harness
+
+
+def split_response(data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers by lower-case name, the rest) of a raw answer."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, body
 
 
 async def exchange_raw(port: int, data: bytes, timeout_s: float = 10.0) -> bytes:

@@ -4,42 +4,67 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+import yarl
 
 from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.runner import AgentRuntime
+from imagecache.adapters.egress import Lookup
+from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
+from tests.support.credentials import ADMIN_TOKEN, RING, bearer, signed_headers
 from thaw.registry.memory import MemoryRegistry
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
 
 
+@pytest.fixture(scope="module")
+def hello_layout(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """examples/hello as an OCI layout (a reference placement resolves at create)."""
+    from thaw.imagebuild import build_image
+
+    layout = tmp_path_factory.mktemp("hello-layout")
+    build_image(HELLO, "hello:v1", layout=layout)
+    return f"oci:{layout}:v1"
+
+
 class Platform:
-    """A MemoryRegistry, `agents` AgentRuntimes and one PlacementRuntime, all in this loop."""
+    """A MemoryRegistry, `agents` AgentRuntimes and one PlacementRuntime, all in this loop.
+
+    Images may come from oci: layouts anywhere under this test run's temp root (and
+    `egress` says what else); API calls carry the test admin token unless told otherwise,
+    and internal ones are signed with the test cluster key."""
 
     def __init__(self, root: Path, agents: int = 2, cpus: float = 2, memory_mb: int = 1024,
-                 registry: MemoryRegistry | None = None, offer_timeout_s: float = 5.0) -> None:
+                 registry: MemoryRegistry | None = None, offer_timeout_s: float = 5.0,
+                 egress: EgressPolicy | None = None, domain: str = "localhost",
+                 lookup: Lookup | None = None) -> None:
         self.root = root
         self.registry = registry or MemoryRegistry()
+        egress = egress or EgressPolicy.build(layout_dirs=[str(root.parent.resolve())])
         self.agents = [
             AgentRuntime(
-                AgentConfig(state_dir=root / f"agent{i}", cpus=cpus, memory_mb=memory_mb,
-                            worker_id=f"w{i}", heartbeat_interval_s=0.2,
-                            stop_machines_on_exit=True, sandbox=False),
+                AgentConfig(state_dir=root / f"agent{i}", cluster_keys=RING, egress=egress,
+                            cpus=cpus, memory_mb=memory_mb, worker_id=f"w{i}",
+                            heartbeat_interval_s=0.2, stop_machines_on_exit=True,
+                            sandbox=False),
                 self.registry,
             )
             for i in range(agents)
         ]
         self.placement = PlacementRuntime(
-            PlacementConfig(state_dir=root / "placement", port=0, heartbeat_interval_s=1.0,
-                            offer_timeout_s=offer_timeout_s),
-            self.registry,
+            PlacementConfig(state_dir=root / "placement", cluster_keys=RING,
+                            admin_token=ADMIN_TOKEN, egress=egress, domain=domain, port=0,
+                            heartbeat_interval_s=1.0, offer_timeout_s=offer_timeout_s),
+            self.registry, lookup=lookup,
         )
         self.url = ""
         self.http: aiohttp.ClientSession | None = None
@@ -64,11 +89,17 @@ class Platform:
         if self.http is not None:
             await self.http.close()
 
-    async def call(self, method: str, path: str, body: Any = None,
-                   timeout_s: float = 30) -> tuple[int, Any]:
+    async def call(self, method: str, path: str, body: Any = None, timeout_s: float = 30,
+                   token: str = ADMIN_TOKEN, signed: bool = True) -> tuple[int, Any]:
+        """One call: `token` as bearer ("" for none), signed unless told not to."""
         assert self.http is not None
         url = path if path.startswith("http") else self.url + path
-        async with self.http.request(method, url, json=body,
+        data = json.dumps(body).encode() if body is not None else b""
+        headers = {**bearer(token), "Content-Type": "application/json"}
+        if signed:
+            headers.update(signed_headers(method, url, data))
+        async with self.http.request(method, yarl.URL(url, encoded=True), data=data,
+                                     headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
             if "json" in reply.headers.get("Content-Type", ""):
                 return reply.status, await reply.json()

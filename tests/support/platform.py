@@ -17,7 +17,8 @@ from tests.support.ports import free_port
 
 
 class ThawUp:
-    def __init__(self, state_dir: Path, *, agents: int = 2, hello: list[str] | None = None):
+    def __init__(self, state_dir: Path, *, agents: int = 2, hello: list[str] | None = None,
+                 extra: list[str] | None = None):
         self.state_dir = state_dir
         self.edge_port = free_port()
         self.api_port = free_port()
@@ -30,9 +31,12 @@ class ThawUp:
             "--edge-port", str(self.edge_port), "--api-port", str(self.api_port),
             "--admin-port", str(self.admin_port), "--agents", str(agents),
             *[arg for item in (hello or []) for arg in ("--hello-set", item)],
+            # oci: layouts the tests build anywhere in this run's temp root
+            "--allow-layout", str(state_dir.parent.resolve()), *(extra or []),
         ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.output = b""
+        self.token = ""  # the admin token `thaw up` made (read once it is up)
 
     def start(self, timeout_s: float = 60) -> ThawUp:
         self.proc = subprocess.Popen(
@@ -49,6 +53,7 @@ class ThawUp:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
             if ready:
                 self.output += os.read(self.proc.stdout.fileno(), 65536)
+        self.token = (self.state_dir / "admin.token").read_text().strip()
         return self
 
     def stop(self) -> int | None:

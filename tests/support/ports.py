@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -12,8 +13,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
-    """Block until a TCP connect to host:port succeeds, or raise TimeoutError."""
+def wait_for_port(host: str, port: int, timeout_s: float = 10.0,
+                  alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until a TCP connect to host:port succeeds, or raise TimeoutError (at once
+    when `alive` says the server that was to listen there has exited)."""
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -22,6 +25,8 @@ def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
             with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
+            if not alive():
+                raise TimeoutError(f"the server for {host}:{port} exited") from None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{host}:{port} did not accept within {timeout_s}s") from None
             time.sleep(0.02)

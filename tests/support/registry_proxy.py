@@ -6,6 +6,8 @@ per digest, can corrupt one blob (`tamper[digest] = "wrong_digest" | "truncate"
 401 challenge (`require_token=True`), and can answer blob GETs with a redirect
 to a second path (`redirect_blobs=True`), the way registries hand off to S3.
 Mode "stall" sends half a blob and then waits until the proxy is closed.
+`realm` points the challenge's bearer realm elsewhere, and `redirect_to` sends
+blob redirects to another origin (both for egress-policy tests).
 """
 
 from __future__ import annotations
@@ -25,15 +27,24 @@ _HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "content-en
 
 class RegistryProxy:
     def __init__(
-        self, upstream: str, *, require_token: bool = False, redirect_blobs: bool = False
+        self,
+        upstream: str,
+        *,
+        require_token: bool = False,
+        redirect_blobs: bool = False,
+        realm: str | None = None,
+        redirect_to: str = "",
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.require_token = require_token
         self.redirect_blobs = redirect_blobs
+        self.realm = realm
+        self.redirect_to = redirect_to.rstrip("/")
         self.token = secrets.token_hex(16)
         self.blob_gets: Counter[str] = Counter()
         self.token_requests: list[dict[str, str]] = []
         self.unauthorized = 0
+        self.redirected_auth: list[str | None] = []  # Authorization of each /_blobs/ GET
         self.tamper: dict[str, str] = {}
         self.port = free_port()
         self._runner: web.AppRunner | None = None
@@ -72,7 +83,7 @@ class RegistryProxy:
     def _challenge(self, request: web.Request) -> web.Response:
         self.unauthorized += 1
         name = request.path.split("/v2/", 1)[-1].rsplit("/", 2)[0]
-        realm = f"http://{self.host}/token"
+        realm = self.realm or f"http://{self.host}/token"
         value = f'Bearer realm="{realm}",service="thaw-test",scope="repository:{name}:pull"'
         return web.json_response(
             {"errors": [{"code": "UNAUTHORIZED"}]}, status=401, headers={"WWW-Authenticate": value}
@@ -86,11 +97,12 @@ class RegistryProxy:
             self.blob_gets[digest] += 1
             if self.redirect_blobs:
                 name = request.path[len("/v2/") :].rsplit("/blobs/", 1)[0]
-                raise web.HTTPTemporaryRedirect(f"/_blobs/{name}/{digest}")
+                raise web.HTTPTemporaryRedirect(f"{self.redirect_to}/_blobs/{name}/{digest}")
         return await self._relay(request, request.path_qs)
 
     async def _redirected_blob(self, request: web.Request) -> web.StreamResponse:
         name, digest = request.match_info["name"], request.match_info["digest"]
+        self.redirected_auth.append(request.headers.get("Authorization"))
         return await self._relay(request, f"/v2/{name}/blobs/{digest}")
 
     async def _relay(self, request: web.Request, path: str) -> web.StreamResponse:

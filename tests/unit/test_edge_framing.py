@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edge.config import EdgeConfig
 from edge.core.framing import (
     BODY_CHUNKED,
     BODY_LENGTH,
@@ -24,6 +25,7 @@ from edge.core.headreader import (
     check_request,
     check_response,
 )
+from tests.support.credentials import RING
 
 H = [(b"Host", b"app.localhost")]
 
@@ -75,6 +77,12 @@ def test_http_1_0_without_host_is_accepted() -> None:
     assert accepted([], version="1.0").host == ""
 
 
+def test_an_absolute_form_target_without_host_is_missing_host_on_http_1_1_only() -> None:
+    assert rejected([], "1.1", b"http://app.localhost/x") == "missing_host"
+    head = accepted([], version="1.0", url=b"http://app.localhost/x")
+    assert (head.host, head.target) == ("app.localhost", b"/x")
+
+
 def test_the_host_is_lowercased_and_its_port_dropped() -> None:
     assert accepted([(b"Host", b"App.LocalHost:8080")]).host == "app.localhost"
     assert host_name(b"[::1]:80") == "[::1]"
@@ -99,6 +107,68 @@ def test_hop_by_hop_internal_and_edge_set_headers_are_not_forwarded() -> None:
         (b"Accept", b"*/*"),
     ])
     assert head.forward == b"Accept: */*\r\n"
+
+
+def test_header_names_with_an_underscore_are_dropped_by_default() -> None:
+    head = accepted([*H, (b"X_Api_Key", b"k"), (b"Transfer_Encoding", b"chunked"),
+                     (b"X_Forwarded_For", b"6.6.6.6"), (b"Content_Length", b"5"),
+                     (b"x_thaw_hold_timeout_ms", b"1"), (b"Accept", b"*/*")])
+    assert head.forward == b"Accept: */*\r\n"
+    assert (head.body, head.forwarded_for, head.hold_timeout_s) == (BODY_NONE, None, None)
+
+
+@pytest.mark.parametrize("name", [b"X_Api_Key", b"Transfer_Encoding", b"_", b"HOST_"])
+def test_a_header_name_with_an_underscore_rejects_the_head_when_so_configured(
+    name: bytes,
+) -> None:
+    head = check_request(b"GET", "1.1", b"/", [*H, (name, b"v")], 1000, "reject")
+    assert isinstance(head, Rejection) and head.code == "bad_header"
+    assert check_request(b"GET", "1.1", b"/", [*H, (b"X-Api-Key", b"v")], 1000, "reject") \
+        == check_request(b"GET", "1.1", b"/", [*H, (b"X-Api-Key", b"v")], 1000)
+
+
+def test_response_header_names_with_an_underscore_are_passed_on() -> None:
+    response = check_response(200, [(b"Content-Length", b"0"), (b"X_Trace", b"1")], False)
+    assert response.forward == b"X_Trace: 1\r\n"
+
+
+def test_the_underscore_setting_is_drop_or_reject_and_nothing_else() -> None:
+    with pytest.raises(ValueError):
+        RequestHeadReader(10, 1000, underscore_headers="allow")
+    with pytest.raises(ValueError):
+        EdgeConfig(placement_url="http://127.0.0.1:1", underscore_headers="allow",
+                   cluster_keys=RING)
+    assert EdgeConfig(placement_url="http://127.0.0.1:1",
+                      cluster_keys=RING).underscore_headers == "drop"
+
+
+@pytest.mark.parametrize(
+    ("upgrades", "ignorable"),
+    [
+        ([b"h2c"], True),
+        ([b" H2C "], True),
+        ([], False),
+        ([b"websocket"], False),
+        ([b"h2c, websocket"], False),
+        ([b"h2c", b"websocket"], False),
+        ([b"h2c", b"h2c"], False),
+        ([b"h2"], False),
+    ],
+)
+def test_only_an_upgrade_to_h2c_alone_may_be_ignored(upgrades: list[bytes],
+                                                      ignorable: bool) -> None:
+    reader = RequestHeadReader(max_headers=10, max_header_bytes=1000)
+    reader.on_url(b"/")
+    for name, value in [*H, (b"Connection", b"Upgrade"), *((b"Upgrade", u) for u in upgrades)]:
+        reader.on_header(name, value)
+    assert reader.upgrades_to_h2c_only() is ignorable
+
+
+def test_upgrade_and_http2_settings_are_not_forwarded_whatever_connection_names() -> None:
+    for connection in (b"Upgrade, HTTP2-Settings", b"Upgrade"):
+        head = accepted([*H, (b"Connection", connection), (b"Upgrade", b"h2c"),
+                         (b"HTTP2-Settings", b"AAMAAABkAAQCAAAAAAIAAAAA"), (b"Accept", b"*/*")])
+        assert head.forward == b"Accept: */*\r\n"
 
 
 def test_forwarded_for_and_request_id_and_hold_timeout_are_read() -> None:
@@ -190,7 +260,8 @@ def test_a_reset_reader_decides_the_next_head_afresh() -> None:
 
 _REQUEST_NAMES = [b"Host", b"host", b"Content-Length", b"Transfer-Encoding", b"Connection",
                   b"X-Request-Id", b"Accept", b"X-Thaw-Hold-Timeout-Ms", b"Expect",
-                  b"X-Forwarded-For", b"Keep-Alive", b"X-Drop"]
+                  b"X-Forwarded-For", b"Keep-Alive", b"X-Drop", b"Upgrade", b"X_Drop",
+                  b"Transfer_Encoding"]
 _VALUES = [b"a.localhost", b"", b" ", b" 5", b"5", b"chunked", b"keep-alive", b"Close",
            b"X-Drop", b"100-continue", b"1.2.3.4", b"x"]
 
@@ -198,11 +269,12 @@ _VALUES = [b"a.localhost", b"", b" ", b" 5", b"5", b"chunked", b"keep-alive", b"
 @given(st.lists(st.tuples(st.sampled_from(_REQUEST_NAMES), st.sampled_from(_VALUES)),
                 max_size=6),
        st.sampled_from([b"/", b"/p?q=1", b"http://a.localhost/x", b"*"]),
-       st.sampled_from(["1.0", "1.1"]))
+       st.sampled_from(["1.0", "1.1"]), st.sampled_from(["drop", "reject"]))
 def test_the_request_fast_path_decides_as_the_general_rules_do(
-    headers: list[tuple[bytes, bytes]], url: bytes, version: str
+    headers: list[tuple[bytes, bytes]], url: bytes, version: str, underscore_headers: str
 ) -> None:
-    reader = RequestHeadReader(max_headers=100, max_header_bytes=65536)
+    reader = RequestHeadReader(max_headers=100, max_header_bytes=65536,
+                               underscore_headers=underscore_headers)
     reader.on_url(url)
     for name, value in headers:
         reader.on_header(name, value)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
+import msgspec
+import pytest
+
 from edge.view import View
-from thaw.appconfig import parse
+from thaw.appconfig import AppConfig, parse
 from thaw.registry.types import MachineRecord
 
 
@@ -60,3 +65,55 @@ def test_routes_follow_app_changes_after_being_looked_up() -> None:
     view.set_app("hello", None)
     assert view.route("hello.localhost") is None
     assert view.route("nobody.localhost") is None
+
+
+def app_config(name: str, hosts: list[str] | None = None) -> AppConfig:
+    """A config as the registry may hold it: `hosts` as given, not normalised by parse."""
+    return msgspec.structs.replace(parse({"name": name, "image": "img"}), hosts=hosts or [])
+
+
+def test_an_apps_own_name_under_the_domain_wins_over_another_apps_host() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", app_config("hello"))
+    view.set_app("squat", app_config("squat", ["hello.localhost", "ghost.localhost"]))
+    assert view.route("hello.localhost") is view.apps["hello"]
+    assert view.route("ghost.localhost") is None  # no app "ghost": a claim under the domain
+    assert view.route("squat.localhost") is view.apps["squat"]
+
+
+def test_a_host_that_is_the_edges_domain_or_under_it_is_ignored() -> None:
+    view = View("Apps.Example.", clock=Clock(), wall=Clock())
+    view.set_app("web", app_config("web", ["apps.example", "x.APPS.example.", "www.web.test"]))
+    assert view.hosts == {"www.web.test": "web"}
+    assert view.route("apps.example") is None and view.route("x.apps.example") is None
+    assert view.route("web.apps.example") is view.apps["web"]
+
+
+def test_a_host_claimed_by_two_apps_routes_to_neither_and_is_reported_once_per_rebuild(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("a", app_config("a", ["shared.test", "a.test"]))
+    assert view.route("shared.test") is view.apps["a"]  # remembered, and then forgotten
+    with caplog.at_level(logging.WARNING, logger="thaw.edge.view"):
+        view.set_apps([app_config("a", ["shared.test", "a.test"]),
+                       app_config("b", ["SHARED.test.", "b.test"])])
+    assert view.route("shared.test") is None
+    assert view.route("a.test") is view.apps["a"] and view.route("b.test") is view.apps["b"]
+    conflicts = [r for r in caplog.records if "shared.test" in r.getMessage()]
+    assert len(conflicts) == 1 and "'a'" in conflicts[0].getMessage()
+    view.set_app("b", None)
+    assert view.route("shared.test") is view.apps["a"]
+
+
+def test_host_names_are_compared_lower_case_without_a_trailing_dot() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("web", app_config("web", ["WWW.Example.COM."]))
+    assert view.route("www.example.com") is view.apps["web"]
+
+
+def test_a_full_load_replaces_the_apps_and_drops_the_missing_ones() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_apps([app_config("a", ["a.test"]), app_config("b")])
+    view.set_apps([app_config("b", ["a.test"])])
+    assert sorted(view.apps) == ["b"] and view.route("a.test") is view.apps["b"]

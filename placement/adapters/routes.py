@@ -1,0 +1,103 @@
+"""Placement's routes as data: method, path, handler, who may call it, what it takes and
+answers. The server (http.py), the authorisation middleware, the OpenAPI document
+(placement/openapi.py) and the tests that walk every route are all built from ROUTES,
+so a route cannot be added without saying who may call it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.api import MachineView
+from agent.core.machine import MachineState
+from placement.api import (
+    AppDeleted,
+    AutostopRequest,
+    CreateMachineRequest,
+    DecisionView,
+    DeployRequest,
+    DeployResult,
+    Health,
+    MachineWaited,
+    TokenCreated,
+    TokenRequest,
+    TokenView,
+    WakeRequest,
+    WakeResponse,
+    WorkerView,
+)
+from placement.core.access import Access
+from thaw.appconfig import AppConfig
+
+MACHINE_STATES = [state.value for state in MachineState]
+APP = "/v1/apps/{app}"
+MACHINE = APP + "/machines/{id}"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: str  # a method of http.Routes
+    access: Access
+    summary: str
+    body: Any = None  # the request body's type (None: no body)
+    answer: Any = None  # the success body's type (None: not JSON)
+    status: int = 200  # the success status
+    query: tuple[tuple[str, dict[str, Any], str], ...] = ()  # (name, JSON Schema, description)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/apps", "create_app", Access.ADMIN,
+          "Create an app (the image is resolved and pinned now)", AppConfig, AppConfig, 201),
+    Route("GET", "/v1/apps", "list_apps", Access.TOKEN,
+          "List the apps this token may see", None, list[AppConfig]),
+    Route("GET", APP, "get_app", Access.APP, "Show an app", None, AppConfig),
+    Route("PATCH", APP, "patch_app", Access.APP,
+          "Update an app (JSON merge patch of AppConfig fields)", dict[str, Any], AppConfig),
+    Route("DELETE", APP, "delete_app", Access.APP,
+          "Delete an app, destroy its machines, revoke tokens scoped to it", None, AppDeleted),
+    Route("POST", APP + "/deploy", "deploy", Access.APP,
+          "Resolve and pin the image; create min_machines_running machines and spares",
+          DeployRequest, DeployResult),
+    Route("GET", APP + "/machines", "list_machines", Access.APP,
+          "The app's machines, as their agents report them", None, list[MachineView]),
+    Route("POST", APP + "/machines", "create_machine", Access.APP,
+          "Place one new machine through the market", CreateMachineRequest, MachineView, 201),
+    Route("GET", MACHINE, "get_machine", Access.APP, "Show a machine", None, MachineView),
+    Route("DELETE", MACHINE, "destroy_machine", Access.APP, "Destroy a machine", None,
+          MachineView, 202),
+    Route("POST", MACHINE + "/start", "start_machine", Access.APP, "Start a machine", None,
+          MachineView),
+    Route("POST", MACHINE + "/stop", "stop_machine", Access.APP, "Stop a machine", None,
+          MachineView),
+    Route("POST", MACHINE + "/suspend", "suspend_machine", Access.APP, "Suspend a machine",
+          None, MachineView),
+    Route("GET", MACHINE + "/wait", "wait_machine", Access.APP,
+          "Wait until the machine is in ?state= (at most ?timeout_s= seconds)", None,
+          MachineWaited, query=(
+              ("state", {"type": "string", "enum": MACHINE_STATES}, "default started"),
+              ("timeout_s", {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
+               "seconds (default 60)"))),
+    Route("GET", APP + "/placements", "placements", Access.APP,
+          "The last placement decisions, with per-term breakdowns and filter reasons",
+          None, list[DecisionView]),
+    Route("GET", "/v1/workers", "workers", Access.ADMIN, "Workers, from the registry", None,
+          list[WorkerView]),
+    Route("POST", "/v1/tokens", "create_token", Access.ADMIN,
+          "Create a token (its secret is shown in this answer only)", TokenRequest,
+          TokenCreated, 201),
+    Route("GET", "/v1/tokens", "list_tokens", Access.ADMIN, "List tokens (never secrets)", None,
+          list[TokenView]),
+    Route("DELETE", "/v1/tokens/{id}", "revoke_token", Access.ADMIN, "Revoke a token", None,
+          TokenView),
+    Route("POST", "/internal/apps/{app}/wake", "wake", Access.SIGNED,
+          "The edge's cold path: start machines within the deadline", WakeRequest,
+          WakeResponse),
+    Route("POST", "/internal/apps/{app}/machines/{id}/autostop", "autostop", Access.SIGNED,
+          "The edge saw a machine idle: stop or suspend it per auto_stop", AutostopRequest,
+          MachineView),
+    Route("GET", "/healthz", "healthz", Access.PUBLIC, "Liveness", None, Health),
+    Route("GET", "/metrics", "metrics_text", Access.PUBLIC, "Prometheus metrics (text)"),
+    Route("GET", "/openapi.json", "openapi", Access.PUBLIC, "This document"),
+)
