@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from pathlib import Path
 
 import yarl
@@ -72,7 +73,7 @@ class AgentRuntime:
         self.agent = agent
         epoch = agent.boot()
         assert config.cluster_keys is not None  # checked by the config
-        verifier = Verifier(config.cluster_keys)
+        verifier = Verifier(config.cluster_keys, not_before=time.time())
         self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent), verifier),
                                      access_log=None)
         await self._runner.setup()

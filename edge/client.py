@@ -4,7 +4,7 @@ HTTP/1.1 keep-alive and pipelining (one exchange active per connection, the
 next parsed and queued with reading paused, so answers go out in order),
 HTTP/1.0, streamed bodies with backpressure both ways, a header-read deadline
 and a keep-alive idle timeout. Any parse or framing error ends the connection
-after a 400 (or 408/413/431/501) JSON answer. An upgrade to h2c alone (what
+after a 400 (or 408/413/431/501/505) JSON answer. An upgrade to h2c alone (what
 `curl --http2` sends to an http:// URL) is ignored: the request is served as
 the HTTP/1.1 request it also is, and the connection goes on.
 """
@@ -153,6 +153,7 @@ class ClientConnection:
         if upgrade:
             self._refuse_upgrade_unless_h2c()
         keep_alive = parser.should_keep_alive()
+        method = parser.get_method()
         head = self.reader.finish_usual() if keep_alive else None
         if head is not None:
             # Keep-alive with no Connection header is HTTP/1.1 by llhttp's own rule (1.0
@@ -161,13 +162,13 @@ class ClientConnection:
             http10 = False
         else:
             version = parser.get_http_version()
-            decided = self.reader.finish(version, self.max_body_bytes)
+            decided = self.reader.finish(method, version, self.max_body_bytes)
             if isinstance(decided, Rejection):
                 self.reject = (decided.code, decided.message)
                 raise _Stop
             head = decided
             http10 = version == "1.0"
-        exchange = Exchange(self, parser.get_method(), head, keep_alive, http10)
+        exchange = Exchange(self, method, head, keep_alive, http10)
         self.parsing = exchange
         exchanges = self.exchanges
         exchanges.append(exchange)

@@ -46,7 +46,9 @@ class Waker:
         loop = edge.loop
         budget_s = app.config.hold_timeout_s
         region = edge.config.region if edge.config.region in app.config.regions else ""
-        request = WakeRequest(count=count, deadline_ms=int(budget_s * 1000), region=region)
+        # at least 1 ms: placement refuses less, and the app would never start
+        deadline_ms = max(1, int(budget_s * 1000))
+        request = WakeRequest(count=count, deadline_ms=deadline_ms, region=region)
         # Judge "did this wake add anything" against what was routable when it was sent:
         # the registry feed may report the woken machines before the answer arrives.
         routable_before = {slot.id for slot in app.routable}

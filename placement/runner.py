@@ -7,6 +7,7 @@ loop), so it owns no global state.
 from __future__ import annotations
 
 import logging
+import time
 
 from aiohttp import web
 
@@ -65,11 +66,12 @@ class PlacementRuntime:
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
                         decisions_kept=config.decisions_kept)
         self._placer = placer
-        self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms)
+        self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms, store.is_current)
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
                                    self._waker, config.domain)
         published = await self.placement.publish_all()
-        auth = Authenticator(tokens.store, config.admin_token, Verifier(config.cluster_keys))
+        verifier = Verifier(config.cluster_keys, not_before=time.time())
+        auth = Authenticator(tokens.store, config.admin_token, verifier)
         self._runner = web.AppRunner(build_app(self.placement, metrics, auth), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, config.host, config.port).start()

@@ -3,13 +3,18 @@
 App configs live in the store (the truth) and are copied to the registry after
 every change. An app's image is resolved and its digest pinned when the app is
 created, when its image changes and at every deploy — never first on a request.
-Machine operations are forwarded to the agent that owns the machine; its answer —
-errors included — is passed through.
+Changes of one app run one at a time (`AppLocks`) and are written only over the
+config they were made from (the store checks uid and version). Each app is one
+incarnation of its name (`uid`): a new app of a deleted app's name starts with
+none of the old one's machines. Machine operations are forwarded to the agent
+that owns the machine; its answer — errors included — is passed through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -23,6 +28,7 @@ from placement.api import (
     WakeResponse,
     WorkerView,
 )
+from placement.applocks import AppLocks, TooMany
 from placement.core.offers import NoCapacity
 from placement.core.wake import GONE, MachineState, deploy_shortfall
 from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
@@ -34,7 +40,8 @@ from thaw.appconfig import AppConfig, InvalidConfig, check, parse, patched
 from thaw.hostnames import within_domain
 from thaw.registry import Registry
 
-READ_ONLY_FIELDS = ("version", "image_digest")  # kept by placement, never set by a patch
+READ_ONLY_FIELDS = ("version", "image_digest", "uid")  # kept by placement, never patched
+MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 
 
 class Placement:
@@ -57,6 +64,8 @@ class Placement:
         self.placer = placer
         self.waker = waker
         self.domain = domain
+        self.locks = AppLocks()
+        self._waits: Counter[str] = Counter()
 
     # -- apps ------------------------------------------------------------------
 
@@ -67,22 +76,38 @@ class Placement:
         return len(apps)
 
     async def create_app(self, body: bytes) -> AppConfig:
-        config = await self._pinned(self._routable(parse(body)))
-        config = self.store.create(config)
-        await self.registry.put_app(config)
+        config = self._routable(parse(body))
+        async with self.locks.hold(config.name):
+            if self.store.holds(config.name):
+                raise Conflict(f"app {config.name} exists", code="exists")
+            await self._clear_leftovers(config.name)
+            config = await self._pinned(
+                msgspec.structs.replace(config, uid=secrets.token_hex(8)))
+            config = self.store.create(config)
+            await self.registry.put_app(config)
         return config
+
+    async def _clear_leftovers(self, name: str) -> None:
+        """Machines an earlier app of this name left (an agent away when it was deleted, a
+        wake that placed one as it was): destroyed before a new app may have the name."""
+        views = [v for v in await self.fleet.app_machines(name) if v["state"] not in GONE]
+        destroyed = await asyncio.gather(*(self._destroy(name, v) for v in views))
+        if not all(destroyed):
+            raise Unavailable(f"machines of an earlier app named {name} cannot be destroyed "
+                              "yet; retry", code="name_in_use")
 
     def app(self, name: str) -> AppConfig:
         return self.store.get(name)
 
     async def update_app(self, name: str, patch: dict[str, Any]) -> AppConfig:
-        current = self.store.get(name)
-        patch = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
-        config = self._routable(patched(current, patch))
-        if config.image != current.image:
-            config = await self._pinned(config)
-        config = self.store.update(config)
-        await self.registry.put_app(config)
+        async with self.locks.hold(name):
+            current = self.store.get(name)
+            patch = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
+            config = self._routable(patched(current, patch))
+            if config.image != current.image:
+                config = await self._pinned(config)
+            config = self.store.update(config)
+            await self.registry.put_app(config)
         return config
 
     def _routable(self, config: AppConfig) -> AppConfig:
@@ -103,14 +128,15 @@ class Placement:
         return pinned
 
     async def delete_app(self, name: str) -> AppDeleted:
-        self.store.get(name)
-        views = await self.fleet.app_machines(name)
-        destroyed = await asyncio.gather(
-            *(self._destroy(name, v) for v in views if v["state"] not in GONE)
-        )
-        self.store.delete(name)
-        self.tokens.app_deleted(name)
-        await self.registry.delete_app(name)
+        async with self.locks.hold(name):
+            self.store.get(name)
+            views = await self.fleet.app_machines(name)
+            destroyed = await asyncio.gather(
+                *(self._destroy(name, v) for v in views if v["state"] not in GONE)
+            )
+            self.store.delete(name)
+            self.tokens.app_deleted(name)
+            await self.registry.delete_app(name)
         return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
     async def _destroy(self, app: str, view: dict[str, Any]) -> str:
@@ -126,16 +152,17 @@ class Placement:
     async def deploy(self, name: str, image: str | None) -> dict[str, Any]:
         """Resolve the image (it may have moved) and pin it, then create the missing
         running machines and spares."""
-        current = self.store.get(name)
-        config = check(msgspec.structs.replace(current, image=image)) if image else current
-        config = await self._pinned(config)
-        if config != current:
-            config = self.store.update(config)
-            await self.registry.put_app(config)
-        region = config.regions[0]
-        if not await self.fleet.live_workers(region):
-            raise Unavailable(f"no live worker in region {region}", code="no_capacity")
-        created, shortfall = await self._fill(config, region)
+        async with self.locks.hold(name):
+            current = self.store.get(name)
+            config = check(msgspec.structs.replace(current, image=image)) if image else current
+            config = await self._pinned(config)
+            if config != current:
+                config = self.store.update(config)
+                await self.registry.put_app(config)
+            region = config.regions[0]
+            if not await self.fleet.live_workers(region):
+                raise Unavailable(f"no live worker in region {region}", code="no_capacity")
+            created, shortfall = await self._fill(config, region)
         return {"app": msgspec.to_builtins(config), "machines": created, "shortfall": shortfall}
 
     async def _fill(self, config: AppConfig, region: str) -> tuple[list[dict[str, Any]], str]:
@@ -174,7 +201,12 @@ class Placement:
         return sorted(await self.fleet.app_machines(app), key=lambda v: v["created_at"])
 
     async def create_machine(self, app: str, options: CreateMachineRequest) -> dict[str, Any]:
-        config = self.store.get(app)
+        async with self.locks.hold(app):
+            return await self._create_machine(self.store.get(app), options)
+
+    async def _create_machine(self, config: AppConfig, options: CreateMachineRequest
+                              ) -> dict[str, Any]:
+        app = config.name
         region = options.region or config.regions[0]
         views = await self.fleet.app_machines(app)
         if sum(1 for v in views if v["state"] not in GONE) >= config.max_machines:
@@ -191,15 +223,24 @@ class Placement:
         self, app: str, mid: str, method: str = "GET", action: str = "",
         params: dict[str, str] | None = None, timeout_s: float | None = None,
     ) -> tuple[int, Any]:
-        """Forward one machine call to its agent; agent errors pass through."""
+        """Forward one machine call to its agent; agent errors pass through. A wait is a
+        long poll: on its own connections, at most MAX_WAITS_PER_APP per app."""
         self.store.get(app)
         url = await self.fleet.locate(app, mid)
         path = f"/v1/machines/{mid}" + (f"/{action}" if action else "")
+        long_poll = action == "wait"
+        if long_poll and self._waits[app] >= MAX_WAITS_PER_APP:
+            raise TooMany(f"too many waits on machines of app {app} at once")
+        self._waits[app] += long_poll
         try:
             status, body = await self.agents.call(method, url, path, params=params,
-                                                  timeout_s=timeout_s)
+                                                  timeout_s=timeout_s, long_poll=long_poll)
         except AgentUnreachable as exc:
             raise Unavailable(exc.message, code="worker_unreachable") from None
+        finally:
+            self._waits[app] -= long_poll
+            if not self._waits[app]:
+                del self._waits[app]
         if status >= 400:
             raise AgentReplied(status, body)
         if isinstance(body, dict) and body.get("app", app) != app:

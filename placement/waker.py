@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +52,12 @@ Outcome = Ready | Failed
 
 class Waker:
     def __init__(
-        self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int
+        self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int,
+        is_current: Callable[[AppConfig], bool],
     ) -> None:
+        """`is_current(config)`: the app still exists as that incarnation (the store)."""
         self.fleet = fleet
+        self.is_current = is_current
         self.agents = agents
         self.placer = placer
         self.margin_s = margin_ms / 1000
@@ -178,6 +181,9 @@ class Waker:
             self.placing[app] = max(0, self.placing.get(app, 0) - 1)
         if isinstance(placed, NoCapacity):
             return Failed("no_capacity", placed.reason)
+        if not self.is_current(rnd.config):  # deleted (or re-made) while this was placed
+            await self._release(placed.url, placed.view["id"])
+            return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
         place_ms = ms_since(began)
         pull_began = time.perf_counter()
         try:
@@ -218,6 +224,12 @@ class Waker:
         if status == 408:
             return Failed("deadline", f"{mid} still starting")
         return Failed("start_failed", f"{mid}: {message_of(body)}")
+
+    async def _release(self, url: str, machine_id: str) -> None:
+        try:
+            await self.agents.call("DELETE", url, f"/v1/machines/{machine_id}")
+        except AgentUnreachable:
+            log.warning("machine %s of a deleted app could not be destroyed now", machine_id)
 
     async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
         url = await self.fleet.locate(config.name, machine_id)

@@ -32,7 +32,9 @@ RegionOrPrimary = Annotated[str, msgspec.Meta(pattern=f"^(?:{REGION_PATTERN})?$"
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 EnvValue = Annotated[str, msgspec.Meta(max_length=MAX_ENV_BYTES)]
 HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=254)]
-Seconds = Annotated[float, msgspec.Meta(gt=0, le=HOUR_S)]
+# Durations: at least a millisecond (what a wake's deadline can carry), at most an hour.
+MIN_S = 0.001
+Seconds = Annotated[float, msgspec.Meta(ge=MIN_S, le=HOUR_S)]
 Machines = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 Requests = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 
@@ -45,7 +47,7 @@ class InvalidConfig(ValueError):
 
 
 class GuestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    cpus: Annotated[float, msgspec.Meta(gt=0, le=64)] = 1.0
+    cpus: Annotated[float, msgspec.Meta(ge=0.01, le=64)] = 1.0
     memory_mb: Annotated[int, msgspec.Meta(ge=1, le=262_144)] = 256
 
 
@@ -80,16 +82,19 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     concurrency: Concurrency = Concurrency()
     auto_stop: Literal["off", "stop", "suspend"] = "stop"
     auto_start: bool = True
-    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=24 * HOUR_S)] = 300.0
+    idle_timeout_s: Annotated[float, msgspec.Meta(ge=MIN_S, le=24 * HOUR_S)] = 300.0
     hold_timeout_s: Seconds = 30.0
     max_pending: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
     spares: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     health: HealthConfig = HealthConfig()
     kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
-    kill_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 5.0
+    kill_timeout_s: Annotated[float, msgspec.Meta(ge=MIN_S, le=300)] = 5.0
     # pinned at create and deploy; "" only before the first resolution
     image_digest: Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
     version: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # bumped on every stored change
+    # this incarnation of the name: set at create, never changed (a new app of a deleted
+    # app's name is another app, and nothing of the old one is its)
+    uid: Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?$")] = ""
 
 
 def check(config: AppConfig) -> AppConfig:
@@ -146,6 +151,8 @@ def parse(data: bytes | dict[str, Any]) -> AppConfig:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidConfig("body", "nested too deeply") from None
+    except UnicodeDecodeError:
+        raise InvalidConfig("body", "not valid UTF-8") from None
     return check(config)
 
 

@@ -20,11 +20,16 @@ class BadHost(ValueError):
 
 
 def normalize_host(name: str) -> str:
-    text = name.strip()
+    # Map first (UTS #46: case, full-width and ideographic dots, …), so that every spelling
+    # of one name — trailing dot included, in any script's dot — reaches the same text.
+    try:
+        text = idna.uts46_remap(name.strip(), std3_rules=False, transitional=False)
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise BadHost(f"{name!r}: not a valid host name ({exc})") from None
     if text.endswith("."):
-        text = text[:-1]
-    if not text:
-        raise BadHost("empty host name")
+        text = text[:-1]  # the root label, once; a second one would be an empty label
+    if not text or text.endswith("."):
+        raise BadHost(f"{name!r}: empty host name or an empty label")
     if "*" in text:
         raise BadHost(f"{name!r}: wildcard host names are not supported")
     if ":" in text or text.startswith("["):
@@ -39,8 +44,8 @@ def normalize_host(name: str) -> str:
         ascii_name = idna.encode(text, uts46=True, std3_rules=True).decode("ascii")
     except (idna.IDNAError, UnicodeError) as exc:
         raise BadHost(f"{name!r}: not a valid host name ({exc})") from None
-    if len(ascii_name) > MAX_HOST_CHARS:
-        raise BadHost(f"{name!r}: longer than {MAX_HOST_CHARS} characters")
+    if len(ascii_name) > MAX_HOST_CHARS or ascii_name.endswith("."):
+        raise BadHost(f"{name!r}: longer than {MAX_HOST_CHARS} characters or an empty label")
     if ascii_name.rsplit(".", 1)[-1].isdigit():
         raise BadHost(f"{name!r}: the last label of a host name must not be all digits")
     return ascii_name

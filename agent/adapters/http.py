@@ -7,6 +7,7 @@ does nothing.
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -34,6 +35,7 @@ IMAGE_ERROR_STATUS = {
     "unsafe_layer": 422,
 }
 MAX_WAIT_S = 300.0
+log = logging.getLogger("thaw.agent")
 UNSIGNED_PATHS = frozenset({"/healthz", "/metrics"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,6 +65,13 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(422, "invalid", str(exc))
     except RecursionError:
         return error_response(422, "invalid", "nested too deeply")
+    except UnicodeDecodeError:
+        return error_response(422, "invalid", "not valid UTF-8")
+    except web.HTTPException:
+        raise  # aiohttp's own 404/405/413
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal", "internal error")
 
 
 def signature_middleware(verifier: Verifier) -> object:

@@ -5,9 +5,12 @@ is framed, and the decisions' types; `headreader.py` applies them to heads
 as the parser reads them. Rejections are values carrying an
 error code (edge/errors.py maps codes to statuses): ambiguous framing (both
 Content-Length and Transfer-Encoding, differing Content-Lengths, a final
-coding other than chunked, Transfer-Encoding on HTTP/1.0), missing,
-duplicate or conflicting Host (an HTTP/1.1 request needs a Host even with an
-absolute-form target, RFC 9112 3.2), too large a declared body. Hop-by-hop
+coding other than chunked, Transfer-Encoding on HTTP/1.0), a transfer coding
+besides chunked (not implemented: re-chunked upstream, its label would be lost),
+missing, duplicate, invalid or conflicting Host (an HTTP/1.1 request needs a
+Host even with an absolute-form target, RFC 9112 3.2; an authority is a host
+and perhaps a port, RFC 3986 3.2.2), a target that is not origin-form,
+absolute http(s) or `*` for OPTIONS, too large a declared body. Hop-by-hop
 headers (Connection and those it names, Keep-Alive, Proxy-Connection, TE,
 Trailer, Transfer-Encoding, Upgrade, HTTP2-Settings) and client-supplied
 internal `X-Thaw-*` headers never go upstream; framing headers are re-made by
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import http
+import ipaddress
+import re
 from dataclasses import dataclass
 
 BODY_NONE = 0
@@ -86,16 +91,51 @@ def status_line(status: int) -> bytes:
     return line if line is not None else b"HTTP/1.1 %d \r\n" % status
 
 
+# RFC 3986 3.2.2: reg-name = *( unreserved / pct-encoded / sub-delims ), so no "@", ":",
+# "/", whitespace or non-ASCII; IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" ).
+_REG_NAME = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+")
+_IP_FUTURE = re.compile(rb"[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+")
+_IPV6_CHARS = frozenset(b"0123456789abcdefABCDEF:.")
+
+
+def _ip_literal(literal: bytes) -> bool:
+    """Whether `literal` (between the brackets) is an IPv6 address or an IPvFuture."""
+    if _IP_FUTURE.fullmatch(literal):
+        return True
+    if not literal or not all(c in _IPV6_CHARS for c in literal):
+        return False  # also keeps out zone ids, which ipaddress would take
+    try:
+        ipaddress.IPv6Address(literal.decode("ascii"))
+    except ValueError:
+        return False
+    return True
+
+
+def _port(rest: bytes) -> bool:
+    """Whether what follows the host is nothing or ":" and a port of 1-5 digits."""
+    if not rest:
+        return True
+    digits = rest[1:]
+    return (rest[:1] == b":" and 0 < len(digits) <= 5 and digits.isdigit()
+            and int(digits) <= 65535)
+
+
 @functools.lru_cache(maxsize=4096)
-def host_name(authority: bytes) -> str:
-    """`Example.COM:8080` -> `example.com`; `[::1]:80` -> `[::1]`. (Memoised: a few
-    authorities carry nearly all traffic.)"""
-    text = authority.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[: text.find("]") + 1] if "]" in text else text
-    if text.count(":") != 1:
-        return text.rstrip(".")
-    return text.rsplit(":", 1)[0].rstrip(".")
+def host_name(authority: bytes) -> str | None:
+    """The host an authority names, lower case, without port or trailing dot
+    (`Example.COM.:8080` -> `example.com`, `[::1]:80` -> `[::1]`), or None when it is
+    no host and port (RFC 9110 7.2, RFC 3986 3.2.2): userinfo, whitespace, a port that
+    is not 1-5 digits up to 65535, a character a reg-name cannot hold, an empty host.
+    Memoised, the check with it: a few authorities carry nearly all traffic."""
+    if authority[:1] == b"[":
+        end = authority.find(b"]")
+        if end < 0 or not _ip_literal(authority[1:end]) or not _port(authority[end + 1:]):
+            return None
+        return authority[:end + 1].decode("ascii").lower()
+    host, colon, port = authority.partition(b":")
+    if not _REG_NAME.fullmatch(host) or not _port(colon + port):
+        return None
+    return host.decode("ascii").lower().rstrip(".") or None
 
 
 def tokens(value: bytes) -> list[bytes]:
@@ -135,6 +175,9 @@ def request_framing(
         all_codings = [t for v in codings for t in tokens(v)]
         if not all_codings or all_codings[-1] != b"chunked" or all_codings.count(b"chunked") > 1:
             return Rejection("bad_framing", "Transfer-Encoding must end in a single chunked")
+        if len(all_codings) > 1:  # the body is re-chunked upstream: the others would be lost
+            return Rejection("transfer_coding_not_supported",
+                             "a transfer coding besides chunked")
         return BODY_CHUNKED, 0
     if lengths:
         length = content_length(lengths)
@@ -146,11 +189,19 @@ def request_framing(
     return BODY_NONE, 0
 
 
-def _origin_form(url: bytes) -> tuple[bytes | None, bytes]:
-    """(authority or None, origin-form target) of a request target."""
+def request_target(method: bytes, url: bytes) -> tuple[bytes | None, bytes] | Rejection:
+    """(authority of an absolute-form target or None, the target to forward: origin-form
+    or `*`) of a request target (RFC 9112 3.2): origin-form, absolute-form with an http or
+    https scheme, or `*` for OPTIONS. (Authority-form, CONNECT's, is refused before.)"""
+    if url[:1] == b"/":
+        return None, url
+    if url == b"*":
+        if method == b"OPTIONS":
+            return None, url
+        return Rejection("bad_target", "the target * is for OPTIONS only")
     lower = url[:8].lower()
     if not (lower.startswith(b"http://") or lower.startswith(b"https://")):
-        return None, url
+        return Rejection("bad_target", "the target is neither a path nor an http(s) URL")
     rest = url.split(b"://", 1)[1]
     cut = min((i for i in (rest.find(b"/"), rest.find(b"?")) if i >= 0), default=len(rest))
     path = rest[cut:] or b"/"
@@ -160,21 +211,29 @@ def _origin_form(url: bytes) -> tuple[bytes | None, bytes]:
 
 
 def request_authority(
-    version: str, hosts: list[bytes], url: bytes
-) -> tuple[bytes, bytes] | Rejection:
+    method: bytes, version: str, hosts: list[bytes], url: bytes
+) -> tuple[str, bytes, bytes] | Rejection:
+    """(host name, authority, target to forward) of a request, from its Host headers and
+    its target; the host name is "" for an HTTP/1.0 request that names none."""
     if len(hosts) > 1:
         return Rejection("duplicate_host", "more than one Host header")
-    absolute, target = (None, url) if url[:1] == b"/" else _origin_form(url)
-    if not hosts:
-        if version != "1.0":  # also with an absolute-form target (RFC 9112, 3.2)
-            return Rejection("missing_host", "Host header required (HTTP/1.1)")
-        if absolute is None:
-            return b"", target
+    form = request_target(method, url)
+    if isinstance(form, Rejection):
+        return form
+    absolute, target = form
+    if not hosts and version != "1.0":  # also with an absolute-form target (RFC 9112, 3.2)
+        return Rejection("missing_host", "Host header required (HTTP/1.1)")
     authority = hosts[0].strip() if hosts else b""
+    host = host_name(authority) if authority else ""
+    if host is None:
+        return Rejection("bad_host", "Host is not a host and port")
     if absolute is not None:
-        if authority and host_name(absolute) != host_name(authority):
+        absolute_host = host_name(absolute)
+        if absolute_host is None:
+            return Rejection("bad_host", "the target's authority is not a host and port")
+        if authority and absolute_host != host:
             return Rejection("conflicting_host", "request target authority differs from Host")
-        authority = absolute
-    if not authority:
+        return absolute_host, absolute, target
+    if not authority and hosts:
         return Rejection("missing_host", "empty Host")
-    return authority, target
+    return host, authority, target

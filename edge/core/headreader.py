@@ -8,8 +8,8 @@ and many frameworks fold "_" and "-" to one name, so `X_Forwarded_For` or
 `Transfer_Encoding` would reach the app as a header the edge set or framed
 itself. Such a name has a role of its own (ordinary names cost nothing more),
 and `finish` drops it or rejects the head, as the reader was built to.
-`finish` decides the usual heads (one Host, an origin-form target, no body;
-one plain Content-Length) in a straight line and any other through the
+`finish` decides the usual heads (one valid Host, an origin-form target, no
+body; one plain Content-Length) in a straight line and any other through the
 general rules of `framing.py`; property tests hold the two to one answer.
 `check_request` and `check_response` do the same for a list of headers. It
 knows nothing of sockets or parsers beyond the callbacks' signatures.
@@ -144,27 +144,32 @@ class RequestHeadReader:
         else:
             self.special.append((role, value))
 
-    def finish(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
+    def finish(self, method: bytes, version: str, max_body_bytes: int
+               ) -> RequestHead | Rejection:
         """Decide on the head read since `reset`; `version` as the parser read it ("1.1";
-        HTTP/1 parsers also take "1.0", "0.9" and "2.0", and only 1.0 and 1.1 are served)."""
+        HTTP/1 parsers also take "1.0", "0.9" and "2.0", and only 1.0 and 1.1 are served).
+        `method` matters only to a target of `*` (OPTIONS only)."""
         if version != "1.1" and version != "1.0":
             return Rejection("version_not_supported", f"HTTP/{version} is not served")
-        return self.finish_usual() or self._decide(version, max_body_bytes)
+        return self.finish_usual() or self._decide(method, version, max_body_bytes)
 
     def finish_usual(self) -> RequestHead | None:
-        """The decision for the usual head — one Host, an origin-form target, nothing else
-        the edge reads (so no body and no Connection header) — or None for any other.
-        The same decision `_decide` makes for it, in any version, without its lists."""
+        """The decision for the usual head — one valid Host, an origin-form target, nothing
+        else the edge reads (so no body and no Connection header) — or None for any other.
+        The same decision `_decide` makes for it, in any version and method, without its
+        lists. (The Host's check rides `host_name`'s memo: None leaves it to `_decide`.)"""
         special = self.special
         url = self.url
         if len(special) == 1 and special[0][0] == _HOST and url[:1] == b"/":
             authority = special[0][1].strip()
-            if authority:
-                return RequestHead(host_name(authority), authority, url, BODY_NONE, 0, False,
+            host = host_name(authority)
+            if host is not None:
+                return RequestHead(host, authority, url, BODY_NONE, 0, False,
                                    None, None, None, b"".join(self.forward))
         return None
 
-    def _decide(self, version: str, max_body_bytes: int) -> RequestHead | Rejection:
+    def _decide(self, method: bytes, version: str, max_body_bytes: int
+                ) -> RequestHead | Rejection:
         hosts: list[bytes] = []
         lengths: list[bytes] = []
         codings: list[bytes] = []
@@ -192,9 +197,9 @@ class RequestHeadReader:
                 hold_timeout_s = int(value.strip()) / 1000.0
             elif role == _UNDERSCORE and self.reject_underscore:
                 return Rejection("bad_header", 'a header name holds "_"')
-        authority = request_authority(version, hosts, self.url)
-        if isinstance(authority, Rejection):
-            return authority
+        routing = request_authority(method, version, hosts, self.url)
+        if isinstance(routing, Rejection):
+            return routing
         if lengths or codings:
             framing = request_framing(version, lengths, codings, max_body_bytes)
             if isinstance(framing, Rejection):
@@ -202,9 +207,8 @@ class RequestHeadReader:
         else:
             framing = (BODY_NONE, 0)
         forward = _without_named(self.forward, named) if named else b"".join(self.forward)
-        return RequestHead(host_name(authority[0]), authority[0], authority[1], framing[0],
-                           framing[1], expect, request_id, forwarded_for, hold_timeout_s,
-                           forward)
+        return RequestHead(routing[0], routing[1], routing[2], framing[0], framing[1], expect,
+                           request_id, forwarded_for, hold_timeout_s, forward)
 
     def upgrades_to_h2c_only(self) -> bool:
         """Whether the head read asks to upgrade to h2c and to nothing else (what `curl
@@ -301,13 +305,13 @@ def check_request(
     underscore_headers: str = "drop",
 ) -> RequestHead | Rejection:
     """Decide on one request head; `headers` as received, names in any case. (`method`
-    does not change the decision: any method may carry a body.)"""
+    matters only to a target of `*`, which is for OPTIONS: any method may carry a body.)"""
     reader = RequestHeadReader(max_headers=len(headers), max_header_bytes=1 << 62,
                                underscore_headers=underscore_headers)
     reader.on_url(url)
     for name, value in headers:
         reader.on_header(name, value)
-    return reader.finish(version, max_body_bytes)
+    return reader.finish(method, version, max_body_bytes)
 
 
 def check_response(

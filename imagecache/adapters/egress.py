@@ -21,6 +21,8 @@ from imagecache.core.egress import EgressPolicy
 
 # (host, port) -> the addresses it resolves to, as text ("192.0.2.7", "2001:db8::7")
 Lookup = Callable[[str, int], Awaitable[list[str]]]
+MAX_CONNECTIONS = 256
+MAX_PER_HOST = 8
 
 
 class EgressRefused(OSError):
@@ -90,7 +92,10 @@ def checked_session(
     cookies. Callers must still pass `allow_redirects=False` and check literal
     hosts themselves.
     """
-    connector = aiohttp.TCPConnector(resolver=CheckedResolver(policy, lookup))
+    # Per registry host, few connections: a registry that stalls (an owner's own, say)
+    # holds at most these, never the whole pool that every other pull shares.
+    connector = aiohttp.TCPConnector(resolver=CheckedResolver(policy, lookup),
+                                     limit=MAX_CONNECTIONS, limit_per_host=MAX_PER_HOST)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

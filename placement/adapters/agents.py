@@ -3,7 +3,8 @@
 Every call is signed with the cluster key (thaw/auth) and returns `(status, JSON
 body)`; a transport failure or timeout becomes `AgentUnreachable`, whose message
 names the call but not the worker's address (it may reach an app owner): the
-address and the cause go to the log.
+address and the cause go to the log. Long polls (an owner's wait on a machine)
+have connections of their own, so they never hold those offers and starts need.
 """
 
 from __future__ import annotations
@@ -30,18 +31,19 @@ class AgentClient:
     def __init__(self, timeout_s: float, signer: Signer) -> None:
         self.timeout_s = timeout_s
         self.signer = signer
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, force_close=False)
-            )
-        return self._session
+    def _http(self, long_poll: bool) -> aiohttp.ClientSession:
+        session = self._sessions.get(long_poll)
+        if session is None:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=256, force_close=False))
+            self._sessions[long_poll] = session
+        return session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in self._sessions.values():
+            await session.close()
 
     async def call(
         self,
@@ -52,6 +54,7 @@ class AgentClient:
         *,
         params: dict[str, str] | None = None,
         timeout_s: float | None = None,
+        long_poll: bool = False,
     ) -> tuple[int, Any]:
         data = msgspec.json.encode(body) if body is not None else b""
         target = yarl.URL(url + path)
@@ -62,7 +65,7 @@ class AgentClient:
             headers["Content-Type"] = "application/json"
         limit = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
-            async with self._http().request(
+            async with self._http(long_poll).request(
                 method, yarl.URL(str(target), encoded=True), data=data or None,
                 headers=headers, timeout=limit,
             ) as response:

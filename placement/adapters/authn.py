@@ -45,9 +45,12 @@ class Authenticator:
         self.verifier = verifier
         self.clock = clock
 
-    def principal(self, header: str | None) -> Principal | Refused | None:
-        """None: no bearer token at all."""
-        token = bearer_of(header)
+    def principal(self, headers: list[str]) -> Principal | Refused | None:
+        """Who the `Authorization` headers say the caller is; None: no bearer token at all.
+        Several headers are refused, not resolved by order (proxies disagree on which wins)."""
+        if len(headers) > 1:
+            return Refused("?", "several Authorization headers")
+        token = bearer_of(headers[0] if headers else None)
         if token is None:
             return None
         admin = check_bootstrap(token, self.bootstrap_hash)
@@ -81,7 +84,7 @@ def auth_middleware(auth: Authenticator) -> Any:
             if await refusal(auth.verifier, request, auth.clock) is not None:
                 return denial(request, UNAUTHORIZED, "unsigned", challenge=False)
             return await handler(request)
-        found = auth.principal(request.headers.get("Authorization"))
+        found = auth.principal(request.headers.getall("Authorization", []))
         principal = found if isinstance(found, Principal) else None
         denied = authorize(access, principal, request.match_info.get("app"))
         if denied is not None:

@@ -62,7 +62,7 @@ def errors_middleware(metrics: PlacementMetrics) -> Any:
         try:
             response = await handler(request)
         except PlacementError as exc:
-            headers = {"Retry-After": "1"} if exc.status == 503 else None
+            headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
             response = json_response(error_body(exc, request.get(PRINCIPAL)), exc.status,
                                      headers)
         except InvalidConfig as exc:
@@ -103,6 +103,8 @@ async def decoded(request: web.Request, kind: type[T]) -> T:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidConfig("body", "nested too deeply") from None
+    except UnicodeDecodeError:
+        raise InvalidConfig("body", "not valid UTF-8") from None
 
 
 async def json_object(request: web.Request) -> dict[str, Any]:

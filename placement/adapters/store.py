@@ -77,6 +77,10 @@ class AppStore:
             raise NotFound(f"app {name} not found")
         return msgspec.json.decode(row[0], type=AppConfig)
 
+    def holds(self, name: str) -> bool:
+        return self._db.execute("SELECT 1 FROM apps WHERE name = ?", (name,)).fetchone() \
+            is not None
+
     def holder(self, host: str) -> str | None:
         row = self._db.execute("SELECT app FROM hosts WHERE host = ?", (host,)).fetchone()
         return str(row[0]) if row else None
@@ -94,15 +98,25 @@ class AppStore:
             self._claim(stored.name, stored.hosts)
         return stored
 
+    def is_current(self, config: AppConfig) -> bool:
+        """`config`'s app still exists, as the same incarnation (not deleted, not re-made)."""
+        row = self._db.execute("SELECT config FROM apps WHERE name = ?",
+                               (config.name,)).fetchone()
+        return row is not None and msgspec.json.decode(row[0], type=AppConfig).uid == config.uid
+
     def update(self, config: AppConfig) -> AppConfig:
-        """Replace the stored config; the version becomes the stored one + 1."""
+        """Replace the stored config, which must still be the one `config` was made from
+        (same uid and version: no change came between); the version becomes + 1."""
         with self._database.transaction():
             row = self._db.execute(
-                "SELECT version FROM apps WHERE name = ?", (config.name,)
+                "SELECT config FROM apps WHERE name = ?", (config.name,)
             ).fetchone()
             if row is None:
                 raise NotFound(f"app {config.name} not found")
-            stored = msgspec.structs.replace(config, version=int(row[0]) + 1)
+            found = msgspec.json.decode(row[0], type=AppConfig)
+            if (found.uid, found.version) != (config.uid, config.version):
+                raise Conflict(f"app {config.name} changed meanwhile; retry", code="conflict")
+            stored = msgspec.structs.replace(config, version=found.version + 1)
             self._db.execute(
                 "UPDATE apps SET version = ?, config = ? WHERE name = ?",
                 (stored.version, msgspec.json.encode(stored), stored.name),

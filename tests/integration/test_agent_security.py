@@ -93,6 +93,23 @@ def test_during_rotation_both_the_new_and_the_previous_key_are_accepted(
     assert send(url, headers=unknown)[0] == 401
 
 
+def test_a_call_captured_before_an_agent_restart_cannot_be_replayed_after_it(
+    tmp_path: Path,
+) -> None:
+    agent = AgentProcess(tmp_path / "state").start()
+    try:
+        url = agent.url + "/v1/status"
+        captured = signed_headers("GET", url)
+        assert send(url, headers=captured)[0] == 200
+        agent.terminate()
+        time.sleep(1.1)  # the restart is in a later second than the capture
+        agent.start()
+        assert send(url, headers=captured)[0] == 401  # fresh replay cache, still refused
+        assert send(url, headers=signed_headers("GET", url))[0] == 200
+    finally:
+        agent.cleanup()
+
+
 def test_an_agent_without_a_cluster_key_refuses_to_start(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path / "state", env={"THAW_CLUSTER_KEY": ""})
     with pytest.raises(RuntimeError):

@@ -11,9 +11,11 @@ import time
 from collections.abc import AsyncIterator
 
 import aiohttp
+import msgspec
 import pytest
 
 from tests.support.edge_fakes import EdgeHarness, FakePlacement, start_edge
+from thaw.appconfig import parse
 from thaw.auth.signing import KeyRing
 
 pytestmark = pytest.mark.integration
@@ -246,6 +248,30 @@ async def test_a_machine_published_in_the_registry_serves_without_a_wake(
         status, body, headers = await get(session, edge, "warm.localhost")
         assert status == 200 and body == "hello from warm-m9"
         assert "Server-Timing" not in headers and edge.placement.wakes == []
+    finally:
+        await edge.close()
+
+
+async def test_an_app_whose_hold_timeout_is_under_a_millisecond_is_still_woken(
+    session: aiohttp.ClientSession,
+) -> None:
+    # Placement refuses a wake with less than 1 ms of budget, and the app config's own
+    # bound may change: the edge asks for at least 1 ms whatever the hold timeout.
+    edge = await start_edge([])
+    try:
+        config = msgspec.structs.replace(parse({"name": "tiny", "image": "example/hello:v1"}),
+                                         hold_timeout_s=0.0004)
+        await edge.registry.put_app(config)  # type: ignore[attr-defined]
+        async def in_view() -> bool:
+            return "tiny" in (await edge.state())["apps"]  # type: ignore[operator]
+
+        await eventually(in_view)
+        status, body, _ = await get(session, edge, "tiny.localhost")
+        assert status == 504 and json.loads(body)["error"] == "hold_timeout"
+        await eventually(lambda: _machines(edge, "tiny", 1))
+        assert edge.placement.wakes == [1]
+        status, body, _ = await get(session, edge, "tiny.localhost")
+        assert status == 200 and body == "hello from tiny-m1"
     finally:
         await edge.close()
 

@@ -16,8 +16,10 @@ from tests.support.edge_fakes import (
     exchange_raw,
     pattern_sha256,
     split_response,
+    start_edge,
     start_warm_edge,
 )
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +67,24 @@ async def test_an_app_is_reached_by_its_extra_host_name_with_any_port(edge: Edge
         (b"POST / HTTP/1.0\r\nHost: web.localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"5\r\nhello\r\n0\r\n\r\n", "bad_framing"),
         (b"GET / HTTP/1.1\r\nHost: web.localhost\r\nBad Header\r\n\r\n", "bad_request"),
+        (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+         None),  # llhttp refuses these two itself (bad_request); framing's rules agree
+        (b"POST / HTTP/1.1\r\nHost: web.localhost\r\nTransfer-Encoding: chunked\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", None),
+        (b"GET ftp://web.localhost/abs HTTP/1.1\r\nHost: web.localhost\r\n\r\n", "bad_target"),
+        (b"GET * HTTP/1.1\r\nHost: web.localhost\r\n\r\n", "bad_target"),
+        (b"GET x HTTP/1.1\r\nHost: web.localhost\r\n\r\n", None),  # llhttp refuses it
+        (b"GET / HTTP/1.1\r\nHost: web.localhost:1@evil.example\r\n\r\n", "bad_host"),
+        (b"GET / HTTP/1.1\r\nHost: web.localhost:<script>\r\n\r\n", "bad_host"),
+        (b"GET / HTTP/1.1\r\nHost: web.localhost:80 evil.example\r\n\r\n", "bad_host"),
+        (b"GET http://web.localhost:1@evil.example/ HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
+         "bad_host"),
     ],
     ids=["duplicate-host", "missing-host", "absolute-form-no-host", "conflicting-authority",
-         "cl-and-te", "differing-cl", "te-not-chunked", "http10-te", "garbage-header"],
+         "cl-and-te", "differing-cl", "te-not-chunked", "http10-te", "garbage-header",
+         "te-chunked-not-last", "te-chunked-twice", "ftp-target", "star-not-options",
+         "bare-word-target", "host-userinfo-port", "host-script-port", "host-space",
+         "absolute-userinfo"],
 )
 async def test_ambiguous_or_malformed_requests_answer_400_and_close(
     edge: EdgeHarness, request_bytes: bytes, code: str | None
@@ -78,6 +95,103 @@ async def test_ambiguous_or_malformed_requests_answer_400_and_close(
     if code is not None:
         assert json.loads(body)["error"] == code
     assert data.count(b"HTTP/1.1 ") == 1  # nothing after the rejection is answered
+
+
+@pytest.mark.parametrize(
+    "codings",
+    [b"Transfer-Encoding: gzip, chunked\r\n",
+     b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"],
+    ids=["one-header", "two-headers"],
+)
+async def test_a_transfer_coding_other_than_chunked_answers_501_and_close(
+    edge: EdgeHarness, codings: bytes
+) -> None:
+    data = await exchange_raw(
+        edge.port, b"POST /sha256 HTTP/1.1\r\nHost: web.localhost\r\n" + codings
+        + b"\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
+    )
+    status, headers, body = split_response(data)
+    assert status == 501 and headers["connection"] == "close"
+    assert json.loads(body) == {"error": "transfer_coding_not_supported",
+                                "message": "only the chunked transfer coding is supported"}
+    assert data.count(b"HTTP/1.1 ") == 1
+
+
+@pytest.mark.parametrize("coding", [b"chunked", b"Chunked", b"CHUNKED"])
+async def test_a_chunked_body_in_any_case_is_forwarded(edge: EdgeHarness, coding: bytes) -> None:
+    data = await exchange_raw(
+        edge.port, b"POST /sha256 HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n"
+        b"Transfer-Encoding: " + coding + b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    )
+    status, _, body = split_response(data)
+    assert status == 200 and body.decode() == hashlib.sha256(b"hello").hexdigest()
+
+
+async def _recording_machine(heads: list[bytes]) -> tuple[asyncio.Server, int]:
+    """A machine that keeps each request head it is sent and answers 200 `seen`."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                heads.append(head)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nseen")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    port = free_port()
+    return await asyncio.start_server(serve, "127.0.0.1", port), port
+
+
+@pytest.fixture
+async def recorded() -> AsyncIterator[tuple[EdgeHarness, list[bytes]]]:
+    """An edge serving app `web` from a machine that records what reaches it."""
+    heads: list[bytes] = []
+    server, port = await _recording_machine(heads)
+    harness = await start_edge([{"name": "web"}])
+    try:
+        await harness.add_machine("web", "web-rec", port, start=False)
+        deadline = time.monotonic() + 5
+        while not (await harness.state())["apps"]["web"]["machines"]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the machine never reached the view"
+            await asyncio.sleep(0.02)
+        yield harness, heads
+    finally:
+        await harness.close()
+        server.close()
+
+
+async def test_options_star_reaches_the_machine_as_options_star(
+    recorded: tuple[EdgeHarness, list[bytes]],
+) -> None:
+    edge, heads = recorded
+    data = await exchange_raw(edge.port, b"OPTIONS * HTTP/1.1\r\nHost: web.localhost\r\n"
+                                         b"Connection: close\r\n\r\n")
+    assert split_response(data)[0] == 200 and split_response(data)[2] == b"seen"
+    assert [head.split(b"\r\n", 1)[0] for head in heads] == [b"OPTIONS * HTTP/1.1"]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GET / HTTP/1.1\r\nHost: web.localhost:1@evil.example\r\n\r\n",
+     b"GET /reset HTTP/1.1\r\nHost: web.localhost:80 evil.example\r\n\r\n",
+     b"GET ftp://web.localhost/abs HTTP/1.1\r\nHost: web.localhost\r\n\r\n",
+     b"POST / HTTP/1.1\r\nHost: web.localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+     b"0\r\n\r\n"],
+    ids=["host-userinfo", "host-space", "ftp-target", "gzip-chunked"],
+)
+async def test_a_refused_head_never_reaches_the_machine(
+    recorded: tuple[EdgeHarness, list[bytes]], request_bytes: bytes
+) -> None:
+    edge, heads = recorded
+    data = await exchange_raw(edge.port, request_bytes)
+    assert split_response(data)[0] in (400, 501)
+    data = await exchange_raw(edge.port, b"GET /after HTTP/1.1\r\nHost: web.localhost\r\n"
+                                         b"Connection: close\r\n\r\n")
+    assert split_response(data)[0] == 200
+    assert [head.split(b"\r\n", 1)[0] for head in heads] == [b"GET /after HTTP/1.1"]
 
 
 async def test_an_absolute_form_http_1_0_request_without_host_is_served(

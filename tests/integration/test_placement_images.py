@@ -108,7 +108,8 @@ async def test_a_layout_outside_the_allowed_directories_is_422_at_create(
 # -- host names are owned ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("claim", ["www.hello.test", "WWW.Hello.TEST", "www.hello.test."])
+@pytest.mark.parametrize("claim", ["www.hello.test", "WWW.Hello.TEST", "www.hello.test.",
+                                   "www.hello.test\u3002", "\uff57ww.hello.test"])
 async def test_creating_or_patching_an_app_onto_another_apps_host_is_409(
     tmp_path: Path, hello_layout: str, claim: str
 ) -> None:
@@ -124,6 +125,18 @@ async def test_creating_or_patching_an_app_onto_another_apps_host_is_409(
         status, evil = await p.call("GET", "/v1/apps/evil")
         assert evil["hosts"] == [] and evil["version"] == 1
         assert (await p.registry.app("hello")).hosts == ["www.hello.test"]  # type: ignore
+
+
+@pytest.mark.parametrize("claim", ["www.hello.test..", "www.hello.test\u3002\u3002",
+                                   "x.localhost..", "x.localhost\u3002"])
+async def test_a_name_with_an_empty_label_or_under_the_domain_in_any_spelling_is_422(
+    tmp_path: Path, hello_layout: str, claim: str
+) -> None:
+    async with Platform(tmp_path, agents=0) as p:
+        await p.create_app(name="hello", image=hello_layout, hosts=["www.hello.test"])
+        status, body = await p.call("POST", "/v1/apps",
+                                    {"name": "evil", "image": hello_layout, "hosts": [claim]})
+        assert (status, body.get("field")) == (422, "hosts"), body
 
 
 async def test_a_409_names_the_holder_only_to_a_caller_who_may_see_it(

@@ -22,7 +22,7 @@ from placement.adapters.http import build_app
 from placement.adapters.routes import ROUTES, Route
 from placement.core.access import Access
 from placement.metrics import PlacementMetrics
-from tests.support.credentials import CLUSTER_KEY, RING, signed_headers
+from tests.support.credentials import ADMIN_TOKEN, CLUSTER_KEY, RING, signed_headers
 from tests.support.placement_helpers import Platform
 from thaw.auth.signing import KeyRing
 
@@ -103,6 +103,20 @@ async def test_another_apps_token_gets_404_on_every_app_route_and_403_on_admin_r
         status, patched = await p.call("PATCH", "/v1/apps/other", {"max_machines": 2},
                                        token=others)
         assert status == 200 and patched["max_machines"] == 2
+
+
+async def test_two_authorization_headers_are_refused_whatever_their_order(
+    tmp_path: Path, hello_layout: str
+) -> None:
+    async with Platform(tmp_path, agents=0) as p:
+        await p.create_app(name="hello", image=hello_layout)
+        mine = await token(p, apps=["hello"])
+        assert p.http is not None
+        for first, second in ((ADMIN_TOKEN, mine), (mine, ADMIN_TOKEN)):
+            headers = [("Authorization", f"Bearer {first}"),
+                       ("Authorization", f"Bearer {second}")]
+            async with p.http.get(p.url + "/v1/workers", headers=headers) as reply:
+                assert reply.status == 401
 
 
 async def test_an_app_token_cannot_create_apps_or_tokens(tmp_path: Path, hello_layout: str) -> None:

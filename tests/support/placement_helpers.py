@@ -92,9 +92,14 @@ class Platform:
     async def call(self, method: str, path: str, body: Any = None, timeout_s: float = 30,
                    token: str = ADMIN_TOKEN, signed: bool = True) -> tuple[int, Any]:
         """One call: `token` as bearer ("" for none), signed unless told not to."""
+        data = json.dumps(body).encode() if body is not None else b""
+        return await self.call_raw(method, path, data, timeout_s, token, signed)
+
+    async def call_raw(self, method: str, path: str, data: bytes, timeout_s: float = 30,
+                       token: str = ADMIN_TOKEN, signed: bool = True) -> tuple[int, Any]:
+        """`call` with the body's bytes as given (JSON or not)."""
         assert self.http is not None
         url = path if path.startswith("http") else self.url + path
-        data = json.dumps(body).encode() if body is not None else b""
         headers = {**bearer(token), "Content-Type": "application/json"}
         if signed:
             headers.update(signed_headers(method, url, data))

@@ -8,6 +8,8 @@ to a second path (`redirect_blobs=True`), the way registries hand off to S3.
 Mode "stall" sends half a blob and then waits until the proxy is closed.
 `realm` points the challenge's bearer realm elsewhere, and `redirect_to` sends
 blob redirects to another origin (both for egress-policy tests).
+`manifest_delay_s` (settable at any time) holds every manifest answer that long:
+a slow registry, for the races of a resolution with other changes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class RegistryProxy:
         self.unauthorized = 0
         self.redirected_auth: list[str | None] = []  # Authorization of each /_blobs/ GET
         self.tamper: dict[str, str] = {}
+        self.manifest_delay_s = 0.0
         self.port = free_port()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -92,6 +95,8 @@ class RegistryProxy:
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         if self.require_token and request.path.startswith("/v2/") and not self._authorized(request):
             return self._challenge(request)
+        if "/manifests/" in request.path and self.manifest_delay_s:
+            await asyncio.sleep(self.manifest_delay_s)
         if "/blobs/sha256:" in request.path and request.method == "GET":
             digest = request.path.rsplit("/", 1)[-1]
             self.blob_gets[digest] += 1

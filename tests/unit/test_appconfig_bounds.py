@@ -18,21 +18,21 @@ from thaw.hostnames import BadHost, normalize_host
 
 # field path -> (lowest accepted, highest accepted, lower bound inclusive)
 BOUNDS: dict[str, tuple[float, float, bool]] = {
-    "guest.cpus": (0, 64, False),
+    "guest.cpus": (0.01, 64, True),
     "guest.memory_mb": (1, 262_144, True),
     "port": (1, 65_535, True),
     "min_machines_running": (0, 1000, True),
     "max_machines": (1, 1000, True),
     "concurrency.soft_limit": (1, 10_000, True),
     "concurrency.hard_limit": (1, 10_000, True),
-    "idle_timeout_s": (0, 86_400, False),
-    "hold_timeout_s": (0, 3600, False),
+    "idle_timeout_s": (0.001, 86_400, True),
+    "hold_timeout_s": (0.001, 3600, True),
     "max_pending": (0, 100_000, True),
     "spares": (0, 100, True),
-    "health.interval_s": (0, 3600, False),
-    "health.timeout_s": (0, 3600, False),
+    "health.interval_s": (0.001, 3600, True),
+    "health.timeout_s": (0.001, 3600, True),
     "health.grace_s": (0, 3600, True),
-    "kill_timeout_s": (0, 300, False),
+    "kill_timeout_s": (0.001, 300, True),
     "version": (0, 2**53, True),
 }
 INTEGERS = {"guest.memory_mb", "port", "min_machines_running", "max_machines",
@@ -61,8 +61,10 @@ def refused_field(body: dict[str, Any]) -> str:
 def test_each_numeric_field_past_its_bound_is_refused_naming_the_field(path: str) -> None:
     low, high, inclusive = BOUNDS[path]
     assert refused_field(config_with(path, high + 1)) == path
-    too_low = low - 1 if inclusive else low
+    too_low = (low / 2 if 0 < low < 1 else low - 1) if inclusive else low
     assert refused_field(config_with(path, too_low)) == path
+    if path not in INTEGERS and low > 0:  # a tiny positive number is no way past the floor
+        assert refused_field(config_with(path, 1e-300)) == path
     huge = 10**26 if path in INTEGERS else 1e308
     assert refused_field(config_with(path, huge)) == path
 
@@ -119,6 +121,14 @@ def test_a_body_nested_100k_deep_is_refused_not_crashed() -> None:
         parse(deep)
 
 
+# full-width letters, the ideographic and the full-width full stop, as escapes
+@pytest.mark.parametrize("spelling", ["www.example.com", "WWW.EXAMPLE.COM.",
+                                      "www.example.com\u3002", "\uff57\uff57\uff57.example.com",
+                                      "www\uff0eexample\uff0ecom\uff0e"])
+def test_every_spelling_of_one_name_normalises_to_the_same_text(spelling: str) -> None:
+    assert normalize_host(spelling) == "www.example.com"
+
+
 def test_host_names_are_normalised_lower_case_without_trailing_dot_and_as_idna() -> None:
     config = parse({"name": "app", "image": "img",
                     "hosts": ["WWW.Example.COM.", "www.example.com", "Bücher.example"]})
@@ -127,7 +137,8 @@ def test_host_names_are_normalised_lower_case_without_trailing_dot_and_as_idna()
 
 
 @pytest.mark.parametrize("name", ["", ".", "*.a.com", "a..b", "1.2.3.4", "[::1]", "a.com:80",
-                                  "-a.com", "a" * 64 + ".com", "1.2.3"])
+                                  "-a.com", "a" * 64 + ".com", "1.2.3", "www.example.com..",
+                                  "www.example.com\u3002\u3002", "a..", ".."])
 def test_names_that_cannot_route_an_app_are_refused(name: str) -> None:
     with pytest.raises(BadHost):
         normalize_host(name)

@@ -91,3 +91,13 @@ def test_a_full_replay_cache_refuses_rather_than_forgetting_a_live_signature() -
 def test_a_key_ring_needs_one_or_two_long_keys(text: str) -> None:
     with pytest.raises(ValueError):
         KeyRing.parse(text)
+
+
+def test_a_signature_made_before_the_verifier_started_is_refused() -> None:
+    """The replay cache starts empty at a restart: what was signed before it is refused."""
+    ring = KeyRing.parse(NEW)
+    header = signed(ring, now=NOW - 5)
+    restarted = Verifier(ring, not_before=NOW - 1)
+    refused = check(restarted, header)
+    assert refused is not None and "before this service started" in refused.reason
+    assert check(restarted, signed(ring, now=NOW, nonce="ef" * 16)) is None

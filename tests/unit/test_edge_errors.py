@@ -31,3 +31,12 @@ def test_a_code_the_edge_does_not_know_is_a_500_with_a_generic_message() -> None
     answer = error_response("made_up_code", "registry 10.9.9.9 said no", keep_alive=False)
     assert answer.startswith(b"HTTP/1.1 500 ")
     assert body_of(answer) == {"error": "made_up_code", "message": "internal error"}
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("bad_host", 400), ("bad_target", 400), ("transfer_coding_not_supported", 501)],
+)
+def test_a_bad_host_or_target_is_400_and_a_coding_besides_chunked_501(code: str,
+                                                                      status: int) -> None:
+    assert error_response(code, "", keep_alive=False).startswith(b"HTTP/1.1 %d " % status)

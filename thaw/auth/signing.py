@@ -9,6 +9,9 @@ A verifier accepts a signature by any key of its ring (the first key signs; a
 second one is accepted during rotation), within ±`window_s` of its clock, once:
 a bounded cache of signatures seen inside the window rejects replays, and refuses
 everything while it is full of live entries rather than forgetting one early.
+The cache lives in memory, so a verifier also refuses signatures made before
+it started (`not_before`): a call captured before a restart cannot be replayed
+after it (a call in flight across the restart is refused once, and retried).
 `audiences`, when given, are the Host values the verifier answers to, so a call
 signed for one agent cannot be replayed to another.
 
@@ -86,9 +89,12 @@ class Unsigned:
 
 class Verifier:
     def __init__(self, ring: KeyRing, *, window_s: float = WINDOW_S,
-                 replay_capacity: int = 100_000, audiences: Iterable[str] = ()) -> None:
+                 replay_capacity: int = 100_000, audiences: Iterable[str] = (),
+                 not_before: float = 0.0) -> None:
+        """`not_before`: the Unix time this verifier's replay cache starts from."""
         self.ring = ring
         self.window_s = window_s
+        self.not_before = int(not_before)
         self.audiences = frozenset(a.lower() for a in audiences)
         self._now = 0.0
         # Entries live as long as a signature can be valid: window on both sides.
@@ -111,6 +117,8 @@ class Verifier:
         ts = int(ts_text)
         if abs(now - ts) > self.window_s:
             return Unsigned(f"signature time {ts} is outside ±{self.window_s:g}s of {int(now)}")
+        if ts < self.not_before:
+            return Unsigned(f"signed at {ts}, before this service started ({self.not_before})")
         if self.audiences and host.lower() not in self.audiences:
             return Unsigned(f"signed for {host!r}, not for this service")
         expected = hmac.new(key, canonical(method, host, target, body, ts, nonce),
