@@ -19,6 +19,7 @@ class OfferRequest(msgspec.Struct, frozen=True):
     kill_signal: str = "SIGTERM"
     kill_timeout_s: float = 5.0
     start: bool = True
+    app_uid: str = ""  # the app's incarnation (AppConfig.uid)
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -42,6 +43,7 @@ class MachineView(msgspec.Struct, frozen=True):
     updated_at: float
     guest: Guest
     events: list[EventView]
+    app_uid: str = ""  # the incarnation of the app it belongs to
 
 
 class PullRequest(msgspec.Struct, frozen=True):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent.core.restart import RestartPolicy
 from imagecache.core.egress import EgressPolicy
-from thaw.auth.signing import KeyRing
+from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,7 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
-            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
-                             "THAW_CLUSTER_KEY")
+            raise ValueError(NO_CLUSTER_KEY)
         if self.cpus <= 0:
             raise ValueError("cpus must be > 0")
         if self.memory_mb <= 0:

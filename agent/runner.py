@@ -82,7 +82,7 @@ class AgentRuntime:
         port = self._runner.addresses[0][1]
         self.url = config.advertise_url or f"http://{config.host}:{port}"
         # Calls signed for another worker's address are refused here (no replay across agents).
-        verifier.audiences = frozenset({audience_of(self.url)})
+        verifier.serve_as(audience_of(self.url))
         publisher = self._publisher_for(agent)
         publisher.url = self.url
         agent.on_change = publisher.machine_changed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from thaw.auth.signing import KeyRing
+from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,7 @@ class EdgeConfig:
 
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
-            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
-                             "THAW_CLUSTER_KEY")
+            raise ValueError(NO_CLUSTER_KEY)
         if not self.placement_url.startswith(("http://", "https://")):
             raise ValueError("placement_url must be an http(s) URL")
         if not self.domain or self.domain.startswith("."):

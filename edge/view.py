@@ -165,6 +165,11 @@ class View:
             if record is not None and record.updated_at < died:
                 return
             del self.tombstones[(app, machine_id)]  # a newer word from its worker
+        if record is not None and record.app_uid != entry.config.uid:
+            # a machine of another incarnation of this name (an earlier app's leftover):
+            # never this app's, whatever its state
+            self._drop(entry, machine_id, "foreign")
+            return
         if record is None or record.state != STARTED or not record.address:
             if slot is not None and record is None and not slot.seen:
                 return  # woken machines may reach the registry after the wake answer

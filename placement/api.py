@@ -8,9 +8,8 @@ from typing import Annotated
 import msgspec
 
 from agent.api import MachineView
-from thaw.appconfig import APP_NAME_PATTERN, AppConfig, RegionOrPrimary
+from thaw.appconfig import AppConfig, AppName, RegionOrPrimary
 
-AppName = Annotated[str, msgspec.Meta(pattern=APP_NAME_PATTERN)]
 MAX_DEADLINE_MS = 3_600_000
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from imagecache.core.egress import EgressPolicy
 from placement.core.market import DEFAULT_UTILITY, MarketParams, UtilityPoints
-from thaw.auth.signing import KeyRing
+from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 from thaw.hostnames import BadHost, normalize_host
 
 
@@ -29,14 +29,14 @@ class PlacementConfig:
     candidate_threshold: int = 128
     max_offers: int = 3
     offer_timeout_s: float = 5.0  # one offer (or agent call) before it counts as unreachable
+    agent_connections: int = 256  # to agents, per pool (calls; owners' long-poll waits)
     pull_timeout_s: float = 120.0
     wake_margin_ms: int = 50  # a wake answers this long before its deadline
     decisions_kept: int = 50  # per app, for GET /v1/apps/{app}/placements
 
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
-            raise ValueError("no cluster key: pass --cluster-key-file PATH or set "
-                             "THAW_CLUSTER_KEY")
+            raise ValueError(NO_CLUSTER_KEY)
         try:
             if normalize_host(self.domain) != self.domain:
                 raise ValueError(f"domain must be written as {normalize_host(self.domain)!r}")
@@ -49,7 +49,8 @@ class PlacementConfig:
                      "resolve_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        for name in ("heartbeats_fresh", "candidate_threshold", "max_offers", "decisions_kept"):
+        for name in ("heartbeats_fresh", "candidate_threshold", "max_offers", "decisions_kept",
+                     "agent_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.wake_margin_ms < 0:

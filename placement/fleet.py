@@ -11,10 +11,11 @@ registry may not show yet).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
@@ -24,6 +25,16 @@ from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.registry import Registry, WorkerStatus
 
 REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
+MAX_IMAGES_KEPT = 4096
+log = logging.getLogger("thaw.placement")
+
+
+class PinnedImages(Protocol):
+    """Where the layer lists of pinned images are kept (placement's store)."""
+
+    def layers(self, digest: str) -> dict[str, int] | None: ...
+
+    def keep(self, digest: str, layers: dict[str, int]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class Fleet:
         registry: Registry,
         agents: AgentClient,
         resolver: ImageResolver,
+        pinned: PinnedImages,
         freshness_s: float,
         pull_timeout_s: float,
         clock: Callable[[], float] = time.time,
@@ -54,11 +66,13 @@ class Fleet:
         self.registry = registry
         self.agents = agents
         self.resolver = resolver
+        self.pinned = pinned
         self.freshness_s = freshness_s
         self.pull_timeout_s = pull_timeout_s
         self.clock = clock
-        self.known: dict[str, tuple[str, str]] = {}  # machine id -> (app, worker id)
-        self._images: dict[tuple[str, str], ImageInfo] = {}
+        # machine id -> (app, worker id, app uid): machines this placement made or saw
+        self.known: dict[str, tuple[str, str, str]] = {}
+        self._images: dict[tuple[str, str], ImageInfo] = {}  # bounded: MAX_IMAGES_KEPT
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
         return await self.registry.workers(region)
@@ -79,26 +93,32 @@ class Fleet:
         raise Unavailable(f"worker {worker_id} is not available", code="worker_unavailable")
 
     def remember(self, app: str, view: dict[str, Any]) -> None:
-        self.known[view["id"]] = (app, view["worker"])
+        self.known[view["id"]] = (app, view["worker"], view.get("app_uid", ""))
 
     async def app_workers(self, app: str) -> set[str]:
         workers = {record.worker for record in await self.registry.machines(app)}
-        workers.update(w for a, w in self.known.values() if a == app)
+        workers.update(w for a, w, _ in self.known.values() if a == app)
         return workers
 
-    async def registered_machines(self, app: str) -> list[dict[str, Any]]:
+    async def registered_machines(self, config: AppConfig) -> list[dict[str, Any]]:
         """The app's machines as the registry last heard of them (no agent round trip).
         Advisory: a stale entry costs a refused start, never a wrong result."""
         return [
             {"id": r.id, "worker": r.worker, "state": r.state, "address": r.address,
              "created_at": r.created_at}
-            for r in await self.registry.machines(app)
+            for r in await self.registry.machines(config.name) if r.app_uid == config.uid
         ]
+
+    async def own_machines(self, config: AppConfig) -> list[dict[str, Any]]:
+        """The machines of this app — this incarnation of the name — from their agents."""
+        return [v for v in await self.app_machines(config.name)
+                if v.get("app_uid", "") == config.uid]
 
     async def app_machines(
         self, app: str, workers: dict[str, WorkerStatus] | None = None
     ) -> list[dict[str, Any]]:
-        """The app's machines as their agents report them (machine views, JSON)."""
+        """Every machine named for `app` as their agents report them (machine views,
+        JSON), whatever incarnation of the name made them (see `own_machines`)."""
         if workers is None:
             workers = {w.id: w for w in await self.registry.workers()}
         asked = [workers[w] for w in sorted(await self.app_workers(app)) if w in workers]
@@ -117,21 +137,35 @@ class Fleet:
         status, body = await self.agents.call("GET", url, "/v1/machines", params={"app": app})
         return body if status == 200 and isinstance(body, list) else []
 
-    async def locate(self, app: str, machine_id: str) -> str:
-        """The URL of the agent that owns `machine_id` of `app`; 404 for another app's."""
-        worker = next(
-            (r.worker for r in await self.registry.machines(app) if r.id == machine_id), None
-        )
-        if worker is None and self.known.get(machine_id, ("", ""))[0] == app:
-            worker = self.known[machine_id][1]
+    async def locate(self, config: AppConfig, machine_id: str) -> str:
+        """The URL of the agent that owns `machine_id` of this app (this incarnation of
+        the name); 404 for any other machine."""
+        app = config.name
+        worker = next((r.worker for r in await self.registry.machines(app)
+                       if r.id == machine_id and r.app_uid == config.uid), None)
+        known_app, known_worker, known_uid = self.known.get(machine_id, ("", "", ""))
+        if worker is None and (known_app, known_uid) == (app, config.uid):
+            worker = known_worker
         if worker is None:
             raise NotFound(f"machine {machine_id} of app {app} not found")
         return await self.worker_url(worker)
 
     async def image(self, config: AppConfig) -> ImageInfo:
-        """The image's digest and layer list, resolved once and kept."""
-        cached = self._images.get((offer_ref(config), config.image_digest))
-        return cached if cached is not None else await self.resolve(config)
+        """The pinned image's digest and layer list, for a wake: from memory, else from
+        what was kept when it was pinned; never from a registry, which may be slow or down
+        while workers hold the layers. Unknown (an app pinned before layers were kept),
+        it is placed without the layers term; the worker's pull says if the image is gone."""
+        ref = offer_ref(config)
+        cached = self._images.get((ref, config.image_digest))
+        if cached is not None:
+            return cached
+        layers = self.pinned.layers(config.image_digest) if config.image_digest else None
+        if layers is None:
+            log.warning("image %s of app %s: layers unknown, placed by resources only",
+                        ref, config.name)
+        info = ImageInfo(ref=ref, digest=config.image_digest, layers=layers or {})
+        self._remember_image((ref, config.image_digest), info)
+        return info
 
     async def resolve(self, config: AppConfig) -> ImageInfo:
         """Resolve the config's image now: 422 (InvalidConfig `image`) for a reference the
@@ -144,16 +178,20 @@ class Fleet:
                 raise InvalidConfig("image", exc.message) from None
             raise PlacementError(f"image {config.image} cannot be resolved: {exc.message}",
                                  code="image_unavailable", status=424) from None
-        info = ImageInfo(ref=ref, digest=resolved.digest,
+        return ImageInfo(ref=ref, digest=resolved.digest,
                          layers={layer.digest: layer.size for layer in resolved.layers})
-        self._images[(ref, config.image_digest)] = info
-        self._images[(ref, info.digest)] = info
-        return info
 
     def keep(self, config: AppConfig, info: ImageInfo) -> None:
-        """Remember an image pulled elsewhere (deploy) under the config's pinned reference."""
-        ref = offer_ref(config)
-        self._images[(ref, config.image_digest)] = replace(info, ref=ref)
+        """Remember an image resolved at create or deploy under the config's pinned
+        reference, durably, so that a wake never resolves it."""
+        self.pinned.keep(info.digest, info.layers)
+        self._remember_image((offer_ref(config), config.image_digest), replace(
+            info, ref=offer_ref(config)))
+
+    def _remember_image(self, key: tuple[str, str], info: ImageInfo) -> None:
+        if len(self._images) >= MAX_IMAGES_KEPT:
+            self._images.pop(next(iter(self._images)))  # the oldest
+        self._images[key] = info
 
     async def pull(self, url: str, ref: str) -> ImageInfo:
         try:

@@ -189,6 +189,10 @@ class Placer:
         message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
         return Answer(step.worker, result, message=f"{status} {message}"), None
 
+    def forget(self, app: str) -> None:
+        """The app is deleted: its decisions are not a new app of the same name's."""
+        self.decisions.pop(app, None)
+
     def record(self, decision: Decision, answers: list[Answer]) -> None:
         kept = self.decisions.setdefault(decision.app, deque(maxlen=self.decisions_kept))
         kept.append(decision_view(decision, answers, self.fleet.clock()))
@@ -196,7 +200,7 @@ class Placer:
 
 def offer_body(config: AppConfig, key: str, start: bool) -> dict[str, Any]:
     return {
-        "key": key, "app": config.name, "image": offer_ref(config),
+        "key": key, "app": config.name, "app_uid": config.uid, "image": offer_ref(config),
         "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
         "env": config.env,
         "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},

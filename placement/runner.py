@@ -16,7 +16,7 @@ from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient
 from placement.adapters.authn import Authenticator
 from placement.adapters.http import build_app
-from placement.adapters.store import AppStore, Database
+from placement.adapters.store import AppStore, Database, ImageStore
 from placement.adapters.tokenstore import TokenStore
 from placement.config import PlacementConfig
 from placement.fleet import Fleet
@@ -56,13 +56,14 @@ class PlacementRuntime:
         self._database = database = Database(config.state_dir / "apps.sqlite3")
         store = AppStore(database)
         tokens = Tokens(TokenStore(database), store)
-        self._agents = AgentClient(config.offer_timeout_s, Signer(config.cluster_keys))
+        self._agents = AgentClient(config.offer_timeout_s, Signer(config.cluster_keys),
+                                   config.agent_connections)
         self._resolver = ImageResolver(config.egress, resolve_timeout_s=config.resolve_timeout_s,
                                        lookup=self.lookup)
         market = config.market()
         metrics = PlacementMetrics()
-        fleet = Fleet(self.registry, self._agents, self._resolver, market.heartbeat_freshness_s,
-                      config.pull_timeout_s)
+        fleet = Fleet(self.registry, self._agents, self._resolver, ImageStore(database),
+                      market.heartbeat_freshness_s, config.pull_timeout_s)
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
                         decisions_kept=config.decisions_kept)
         self._placer = placer
@@ -78,6 +79,9 @@ class PlacementRuntime:
         port = self._runner.addresses[0][1]
         self.url = f"http://{config.host}:{port}"
         log.info("placement serving %s (%d apps published)", self.url, published)
+        if not config.admin_token and not tokens.store.list():
+            log.warning("no admin token and no stored token: the API refuses every call "
+                        "(set THAW_ADMIN_TOKEN or --admin-token-file)")
         return self.url
 
     async def stop(self) -> None:

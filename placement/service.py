@@ -13,6 +13,7 @@ that owns the machine; its answer — errors included — is passed through.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections import Counter
 from typing import Any
@@ -31,7 +32,7 @@ from placement.api import (
 from placement.applocks import AppLocks, TooMany
 from placement.core.offers import NoCapacity
 from placement.core.wake import GONE, MachineState, deploy_shortfall
-from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
+from placement.errors import AgentReplied, Conflict, Unavailable
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from placement.tokens import Tokens
@@ -40,6 +41,7 @@ from thaw.appconfig import AppConfig, InvalidConfig, check, parse, patched
 from thaw.hostnames import within_domain
 from thaw.registry import Registry
 
+log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid")  # kept by placement, never patched
 MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 
@@ -88,13 +90,16 @@ class Placement:
         return config
 
     async def _clear_leftovers(self, name: str) -> None:
-        """Machines an earlier app of this name left (an agent away when it was deleted, a
-        wake that placed one as it was): destroyed before a new app may have the name."""
+        """Machines an earlier app of this name left (an agent away when it was deleted):
+        destroyed, as far as their agents answer, to give their capacity back. Those that
+        cannot be are no harm: they carry the earlier app's uid, so they are never this
+        one's (never listed, routed, started or stopped as its)."""
         views = [v for v in await self.fleet.app_machines(name) if v["state"] not in GONE]
         destroyed = await asyncio.gather(*(self._destroy(name, v) for v in views))
-        if not all(destroyed):
-            raise Unavailable(f"machines of an earlier app named {name} cannot be destroyed "
-                              "yet; retry", code="name_in_use")
+        for view, done in zip(views, destroyed, strict=True):
+            if not done:
+                log.warning("machine %s left by an earlier app %s could not be destroyed",
+                            view["id"], name)
 
     def app(self, name: str) -> AppConfig:
         return self.store.get(name)
@@ -129,14 +134,16 @@ class Placement:
 
     async def delete_app(self, name: str) -> AppDeleted:
         async with self.locks.hold(name):
-            self.store.get(name)
+            # Out of the store first: a wake that places a machine from now on finds the
+            # app gone and destroys it; one placed before is among the machines listed next.
+            self.store.delete(name)
+            self.tokens.app_deleted(name)
+            self.placer.forget(name)
+            await self.registry.delete_app(name)
             views = await self.fleet.app_machines(name)
             destroyed = await asyncio.gather(
                 *(self._destroy(name, v) for v in views if v["state"] not in GONE)
             )
-            self.store.delete(name)
-            self.tokens.app_deleted(name)
-            await self.registry.delete_app(name)
         return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
     async def _destroy(self, app: str, view: dict[str, Any]) -> str:
@@ -166,7 +173,7 @@ class Placement:
         return {"app": msgspec.to_builtins(config), "machines": created, "shortfall": shortfall}
 
     async def _fill(self, config: AppConfig, region: str) -> tuple[list[dict[str, Any]], str]:
-        views = await self.fleet.app_machines(config.name)
+        views = await self.fleet.own_machines(config)
         states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
         add_running, add_spares = deploy_shortfall(config, states)
         if not add_running and not add_spares:
@@ -197,8 +204,8 @@ class Placement:
     # -- machines --------------------------------------------------------------
 
     async def machines(self, app: str) -> list[dict[str, Any]]:
-        self.store.get(app)
-        return sorted(await self.fleet.app_machines(app), key=lambda v: v["created_at"])
+        config = self.store.get(app)
+        return sorted(await self.fleet.own_machines(config), key=lambda v: v["created_at"])
 
     async def create_machine(self, app: str, options: CreateMachineRequest) -> dict[str, Any]:
         async with self.locks.hold(app):
@@ -208,7 +215,7 @@ class Placement:
                               ) -> dict[str, Any]:
         app = config.name
         region = options.region or config.regions[0]
-        views = await self.fleet.app_machines(app)
+        views = await self.fleet.own_machines(config)
         if sum(1 for v in views if v["state"] not in GONE) >= config.max_machines:
             raise Conflict(f"app {app} has max_machines={config.max_machines}",
                            code="max_machines")
@@ -225,8 +232,7 @@ class Placement:
     ) -> tuple[int, Any]:
         """Forward one machine call to its agent; agent errors pass through. A wait is a
         long poll: on its own connections, at most MAX_WAITS_PER_APP per app."""
-        self.store.get(app)
-        url = await self.fleet.locate(app, mid)
+        url = await self.fleet.locate(self.store.get(app), mid)
         path = f"/v1/machines/{mid}" + (f"/{action}" if action else "")
         long_poll = action == "wait"
         if long_poll and self._waits[app] >= MAX_WAITS_PER_APP:
@@ -243,8 +249,6 @@ class Placement:
                 del self._waits[app]
         if status >= 400:
             raise AgentReplied(status, body)
-        if isinstance(body, dict) and body.get("app", app) != app:
-            raise NotFound(f"machine {mid} of app {app} not found")
         return status, body
 
     # -- wake, autostop, introspection ------------------------------------------

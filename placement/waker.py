@@ -24,7 +24,7 @@ from placement.core.wake import MachineState, Refuse, decide_autostop, plan_wake
 from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import Placer, Round
-from thaw.appconfig import AppConfig, InvalidConfig
+from thaw.appconfig import AppConfig
 
 log = logging.getLogger("thaw.placement")
 
@@ -82,18 +82,20 @@ class Waker:
             # machine someone else started, so a stale view costs a failed start at most.
             async with asyncio.timeout_at(answer_by):
                 everywhere = await self.fleet.live_workers()
-                views = await self.fleet.registered_machines(config.name)
+                views = await self.fleet.registered_machines(config)
         except TimeoutError:
             raise PlacementError("no answer from the workers before the deadline",
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None
         here = {wid for wid, w in everywhere.items() if w.region == region}
         states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
-        claimed = self.claimed.setdefault(config.name, set())
+        claimed = self.claimed.get(config.name, set())
         placing = self.placing.get(config.name, 0)
         plan = plan_wake(config, states, everywhere.keys(), request.count, claimed, placing,
                          region_workers=here)
-        claimed.update(m.id for m in plan.reuse)
-        self.placing[config.name] = placing + plan.new
+        if plan.reuse:  # entries only while machines are claimed (see _restart)
+            self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
+        if plan.new:
+            self.placing[config.name] = placing + plan.new
         work: list[Coroutine[Any, Any, Outcome]] = [
             self._restart(config.name, m, answer_by) for m in plan.reuse
         ]
@@ -111,11 +113,8 @@ class Waker:
     ) -> Round | Failed:
         try:
             return await self.placer.round(config, region, views)
-        except InvalidConfig as exc:
-            return Failed("image_unavailable", f"image refused: {exc.reason}")
         except PlacementError as exc:
-            code = "image_unavailable" if exc.code == "image_unavailable" else "no_capacity"
-            return Failed(code, f"cannot place: {exc.message}")
+            return Failed("no_capacity", f"cannot place: {exc.message}")
 
     async def _gather(
         self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
@@ -155,7 +154,6 @@ class Waker:
 
     async def _restart(self, app: str, machine: MachineState, answer_by: float) -> Outcome:
         """Start a stopped/suspended machine again (its image is already on the worker)."""
-        claimed = self.claimed.setdefault(app, set())
         began = time.perf_counter()
         try:
             url = await self.fleet.worker_url(machine.worker)
@@ -163,7 +161,10 @@ class Waker:
         except PlacementError as exc:
             return Failed("start_failed", f"{machine.id}: {exc.message}")
         finally:
+            claimed = self.claimed.get(app, set())
             claimed.discard(machine.id)
+            if not claimed:
+                self.claimed.pop(app, None)
 
     async def _start_new(
         self, app: str, rnd_task: asyncio.Future[Round | Failed], lock: asyncio.Lock,
@@ -178,7 +179,11 @@ class Waker:
                 placed = await self.placer.place(rnd, start=False)
         finally:
             # From here on the machine exists on an agent (or never will): no longer "placing".
-            self.placing[app] = max(0, self.placing.get(app, 0) - 1)
+            left = self.placing.get(app, 0) - 1
+            if left > 0:
+                self.placing[app] = left
+            else:
+                self.placing.pop(app, None)  # no entry per app ever woken: they drop to none
         if isinstance(placed, NoCapacity):
             return Failed("no_capacity", placed.reason)
         if not self.is_current(rnd.config):  # deleted (or re-made) while this was placed
@@ -232,8 +237,8 @@ class Waker:
             log.warning("machine %s of a deleted app could not be destroyed now", machine_id)
 
     async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
-        url = await self.fleet.locate(config.name, machine_id)
-        views = await self.fleet.app_machines(config.name)
+        url = await self.fleet.locate(config, machine_id)
+        views = await self.fleet.own_machines(config)
         states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
         decision = decide_autostop(config, states, machine_id)
         if isinstance(decision, Refuse):

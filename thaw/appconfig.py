@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -21,6 +21,7 @@ from thaw.hostnames import BadHost, normalize_host
 
 APP_NAME_PATTERN = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"  # one DNS label: {app}.{domain}
 APP_NAME = re.compile(APP_NAME_PATTERN)
+T = TypeVar("T")
 MAX_ENV_BYTES = 64 * 1024
 RESERVED_ENV = frozenset({"PORT"})  # set by the agent; THAW_* too
 HOUR_S = 3600.0
@@ -138,13 +139,13 @@ def _normalised_hosts(hosts: list[str]) -> list[str]:
     return out
 
 
-def parse(data: bytes | dict[str, Any]) -> AppConfig:
-    """JSON bytes or a dict (e.g. from thaw.toml) -> a checked AppConfig."""
+def decoded(data: bytes | dict[str, Any], kind: type[T]) -> T:
+    """JSON bytes or a dict as `kind`; InvalidConfig naming the field (or `body`) for
+    anything that is not one — wrong types, bounds, bad JSON, deep nesting, bad UTF-8."""
     try:
         if isinstance(data, bytes | bytearray):
-            config = msgspec.json.decode(data, type=AppConfig)
-        else:
-            config = msgspec.convert(data, type=AppConfig)
+            return msgspec.json.decode(data, type=kind)
+        return msgspec.convert(data, type=kind)
     except msgspec.ValidationError as exc:
         raise InvalidConfig(field_of(str(exc)), str(exc)) from None
     except msgspec.DecodeError as exc:
@@ -153,7 +154,11 @@ def parse(data: bytes | dict[str, Any]) -> AppConfig:
         raise InvalidConfig("body", "nested too deeply") from None
     except UnicodeDecodeError:
         raise InvalidConfig("body", "not valid UTF-8") from None
-    return check(config)
+
+
+def parse(data: bytes | dict[str, Any]) -> AppConfig:
+    """JSON bytes or a dict (e.g. from thaw.toml) -> a checked AppConfig."""
+    return check(decoded(data, AppConfig))
 
 
 def patched(config: AppConfig, patch: dict[str, Any]) -> AppConfig:

@@ -41,7 +41,8 @@ def add_egress_flags(p: argparse.ArgumentParser) -> None:
                    help="an image registry allowed even at a private address (repeatable)")
     p.add_argument("--only-allowed-registries", action="store_true",
                    default=env_default("ONLY_ALLOWED_REGISTRIES", "") == "1",
-                   help="refuse every registry not given with --allow-registry")
+                   help="refuse every registry not given with --allow-registry (token realms "
+                        "and redirects, e.g. to a CDN, must still be public or allowed)")
     p.add_argument("--allow-layout", action="append", default=env_list("ALLOW_LAYOUTS"),
                    metavar="DIR", help="a directory whose oci: image layouts may be used "
                                        "(repeatable)")

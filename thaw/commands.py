@@ -14,6 +14,7 @@ import time
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from thaw.appconfig import InvalidConfig, parse
 from thaw.client import ApiClient, ApiError
@@ -74,9 +75,13 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     t_sub.add_parser("revoke", parents=[common], help="revoke a token by id").add_argument("id")
 
 
-def token_from(given: str) -> str:
+def token_from(given: str, api: str) -> str:
+    """`--token`/THAW_TOKEN, else the local platform's admin token — only for an API on
+    this host: a remote `--api` never receives it."""
     if given:
         return given
+    if urlsplit(api).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return ""
     try:
         return LOCAL_TOKEN.read_text().strip()
     except OSError:
@@ -84,7 +89,7 @@ def token_from(given: str) -> str:
 
 
 def run_client_command(args: argparse.Namespace) -> int:
-    client = ApiClient(args.api, token_from(args.token))
+    client = ApiClient(args.api, token_from(args.token, args.api))
     try:
         if args.command == "tokens":
             return _tokens(client, args)
@@ -96,7 +101,8 @@ def run_client_command(args: argparse.Namespace) -> int:
             return _machines(client, args)
         return _status(client)
     except InvalidConfig as exc:
-        print(f"invalid config: {exc.field}: {exc.reason}", file=sys.stderr)
+        what = "invalid config" if args.command in ("apps", "deploy") else "invalid value"
+        print(f"{what}: {exc.field}: {exc.reason}", file=sys.stderr)
         return 2
     except ApiError as exc:
         print(f"thaw {args.command}: {exc}", file=sys.stderr)

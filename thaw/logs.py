@@ -14,10 +14,12 @@ import re
 import sys
 import time
 
+# A header as a line (`Authorization: …`) or in a repr (`'Authorization': '…'`); a bearer
+# value long enough to be a credential (not the word in "a bearer token is required").
 _SECRETS = (
-    (re.compile(r"(?i)(authorization\s*[:=]\s*)[^\r\n'\"]*"), r"\1[redacted]"),
-    (re.compile(r"(?i)(x-thaw-signature\s*[:=]\s*)[^\r\n'\"]*"), r"\1[redacted]"),
-    (re.compile(r"(?i)(bearer\s+)[^\s'\"]+"), r"\1[redacted]"),
+    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^\r\n'\"]*"), r"\1[redacted]"),
+    (re.compile(r"(?i)(x-thaw-signature['\"]?\s*[:=]\s*['\"]?)[^\r\n'\"]*"), r"\1[redacted]"),
+    (re.compile(r"(?i)(bearer\s+)[^\s'\"]{16,}"), r"\1[redacted]"),
     (re.compile(r"(thaw_[0-9a-f]{16}_)[A-Za-z0-9_-]+"), r"\1[redacted]"),
 )
 

@@ -22,7 +22,7 @@ from agent.machinelog import read_log
 from agent.publisher import Publisher, machine_view
 from agent.service import Agent, machine_dir
 from imagecache.errors import ImageError
-from thaw.auth.aiohttp_glue import refusal
+from thaw.auth.aiohttp_glue import refusal, unsigned_answer
 from thaw.auth.signing import Verifier
 
 IMAGE_ERROR_STATUS = {
@@ -78,7 +78,7 @@ def signature_middleware(verifier: Verifier) -> object:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in UNSIGNED_PATHS and await refusal(verifier, request) is not None:
-            return error_response(401, "unauthorized", "a signed call is required")
+            return unsigned_answer()
         return await handler(request)
 
     return middleware
@@ -225,10 +225,13 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
     if offer.kill_signal not in signal.Signals.__members__:
         raise AgentError(f"kill_signal {offer.kill_signal!r} is not a signal", code="invalid",
                          status=422)
+    if len(offer.app_uid) > 64:
+        raise AgentError("app_uid is longer than 64 characters", code="invalid", status=422)
     if offer.kill_timeout_s < 0 or offer.health.timeout_s <= 0:
         raise AgentError("kill_timeout_s must be >= 0, health.timeout_s > 0", code="invalid",
                          status=422)
     return MachineSpec(
         app=offer.app, image=offer.image, guest=offer.guest, env=dict(offer.env),
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
+        app_uid=offer.app_uid,
     )

@@ -30,6 +30,9 @@ class MachineSpec(msgspec.Struct, frozen=True):
     health: Health = Health()
     kill_signal: str = "SIGTERM"
     kill_timeout_s: float = 5.0
+    # The incarnation of the app (placement's AppConfig.uid): a machine is an app's only
+    # while they match, so a new app of a deleted one's name never takes its machines.
+    app_uid: str = ""
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):

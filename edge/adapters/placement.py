@@ -7,6 +7,8 @@ WAKE_ERRORS codes, or `wake_failed`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import msgspec
 import yarl
@@ -31,11 +33,10 @@ class PlacementClient:
             )
         return self._session
 
-    def _post(self, path: str, body: bytes, timeout_s: float
-              ) -> aiohttp.client._RequestContextManager:
-        url = yarl.URL(self.base_url + path)
-        headers = {**self.signer.headers("POST", url, body), "Content-Type": "application/json"}
-        return self._client().post(yarl.URL(str(url), encoded=True), data=body, headers=headers,
+    def _post(self, path: str, body: bytes, timeout_s: float) -> Any:
+        """The signed POST, as aiohttp's `async with` request context."""
+        url, headers = self.signer.signed("POST", yarl.URL(self.base_url + path), body)
+        return self._client().post(url, data=body, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=timeout_s))
 
     async def wake(self, app: str, request: WakeRequest, timeout_s: float) -> WakeResponse:

@@ -28,16 +28,17 @@ class AgentUnreachable(PlacementError):
 
 
 class AgentClient:
-    def __init__(self, timeout_s: float, signer: Signer) -> None:
+    def __init__(self, timeout_s: float, signer: Signer, connections: int = 256) -> None:
         self.timeout_s = timeout_s
         self.signer = signer
+        self.connections = connections
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
     def _http(self, long_poll: bool) -> aiohttp.ClientSession:
         session = self._sessions.get(long_poll)
         if session is None:
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, force_close=False))
+                connector=aiohttp.TCPConnector(limit=self.connections, force_close=False))
             self._sessions[long_poll] = session
         return session
 
@@ -60,14 +61,11 @@ class AgentClient:
         target = yarl.URL(url + path)
         if params:
             target = target.with_query(params)
-        headers = self.signer.headers(method, target, data)
-        if data:
-            headers["Content-Type"] = "application/json"
+        signed_url, headers = self.signer.signed(method, target, data)
         limit = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
             async with self._http(long_poll).request(
-                method, yarl.URL(str(target), encoded=True), data=data or None,
-                headers=headers, timeout=limit,
+                method, signed_url, data=data or None, headers=headers, timeout=limit,
             ) as response:
                 raw = await response.read()
                 return response.status, decode(raw)

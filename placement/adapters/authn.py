@@ -18,8 +18,8 @@ from aiohttp import web
 
 from placement.adapters.routes import ROUTES, Route
 from placement.adapters.tokenstore import TokenStore
-from placement.core.access import UNAUTHORIZED, Access, Denied, authorize
-from thaw.auth.aiohttp_glue import refusal
+from placement.core.access import Access, Denied, authorize
+from thaw.auth.aiohttp_glue import refusal, unsigned_answer
 from thaw.auth.signing import Verifier
 from thaw.auth.tokens import (
     Principal,
@@ -62,10 +62,13 @@ class Authenticator:
 
 
 def route_of(request: web.Request, table: dict[tuple[str, str], Route]) -> Route | None:
+    """The declared route of a request; HEAD is its GET (aiohttp answers it with the GET
+    handler, so it must be allowed exactly as that GET is)."""
     resource = request.match_info.route.resource
     if resource is None:
         return None
-    return table.get((request.method, resource.canonical))
+    method = "GET" if request.method == "HEAD" else request.method
+    return table.get((method, resource.canonical))
 
 
 def auth_middleware(auth: Authenticator) -> Any:
@@ -76,13 +79,14 @@ def auth_middleware(auth: Authenticator) -> Any:
         route = route_of(request, table)
         if route is None and request.match_info.route.resource is None:
             return await handler(request)  # no such path: aiohttp's own 404
-        # A known path with an undeclared method (aiohttp answers 405) still needs a token.
-        access = route.access if route is not None else Access.TOKEN
+        # A known path with an undeclared method: aiohttp answers 405, but only to an admin —
+        # whatever is not declared gets the strictest access, never a looser one.
+        access = route.access if route is not None else Access.ADMIN
         if access is Access.PUBLIC:
             return await handler(request)
         if access is Access.SIGNED:
             if await refusal(auth.verifier, request, auth.clock) is not None:
-                return denial(request, UNAUTHORIZED, "unsigned", challenge=False)
+                return unsigned_answer()  # refusal() logged why
             return await handler(request)
         found = auth.principal(request.headers.getall("Authorization", []))
         principal = found if isinstance(found, Principal) else None

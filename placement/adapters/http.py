@@ -31,7 +31,8 @@ from placement.errors import BadRequest, PlacementError
 from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
-from thaw.appconfig import InvalidConfig, field_of
+from thaw.appconfig import InvalidConfig
+from thaw.appconfig import decoded as body_as
 from thaw.auth.tokens import Principal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -95,16 +96,7 @@ def build_app(placement: Placement, metrics: PlacementMetrics, auth: Authenticat
 async def decoded(request: web.Request, kind: type[T]) -> T:
     """The body as `kind` (an empty body: its defaults); 422 naming the field otherwise."""
     raw = await request.read()
-    try:
-        return msgspec.json.decode(raw, type=kind) if raw.strip() else kind()
-    except msgspec.ValidationError as exc:
-        raise InvalidConfig(field_of(str(exc)), str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidConfig("body", f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidConfig("body", "nested too deeply") from None
-    except UnicodeDecodeError:
-        raise InvalidConfig("body", "not valid UTF-8") from None
+    return body_as(raw, kind) if raw.strip() else kind()
 
 
 async def json_object(request: web.Request) -> dict[str, Any]:

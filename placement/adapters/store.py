@@ -17,6 +17,7 @@ import msgspec
 
 from placement.errors import Conflict, NotFound
 from thaw.appconfig import AppConfig
+from thaw.hostnames import BadHost, normalize_host
 
 log = logging.getLogger("thaw.placement")
 
@@ -31,6 +32,9 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tokens (
         id     TEXT PRIMARY KEY,
         record BLOB NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS images (
+        digest TEXT PRIMARY KEY,
+        layers BLOB NOT NULL)""",
 )
 
 
@@ -141,13 +145,20 @@ class AppStore:
                 raise HostTaken(host, self.holder(host) or "") from None
 
     def _index_hosts(self) -> None:
-        """A store written before hosts were owned: index them now; the first app (by
-        name) keeps a name that two apps listed, and the conflict is logged."""
+        """A store written before hosts were owned: index them now, normalised as new ones
+        are; the first app (by name) keeps a name two apps listed (the other loses it in
+        the index, and is told in the log); a name that is no host name is skipped."""
         with self._database.transaction():
             if self._db.execute("SELECT 1 FROM hosts LIMIT 1").fetchone() is not None:
                 return
             for config in self.list():
-                for host in config.hosts:
+                for listed in config.hosts:
+                    try:
+                        host = normalize_host(listed)
+                    except BadHost as exc:
+                        log.warning("app %s lists a host that is no host name: %s",
+                                    config.name, exc)
+                        continue
                     inserted = self._db.execute(
                         "INSERT OR IGNORE INTO hosts (host, app) VALUES (?, ?)",
                         (host, config.name),
@@ -155,6 +166,26 @@ class AppStore:
                     if inserted.rowcount == 0:
                         log.warning("host %s is listed by %s and another app; %s loses it",
                                     host, config.name, config.name)
+
+
+class ImageStore:
+    """The layer list (digest -> compressed bytes) of every image pinned at create or
+    deploy, by manifest digest: placement scores workers by it without asking a registry
+    on a wake, also after a restart."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._db = database.db
+
+    def layers(self, digest: str) -> dict[str, int] | None:
+        row = self._db.execute("SELECT layers FROM images WHERE digest = ?",
+                               (digest,)).fetchone()
+        return msgspec.json.decode(row[0], type=dict[str, int]) if row else None
+
+    def keep(self, digest: str, layers: dict[str, int]) -> None:
+        with self._database.transaction():
+            self._db.execute("INSERT OR REPLACE INTO images (digest, layers) VALUES (?, ?)",
+                             (digest, msgspec.json.encode(layers)))
 
 
 class _Transaction:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagecache.core.egress import EgressPolicy
+from placement.runner import PlacementRuntime
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
 from tests.support.placement_helpers import HELLO, Platform, eventually
@@ -124,7 +125,7 @@ async def test_changes_of_one_app_queue_up_to_a_bound_then_answer_429(
             assert (answers.count(200), answers.count(429)) == (9, 3), answers
 
 
-async def test_waits_on_one_apps_machines_are_bounded_and_do_not_hold_placements_work(
+async def test_waits_on_one_apps_machines_are_bounded_per_app(
     tmp_path: Path, hello_layout: str
 ) -> None:
     async with Platform(tmp_path) as p:
@@ -133,13 +134,27 @@ async def test_waits_on_one_apps_machines_are_bounded_and_do_not_hold_placements
         assert status == 201, spare
         wait = f"/v1/apps/app/machines/{spare['id']}/wait?state=destroyed&timeout_s=2"
         waits = [asyncio.create_task(p.call("GET", wait)) for _ in range(20)]
-        await asyncio.sleep(0.3)
-        await p.create_app(name="busy", image=hello_layout, guest=SMALL)
-        status, woke = await p.call("POST", "/internal/apps/busy/wake",
-                                    {"count": 1, "deadline_ms": 20_000})
-        assert status == 200, woke  # the waits' connections are not the wake's
         answers = [status for status, _ in await asyncio.gather(*waits)]
         assert answers.count(429) == 4 and answers.count(408) == 16, answers
+
+
+async def test_waits_that_fill_their_connections_leave_wakes_theirs(
+    tmp_path: Path, hello_layout: str
+) -> None:
+    """4 connections a pool: 4 long waits fill the waits' pool; a wake (whose start call
+    waits for the machine too) still gets a connection of its own before its deadline."""
+    async with Platform(tmp_path, agents=1, agent_connections=4) as p:
+        await p.create_app(name="app", image=hello_layout, guest=SMALL)
+        status, spare = await p.call("POST", "/v1/apps/app/machines", {"start": False})
+        assert status == 201, spare
+        wait = f"/v1/apps/app/machines/{spare['id']}/wait?state=destroyed&timeout_s=4"
+        waits = [asyncio.create_task(p.call("GET", wait)) for _ in range(4)]
+        await asyncio.sleep(0.3)  # all four hold their connections now
+        await p.create_app(name="busy", image=hello_layout, guest=SMALL)
+        status, woke = await p.call("POST", "/internal/apps/busy/wake",
+                                    {"count": 1, "deadline_ms": 2_500})
+        assert status == 200, woke
+        assert [status for status, _ in await asyncio.gather(*waits)] == [408] * 4
 
 
 async def test_a_body_that_is_not_utf_8_is_422_everywhere_not_500(
@@ -157,3 +172,62 @@ async def test_a_body_that_is_not_utf_8_is_422_everywhere_not_500(
         worker = p.agents[0].url
         status, body = await p.call_raw("POST", worker + "/v1/offers", bad)
         assert status == 422, body
+
+
+async def test_a_machine_of_another_incarnation_of_the_name_is_not_the_apps_in_any_way(
+    tmp_path: Path, hello_layout: str
+) -> None:
+    """As if an agent that was away at a delete came back with the old app's machine."""
+    async with Platform(tmp_path) as p:
+        app = await p.create_app(name="x", image=hello_layout, guest=SMALL)
+        status, left = await p.call("POST", p.agents[0].url + "/v1/offers", {
+            "key": "leftover", "app": "x", "app_uid": "fedcba9876543210",
+            "image": hello_layout, "guest": SMALL, "start": True})
+        assert status == 201, left
+        await eventually(lambda: _started(p, left["id"]))
+        status, machines = await p.call("GET", "/v1/apps/x/machines")
+        assert status == 200 and machines == []
+        for path in ("", "/stop", "/wait?state=stopped&timeout_s=1"):
+            method = "POST" if path == "/stop" else "GET"
+            status, _ = await p.call(method, f"/v1/apps/x/machines/{left['id']}{path}")
+            assert status == 404, path
+        status, woke = await p.call("POST", "/internal/apps/x/wake",
+                                    {"count": 1, "deadline_ms": 20_000})
+        assert status == 200 and woke["machines"][0]["id"] != left["id"], woke
+        status, mine = await p.call("GET", "/v1/apps/x/machines")
+        assert [m["app_uid"] for m in mine] == [app["uid"]]
+        status, deleted = await p.call("DELETE", "/v1/apps/x")  # the name's machines, all
+        assert status == 200 and left["id"] in deleted["machines"]
+
+
+async def _started(p: Platform, machine_id: str) -> bool:
+    return any(m.state.value == "started" for r in p.agents if r.agent is not None
+               for mid, m in r.agent.state.machines.items() if mid == machine_id)
+
+
+async def test_a_wake_after_a_restart_needs_no_registry_when_the_worker_holds_the_image(
+    tmp_path: Path, docker_registry: DockerRegistry, pushed: str
+) -> None:
+    """Images are resolved at create and deploy, never on a request: placement keeps the
+    layer lists it pinned, so a wake does not ask the registry, even after a restart."""
+    registry = RegistryProxy(docker_registry.url)
+    await registry.__aenter__()
+    egress = EgressPolicy.build([registry.host], listed_only=True)
+    async with Platform(tmp_path, agents=1, egress=egress) as p:
+        try:
+            await p.create_app(name="app", image=f"{registry.host}/hello:v1", guest=SMALL,
+                               max_machines=2, health={"path": "/healthz", "timeout_s": 15})
+            status, woke = await p.call("POST", "/internal/apps/app/wake",
+                                        {"count": 1, "deadline_ms": 20_000})
+            assert status == 200, woke  # the worker pulled the image through the registry
+            first = woke["machines"][0]["id"]
+        finally:
+            await registry.__aexit__()  # the registry is gone from here on
+        await p.placement.stop()
+        p.placement = PlacementRuntime(p.placement.config, p.registry)
+        p.url = await p.placement.start()
+        status, woke = await p.call("POST", "/internal/apps/app/wake",
+                                    {"count": 2, "deadline_ms": 20_000})
+        assert status == 200, woke
+        [second] = woke["machines"]  # placed, pulled from the worker's cache, started
+        assert second["id"] != first

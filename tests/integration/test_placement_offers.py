@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.support.placement_helpers import Platform
+from tests.support.placement_helpers import Platform, eventually
 from thaw.registry.types import WorkerStatus
 
 pytestmark = pytest.mark.integration
@@ -125,3 +125,30 @@ async def test_an_offer_that_times_out_is_released_if_the_slow_agent_accepted_it
             assert len(set(slow.offers)) == 1  # the release re-sent the same key
         finally:
             await slow.stop()
+
+
+async def test_a_machine_a_wake_placed_for_an_app_deleted_meanwhile_is_destroyed(
+    tmp_path: Path, hello_layout: str,
+) -> None:
+    slow = SlowAcceptingAgent(delay_s=1.0)  # accepts, one second after the offer
+    async with Platform(tmp_path, agents=0, offer_timeout_s=5.0) as p:
+        try:
+            url = await slow.start()
+            await p.registry.publish_worker(
+                WorkerStatus(id="slow", epoch=1, region="local", url=url, cpus=4,
+                             memory_mb=4096, updated_at=time.time()), ttl_s=60)
+            await p.create_app(name="gone", image=hello_layout)
+            wake = asyncio.create_task(p.call("POST", "/internal/apps/gone/wake",
+                                              {"count": 1, "deadline_ms": 10_000}))
+            await eventually(lambda: _offered(slow))  # the offer is on its way
+            status, deleted = await p.call("DELETE", "/v1/apps/gone")
+            assert status == 200 and deleted["machines"] == []  # nothing was there yet
+            status, body = await wake
+            assert status == 503, body  # the machine it placed is not started...
+            assert slow.destroyed == ["m0"]  # ...but destroyed at once
+        finally:
+            await slow.stop()
+
+
+async def _offered(agent: DecliningAgent) -> bool:
+    return bool(agent.offers)

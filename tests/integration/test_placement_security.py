@@ -34,6 +34,16 @@ def concrete(route: Route, app: str) -> str:
     return re.sub(r"\{[a-z]+\}", "0123456789abcd", path)
 
 
+async def head_or_call(p: Platform, method: str, path: str, token: str
+                       ) -> tuple[int, dict[str, str]]:
+    """Status and headers of one call (HEAD has no body to decode)."""
+    assert p.http is not None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with p.http.request(method, p.url + path, headers=headers) as reply:
+        await reply.read()
+        return reply.status, dict(reply.headers)
+
+
 async def token(p: Platform, **scope: Any) -> str:
     status, made = await p.call("POST", "/v1/tokens", scope)
     assert status == 201, made
@@ -60,16 +70,22 @@ async def test_every_public_route_without_a_token_is_401_with_a_bearer_challenge
         await p.create_app(name="hello", image=hello_layout)
         app = build_app(p.placement.placement, PlacementMetrics(), None)  # type: ignore[arg-type]
         registered = {(r.method, r.resource.canonical) for r in app.router.routes()
-                      if r.method != "HEAD" and r.resource is not None}
-        assert registered == {(r.method, r.path) for r in ROUTES}  # nothing outside the table
+                      if r.resource is not None}
+        declared = {(r.method, r.path) for r in ROUTES}
+        # nothing outside the table; HEAD only as aiohttp's twin of a declared GET
+        assert {m for m in registered if m[0] != "HEAD"} == declared
+        assert {("GET", path) for method, path in registered if method == "HEAD"} <= declared
         for route in ROUTES:
             if route.access in (Access.PUBLIC, Access.SIGNED):
                 continue
-            for credential in ("", "thaw_0000000000000000_" + "A" * 43, "not-a-token"):
-                status, body = await p.call(route.method, concrete(route, "hello"), {},
-                                            token=credential, signed=False)
-                assert status == 401, (route, credential, body)
-                assert body["error"] == "unauthorized"
+            for method in (route.method, "HEAD") if route.method == "GET" else (route.method,):
+                for credential in ("", "thaw_0000000000000000_" + "A" * 43, "not-a-token"):
+                    status, headers = await head_or_call(p, method, concrete(route, "hello"),
+                                                         credential)
+                    assert status == 401, (route, method, credential)
+                    challenge = headers.get("WWW-Authenticate", "")
+                    assert challenge.startswith('Bearer realm="thaw"'), (route, challenge)
+                    assert ('error="invalid_token"' in challenge) == bool(credential)
         status, _ = await p.call("GET", "/healthz", token="")
         assert status == 200
         status, _ = await p.call("GET", "/openapi.json", token="")
@@ -93,6 +109,15 @@ async def test_another_apps_token_gets_404_on_every_app_route_and_403_on_admin_r
                 assert (status, body["error"]) == (403, "forbidden"), (route, body)
             elif route.access is Access.SIGNED:
                 assert status == 401, route  # a token is no signature
+            if route.method == "GET" and route.access in (Access.APP, Access.ADMIN):
+                head, _ = await head_or_call(p, "HEAD", concrete(route, "hello"), others)
+                assert head == status, (route, head)  # HEAD is allowed exactly as its GET
+        # a method no route declares: aiohttp's 405 before any handler, the same for every
+        # caller and every app name (existing or not), so it tells nothing
+        for path in ("/v1/apps/hello", "/v1/apps/nope", "/v1/tokens", "/v1/apps/hello/machines"):
+            for caller in (others, "", ADMIN_TOKEN):
+                status, body = await p.call("PUT", path, {}, token=caller)
+                assert (status, body["error"]) == (405, "method_not_allowed"), (path, caller)
         # an unknown app answers exactly as another tenant's does
         status, unknown = await p.call("GET", "/v1/apps/nope", token=others)
         status2, hidden = await p.call("GET", "/v1/apps/hello", token=others)

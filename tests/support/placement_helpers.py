@@ -46,7 +46,7 @@ class Platform:
     def __init__(self, root: Path, agents: int = 2, cpus: float = 2, memory_mb: int = 1024,
                  registry: MemoryRegistry | None = None, offer_timeout_s: float = 5.0,
                  egress: EgressPolicy | None = None, domain: str = "localhost",
-                 lookup: Lookup | None = None) -> None:
+                 lookup: Lookup | None = None, agent_connections: int = 256) -> None:
         self.root = root
         self.registry = registry or MemoryRegistry()
         egress = egress or EgressPolicy.build(layout_dirs=[str(root.parent.resolve())])
@@ -63,7 +63,8 @@ class Platform:
         self.placement = PlacementRuntime(
             PlacementConfig(state_dir=root / "placement", cluster_keys=RING,
                             admin_token=ADMIN_TOKEN, egress=egress, domain=domain, port=0,
-                            heartbeat_interval_s=1.0, offer_timeout_s=offer_timeout_s),
+                            heartbeat_interval_s=1.0, offer_timeout_s=offer_timeout_s,
+                            agent_connections=agent_connections),
             self.registry, lookup=lookup,
         )
         self.url = ""

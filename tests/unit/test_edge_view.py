@@ -33,6 +33,19 @@ def view_with_machine(wall: Clock) -> View:
     return view
 
 
+def test_a_machine_of_another_incarnation_of_the_name_is_never_routed() -> None:
+    """An earlier app of this name left a started machine: the new app is not it."""
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", msgspec.structs.replace(parse({"name": "hello", "image": "img"}),
+                                                  uid="0123456789abcdef"))
+    left = msgspec.structs.replace(record(updated_at=50.0), app_uid="fedcba9876543210")
+    view.apply_record("hello", "m1", left)
+    assert view.apps["hello"].routable == []
+    own = msgspec.structs.replace(left, id="m2", app_uid="0123456789abcdef")
+    view.apply_record("hello", "m2", own)
+    assert [s.id for s in view.apps["hello"].routable] == ["m2"]
+
+
 def test_a_machine_seen_dead_is_not_revived_by_an_older_registry_record() -> None:
     wall = Clock()
     view = view_with_machine(wall)

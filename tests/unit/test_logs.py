@@ -34,7 +34,16 @@ def test_tokens_signatures_and_bearer_values_are_redacted_in_messages_and_traceb
     assert "thaw_0123456789abcdef_[redacted]" in line  # the id stays: it names the token
 
 
+def test_headers_in_a_python_repr_are_redacted() -> None:
+    line = formatted("request headers: <CIMultiDictProxy('Host': 'a', 'Authorization': "
+                     f"'Basic dXNlcjpwYXNzd29yZA==', 'X-Thaw-Signature': 'kid=ab,sig={'e' * 64}'"
+                     f", 'authorization': 'Bearer {BOOT}'>")
+    for secret in ("dXNlcjpwYXNzd29yZA==", "e" * 64, BOOT):
+        assert secret not in line
+    assert "'Host': 'a'" in json.loads(line)["msg"]
+
+
 def test_an_ordinary_line_is_left_as_it_is() -> None:
-    line = formatted("denied GET /v1/apps/x from 127.0.0.1: token=0123456789abcdef revoked")
-    assert json.loads(line)["msg"] == ("denied GET /v1/apps/x from 127.0.0.1: "
-                                       "token=0123456789abcdef revoked")
+    for text in ("denied GET /v1/apps/x from 127.0.0.1: token=0123456789abcdef revoked",
+                 "a valid bearer token is required"):
+        assert json.loads(formatted(text))["msg"] == text

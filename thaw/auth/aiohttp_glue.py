@@ -24,19 +24,37 @@ class Signer:
 
     def headers(self, method: str, url: yarl.URL, body: bytes) -> dict[str, str]:
         """Host and signature headers for `url` (send it as `yarl.URL(str(url), encoded=True)`
-        so the target goes out exactly as signed)."""
+        so the target goes out exactly as signed; `signed` does both)."""
         host = url.host_port_subcomponent or ""
         value = sign(self.ring, method, host, url.raw_path_qs, body, self.clock(),
                      secrets.token_hex(16))
         return {"Host": host, HEADER: value}
 
+    def signed(self, method: str, url: yarl.URL, body: bytes
+               ) -> tuple[yarl.URL, dict[str, str]]:
+        """The URL to send (encoded as signed) and the headers of one signed JSON call."""
+        headers = self.headers(method, url, body)
+        if body:
+            headers["Content-Type"] = "application/json"
+        return yarl.URL(str(url), encoded=True), headers
+
+
+UNSIGNED_BODY = b'{"error": "unauthorized", "message": "a signed call is required"}'
+
+
+def unsigned_answer() -> web.Response:
+    """The one answer to a call without a valid signature (the reason is in the log)."""
+    return web.Response(status=401, body=UNSIGNED_BODY, content_type="application/json")
+
 
 async def refusal(verifier: Verifier, request: web.Request,
                   clock: Callable[[], float] = time.time) -> Unsigned | None:
-    """None when `request` carries a valid, fresh, first-seen signature (reads the body)."""
-    body = await request.read()
-    found = verifier.verify(request.headers.get(HEADER), request.method, request.host,
-                            request.raw_path, body, clock())
+    """None when `request` carries a valid, fresh, first-seen signature. The body is read
+    only once the header passed what it alone can show (form, key, time, audience)."""
+    now = clock()
+    claim = verifier.claim(request.headers.get(HEADER), request.host, now)
+    found = claim if isinstance(claim, Unsigned) else verifier.verify_claim(
+        claim, request.method, request.host, request.raw_path, await request.read(), now)
     if found is not None:
         log.warning("refused unsigned call %s %s from %s: %s", request.method, request.path,
                     request.remote, found.reason)

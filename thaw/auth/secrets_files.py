@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from thaw.auth.signing import KeyRing
+from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 from thaw.auth.tokens import MIN_BOOTSTRAP_CHARS
 
 CLUSTER_KEY_ENV = "THAW_CLUSTER_KEY"
@@ -35,7 +35,7 @@ def cluster_keys(file: Path | None, env: Mapping[str, str] = os.environ) -> KeyR
         return KeyRing.parse(read_secret(file))
     text = env.get(CLUSTER_KEY_ENV, "")
     if not text:
-        raise ValueError(f"no cluster key: pass --cluster-key-file PATH or set {CLUSTER_KEY_ENV}")
+        raise ValueError(NO_CLUSTER_KEY)
     return KeyRing.parse(text)
 
 

@@ -11,7 +11,10 @@ a bounded cache of signatures seen inside the window rejects replays, and refuse
 everything while it is full of live entries rather than forgetting one early.
 The cache lives in memory, so a verifier also refuses signatures made before
 it started (`not_before`): a call captured before a restart cannot be replayed
-after it (a call in flight across the restart is refused once, and retried).
+after it (a call in flight across the restart is refused: its caller sees one
+failure, e.g. the edge answers that wake's held requests 503 with Retry-After).
+`claim` checks what the header alone can show (form, key, time, audience), so a
+server reads a body only for calls that may be genuine; `verify` does the rest.
 `audiences`, when given, are the Host values the verifier answers to, so a call
 signed for one agent cannot be replayed to another.
 
@@ -34,6 +37,7 @@ VERSION = b"thaw-hmac-v1"
 WINDOW_S = 30.0
 MIN_KEY_CHARS = 32
 MAX_KEYS = 2
+NO_CLUSTER_KEY = "no cluster key: pass --cluster-key-file PATH or set THAW_CLUSTER_KEY"
 _PARAM = re.compile(
     r"^kid=([0-9a-f]{12}),ts=(\d{1,12}),nonce=([0-9a-f]{16,64}),sig=([0-9a-f]{64})$")
 
@@ -87,6 +91,16 @@ class Unsigned:
     reason: str
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A signature header that passed the checks the header alone allows."""
+
+    key: bytes
+    ts: int
+    nonce: str
+    sig: str
+
+
 class Verifier:
     def __init__(self, ring: KeyRing, *, window_s: float = WINDOW_S,
                  replay_capacity: int = 100_000, audiences: Iterable[str] = (),
@@ -102,9 +116,20 @@ class Verifier:
             maxsize=replay_capacity, ttl=2 * window_s + 1, timer=lambda: self._now
         )
 
+    def serve_as(self, *audiences: str) -> None:
+        """The Host values this verifier answers to (known once the server is bound)."""
+        self.audiences = frozenset(a.lower() for a in audiences)
+
     def verify(self, header: str | None, method: str, host: str, target: str, body: bytes,
                now: float) -> Unsigned | None:
         """None when the call is signed, fresh, meant for us and not seen before."""
+        claim = self.claim(header, host, now)
+        if isinstance(claim, Unsigned):
+            return claim
+        return self.verify_claim(claim, method, host, target, body, now)
+
+    def claim(self, header: str | None, host: str, now: float) -> Claim | Unsigned:
+        """What the header alone can show: its form, a known key, the time, the audience."""
         if not header:
             return Unsigned("no signature")
         found = _PARAM.match(header.strip())
@@ -121,11 +146,16 @@ class Verifier:
             return Unsigned(f"signed at {ts}, before this service started ({self.not_before})")
         if self.audiences and host.lower() not in self.audiences:
             return Unsigned(f"signed for {host!r}, not for this service")
-        expected = hmac.new(key, canonical(method, host, target, body, ts, nonce),
-                            hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, sig):
+        return Claim(key, ts, nonce, sig)
+
+    def verify_claim(self, claim: Claim, method: str, host: str, target: str, body: bytes,
+                     now: float) -> Unsigned | None:
+        """None when `claim` signs exactly this call and was not seen before."""
+        expected = hmac.new(claim.key, canonical(method, host, target, body, claim.ts,
+                                                 claim.nonce), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, claim.sig):
             return Unsigned("bad signature")
-        return self._first_time(sig, now)
+        return self._first_time(claim.sig, now)
 
     def _first_time(self, sig: str, now: float) -> Unsigned | None:
         self._now = max(self._now, now)

@@ -44,6 +44,7 @@ class MachineRecord(msgspec.Struct, frozen=True):
     address: str = ""
     epoch: int = 0
     events: list[MachineEvent] = msgspec.field(default_factory=list)
+    app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
 
 
 class Change(msgspec.Struct, frozen=True):
