@@ -20,6 +20,7 @@ class OfferRequest(msgspec.Struct, frozen=True):
     kill_timeout_s: float = 5.0
     start: bool = True
     app_uid: str = ""  # the app's incarnation (AppConfig.uid)
+    spare: bool = False  # a standby not to start now: accepted without room to run it
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -63,3 +64,4 @@ class StatusView(msgspec.Struct, frozen=True):
     sandboxed: bool
     layers: int
     layer_bytes: int
+    disk_full: bool = False  # the op log cannot be written now: offers and starts get 503

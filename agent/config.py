@@ -29,7 +29,9 @@ class AgentConfig:
     sandbox: bool | None = None  # None: bubblewrap when it works
     log_max_bytes: int = 1 << 20  # per machine; trimmed to half when exceeded
     compact_after_records: int = 10_000
+    disk_reserve_bytes: int = 16 << 20  # after a failed append: room needed to take changes
     stop_machines_on_exit: bool = False  # machines outlive the agent by default
+    repair_log: bool = False  # start from the valid prefix of a damaged op log (a copy kept)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from agent import procfs
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
+MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose machine it is
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_APP_DIR = "/app"
 HOST_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
@@ -172,19 +173,23 @@ class ProcessDriver:
             if loop.time() > fast_until:
                 interval = min(interval * _BACKOFF, _MAX_POLL_S)
 
-    def find_orphans(self, machine_ids: set[str]) -> dict[str, ProcessIdentity]:
-        """Live session leaders whose environment names one of ``machine_ids``.
-        If several lead sessions for one id, the oldest is the one launched."""
-        found: dict[str, ProcessIdentity] = {}
+    def own_sessions(self, machines_dir: Path) -> list[tuple[str, ProcessIdentity]]:
+        """(machine id, session) of every live machine session launched for a machine dir
+        under ``machines_dir`` — by the dir in its environment, or its stdout going to a
+        log there (machines launched before the dir was in the environment) — whatever
+        the op log says: recovery keeps those it records and kills the others."""
+        prefix = str(machines_dir) + os.sep
+        found: list[tuple[str, ProcessIdentity]] = []
         for stat in procfs.stats():
             if stat.pid != stat.session or stat.zombie:
                 continue
             machine_id = procfs.environ_value(stat.pid, MACHINE_ID_ENV)
-            if machine_id not in machine_ids:
+            if not machine_id:
                 continue
-            known = found.get(machine_id)
-            if known is None or stat.start_time < known.start_time:
-                found[machine_id] = ProcessIdentity(stat.pid, stat.start_time)
+            where = (procfs.environ_value(stat.pid, MACHINE_DIR_ENV)
+                     or procfs.fd_target(stat.pid, 1) or "")
+            if (where + os.sep).startswith(prefix):
+                found.append((machine_id, ProcessIdentity(stat.pid, stat.start_time)))
         return found
 
     def group_pids(self, ident: ProcessIdentity) -> list[int]:
@@ -313,6 +318,7 @@ def machine_env(spec: LaunchSpec) -> dict[str, str]:
     env = dict(spec.env)
     env.setdefault("PATH", DEFAULT_PATH)
     env[MACHINE_ID_ENV] = spec.machine_id
+    env[MACHINE_DIR_ENV] = str(spec.log_path.parent)
     return env
 
 

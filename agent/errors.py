@@ -33,3 +33,15 @@ class Declined(AgentError):
 class WaitTimeout(AgentError):
     status = 408
     code = "timeout"
+
+
+class DiskFull(AgentError):
+    """The op log cannot take a record (no space, or an I/O error): nothing was changed,
+    and nothing will be until it can. Offers and starts get this 503 meanwhile."""
+
+    status = 503
+    code = "disk_full"
+
+
+class LogDamaged(ValueError):
+    """The op log is damaged before its end: the agent does not start on a log that lies."""

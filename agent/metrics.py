@@ -18,6 +18,9 @@ class AgentMetrics:
         )
         self.launches = Counter("thaw_agent_launches", "Machine processes launched", registry=r)
         self.crashes = Counter("thaw_agent_crashes", "Unasked machine exits", registry=r)
+        self.log_failures = Counter(
+            "thaw_agent_oplog_write_failures", "Op log appends refused (disk full, I/O error)",
+            registry=r)
         self.pulls = Counter("thaw_agent_image_pulls", "Image pulls requested", registry=r)
         self.ready_seconds = Histogram(
             "thaw_agent_start_seconds", "Start (pull + boot) to ready",

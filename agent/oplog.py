@@ -1,65 +1,189 @@
-"""The op log on disk: append + fsync before acting, replay on start, compaction.
+"""The op log on disk: append, make durable, replay on start, compact, repair.
 
-Framing and checksums live in `agent.core.oplog_codec`; this module only does
-the file IO. A torn tail (the agent died mid-append) is cut off at open.
+Framing and checksums live in `agent.core.oplog_codec`; this module does the
+file IO. `append` writes a frame at once (so the in-memory state may follow it
+at once); `durable()` returns when everything appended so far is on disk.
+Appends made while an fsync runs share the next one (group commit), and the
+fsync runs off the event loop. A write that fails or is short (a full disk, an
+I/O error) is cut back to the last whole frame before anything else is
+appended, so the log stays bootable. At open a torn or zero-filled tail is cut
+off; damage before the end stops the agent (`CorruptLog`) unless it is
+repaired: a copy of the damaged log is kept and the valid prefix rewritten.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import logging
 import os
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.core import oplog_codec
+from agent.core.oplog_codec import CorruptLog
 from agent.core.records import Record
 from thaw.durable import fsync_dir
 
+log = logging.getLogger("thaw.agent.oplog")
+
+Write = Callable[[int, bytes], int]
+
+
+class LogWriteFailed(Exception):
+    """An append could not be written whole; the log is as it was before it."""
+
+    def __init__(self, reason: str, full: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.full = full  # no space left (as opposed to an I/O error)
+
+
+class LogSyncFailed(Exception):
+    """fsync failed: what was appended may or may not be on disk; nothing more is."""
+
 
 class OpLog:
-    """Append-only, one writer. Every `append` is durable when it returns."""
+    """Append-only, one writer. `write` and `fsync` are os.write and os.fsync (tests
+    stand in a full disk for them)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, write: Write = os.write,
+                 fsync: Callable[[int], None] = os.fsync) -> None:
         self.path = path
+        self._write = write
+        self._fsync = fsync
         self._fd: int | None = None
+        self.size = 0  # bytes of whole frames (and the magic) in the file
+        self.appended = 0  # records appended since the process started
+        self.synced = 0  # how many of them are known durable
         self.appended_since_compaction = 0
         self.dropped_torn_tail = False
+        self.migrated = False  # read a format-1 log: the caller must compact it
+        self.broken = ""  # why nothing can be made durable any more ("" while fine)
+        self._flush: asyncio.Future[None] | None = None
+
+    # -- open, repair --------------------------------------------------------------------
 
     def open(self) -> list[Record]:
-        """Read every valid record, cut a torn tail, and open for appending."""
+        """Read every valid record, cut a torn tail, open for appending. Raises CorruptLog
+        when the log is damaged before its end."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = self.path.read_bytes() if self.path.exists() else b""
         decoded = oplog_codec.decode(data)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         if decoded.torn:
             os.ftruncate(self._fd, decoded.valid_bytes)
-            os.fsync(self._fd)
             self.dropped_torn_tail = True
+        self.size = decoded.valid_bytes
+        if self.size == 0:
+            os.write(self._fd, oplog_codec.MAGIC)
+            self.size = len(oplog_codec.MAGIC)
+        os.fsync(self._fd)
         fsync_dir(self.path.parent)
+        self.migrated = decoded.version == 1
         self.appended_since_compaction = len(decoded.records)
         return decoded.records
 
+    def repair(self, damage: CorruptLog) -> list[Record]:
+        """Keep a copy of the damaged log, rewrite the valid prefix, open it; returns the
+        records kept. What was dropped is said in the log."""
+        kept = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+        shutil.copy2(self.path, kept)
+        dropped = self.path.stat().st_size - damage.offset
+        self._rewrite(damage.records)
+        log.warning("op log repaired: kept the %d records before byte %d, dropped %d bytes "
+                    "from there (%s); the damaged log is kept as %s", len(damage.records),
+                    damage.offset, dropped, damage.reason, kept)
+        return self.open()
+
+    # -- append, durable ----------------------------------------------------------------
+
     def append(self, record: Record) -> None:
+        """Write one frame (not yet durable: await `durable()` before acting on it)."""
         if self._fd is None:
             raise RuntimeError("op log is not open")
+        if self.broken:
+            raise LogWriteFailed(self.broken, full=False)
         frame = oplog_codec.encode(record)
-        written = os.write(self._fd, frame)
+        try:
+            written = self._write(self._fd, frame)
+        except OSError as exc:
+            self._cut_back()
+            raise LogWriteFailed(os.strerror(exc.errno or errno.EIO),
+                                 full=exc.errno in (errno.ENOSPC, errno.EDQUOT)) from None
         if written != len(frame):
-            raise OSError(f"short write to op log ({written} of {len(frame)} bytes)")
-        os.fsync(self._fd)
+            self._cut_back()
+            raise LogWriteFailed(f"short write ({written} of {len(frame)} bytes)", full=True)
+        self.size += len(frame)
+        self.appended += 1
         self.appended_since_compaction += 1
 
-    def compact(self, records: list[Record]) -> None:
-        """Replace the log by `records` atomically (write, fsync, rename, fsync dir)."""
+    def _cut_back(self) -> None:
+        """Drop a partial frame: the next append must follow a whole one."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self.size)
+        except OSError as exc:
+            self.broken = f"cannot cut a partial frame back: {os.strerror(exc.errno or 0)}"
+            log.error("op log: %s; the agent takes no more changes", self.broken)
+
+    async def durable(self) -> None:
+        """Return once every record appended so far is on disk. Appends made while an
+        fsync runs wait for the next one, which covers them all."""
+        target = self.appended
+        while self.synced < target:
+            if self.broken:
+                raise LogSyncFailed(self.broken)
+            if self._flush is None:
+                self._flush = asyncio.ensure_future(self._sync(self.appended))
+            await asyncio.shield(self._flush)
+
+    async def _sync(self, upto: int) -> None:
+        fd = self._fd
+        assert fd is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._fsync, fd)
+        except OSError as exc:
+            self.broken = f"fsync failed: {os.strerror(exc.errno or errno.EIO)}"
+            log.error("op log: %s; the agent takes no more changes", self.broken)
+            raise LogSyncFailed(self.broken) from None
+        finally:
+            self._flush = None
+        self.synced = max(self.synced, upto)
+
+    # -- compaction ---------------------------------------------------------------------
+
+    def compact(self, records: list[Record]) -> bool:
+        """Replace the log by `records` atomically (everything in them is durable after).
+        Not while an fsync of the current file runs: False, try again later."""
+        if self._flush is not None:
+            return False
+        try:
+            self._rewrite(records)
+        except OSError as exc:  # a full disk: the current log stays whole and in use
+            self.path.with_name(self.path.name + ".compact").unlink(missing_ok=True)
+            log.warning("op log compaction failed: %s", os.strerror(exc.errno or errno.EIO))
+            return False
+        self.close()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.size = self.path.stat().st_size
+        self.synced = self.appended
+        self.appended_since_compaction = len(records)
+        self.migrated = False
+        return True
+
+    def _rewrite(self, records: list[Record]) -> None:
         tmp = self.path.with_name(self.path.name + ".compact")
         with open(tmp, "wb") as out:
+            out.write(oplog_codec.MAGIC)
             for record in records:
                 out.write(oplog_codec.encode(record))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
-        self.close()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.appended_since_compaction = len(records)
 
     def close(self) -> None:
         if self._fd is not None:

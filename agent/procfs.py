@@ -89,6 +89,14 @@ def environ_value(pid: int, name: str) -> str | None:
     return None
 
 
+def fd_target(pid: int, fd: int) -> str | None:
+    """Where the process's file descriptor `fd` points (a path), if readable."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
 def exe_name(pid: int) -> str | None:
     """Basename of the executable the process runs (None for zombies or if unreadable)."""
     try:

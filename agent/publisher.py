@@ -59,7 +59,7 @@ class Publisher:
             url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
             reserved_cpus=cpus, reserved_memory_mb=memory, machines=dict(counts),
             sandboxed=agent.driver.sandboxed, layers=len(layers),
-            layer_bytes=sum(layers.values()),
+            layer_bytes=sum(layers.values()), disk_full=agent.disk_short(),
         )
 
     def worker_status(self) -> WorkerStatus:
@@ -72,7 +72,9 @@ class Publisher:
             memory_mb=view.memory_mb, reserved_cpus=view.reserved_cpus,
             reserved_memory_mb=view.reserved_memory_mb, machines_starting=starting,
             draining=self.agent.draining, layers=self.agent.cache.layers(),
-            updated_at=self.agent.clock(),
+            updated_at=self.agent.clock(), disk_full=view.disk_full,
+            machines_running=starting + view.machines.get(MachineState.STARTED.value, 0),
+            machines=len(self.agent.state.machines),
         )
 
     async def run(self) -> None:

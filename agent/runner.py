@@ -71,7 +71,7 @@ class AgentRuntime:
         agent = Agent(config, cache=cache, driver=ProcessDriver(sandbox=config.sandbox),
                       worker_id=worker_id)
         self.agent = agent
-        epoch = agent.boot()
+        epoch = agent.boot(repair=config.repair_log)
         assert config.cluster_keys is not None  # checked by the config
         verifier = Verifier(config.cluster_keys, not_before=time.time())
         self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent), verifier),

@@ -1,9 +1,12 @@
 """The agent shell: persists a record, applies it to the core state, then acts.
 
 Every operation on a machine is (1) a legal transition checked by the core
-table, (2) appended to the op log and fsynced, (3) applied to the in-memory
-state, (4) carried out (pull, launch, signal). Long operations run as one task
-per machine; a stop or destroy cancels a start in flight.
+table, (2) appended to the op log, (3) applied to the in-memory state at once
+(so the next decision sees it), (4) carried out (pull, launch, signal) only once
+the record is durable (`durable()`: appends share fsyncs). An append that cannot
+be written changes nothing (`DiskFull`, 503) and the agent takes changes again as
+soon as one can be. Long operations run as one task per machine; a stop or
+destroy cancels a start in flight.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.core.machine import MachineEvent, MachineState, next_state
-from agent.core.offers import Accept, Capacity, Decline, decide_offer
+from agent.core.offers import Accept, Capacity, Decline, decide_offer, decide_start
+from agent.core.oplog_codec import CorruptLog
 from agent.core.records import Boot, Created, Gone, ImageResolved, Launched, MachineSpec, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
 from agent.core.state import AgentState, Machine, replay, snapshot
 from agent.driver import LaunchSpec, ProcessDriver, ProcessIdentity, allocate_port
-from agent.errors import Conflict, Declined, NotFound, WaitTimeout
+from agent.errors import AgentError, Conflict, Declined, DiskFull, LogDamaged, NotFound, WaitTimeout
 from agent.metrics import AgentMetrics
-from agent.oplog import OpLog
+from agent.oplog import LogSyncFailed, LogWriteFailed, OpLog
 from imagecache.api import Image
 from imagecache.cache import ImageCache
 from imagecache.errors import ImageError
@@ -37,6 +41,7 @@ log = logging.getLogger("thaw.agent")
 
 S = MachineState
 E = MachineEvent
+IDLE = frozenset({S.CREATED, S.STOPPED, S.FAILED})  # machines whose image may go under pressure
 
 
 def machine_id() -> str:
@@ -64,6 +69,7 @@ class Agent:
         self.oplog = OpLog(config.state_dir / "oplog")
         self.metrics = AgentMetrics()
         self.draining = False
+        self.disk_full = False  # the last append could not be written (see disk_short)
         self.on_change: Callable[[str], None] = lambda machine_id: None
         self._ops: dict[str, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
@@ -71,11 +77,19 @@ class Agent:
     # -- persistence -----------------------------------------------------------
 
     def persist(self, record: Record) -> None:
-        """Persist, then apply: the log holds every change before anything acts on it."""
-        self.oplog.append(record)
+        """Write the record, then apply it; what it describes is carried out once
+        `durable()` returns. A record that cannot be written changes nothing (DiskFull)."""
+        try:
+            self.oplog.append(record)
+        except LogWriteFailed as exc:
+            self.disk_full = True
+            self.metrics.log_failures.inc()
+            raise DiskFull(f"the op log cannot be written ({exc.reason}); no change made "
+                           "until it can") from None
+        self.disk_full = False
         self.state.apply(record)
         if self.oplog.appended_since_compaction > self.config.compact_after_records:
-            self.oplog.compact(snapshot(self.state))
+            self.oplog.compact(snapshot(self.state))  # put off while an fsync runs
         self._changed.set()
         self._changed = asyncio.Event()
         mid = getattr(record, "id", None)
@@ -87,14 +101,40 @@ class Agent:
         self.persist(TransitionRecord(machine.id, event.value, new.value, self.clock(), reason))
         self.metrics.transitions.labels(event.value, new.value).inc()
 
-    def boot(self) -> int:
-        """Replay the log, append a boot record; return the new epoch."""
-        records = self.oplog.open()
+    async def durable(self) -> None:
+        """Return once every record written so far is on disk (effects wait for this)."""
+        try:
+            await self.oplog.durable()
+        except LogSyncFailed as exc:
+            raise AgentError(str(exc), code="disk_error", status=503) from None
+
+    def disk_short(self) -> bool:
+        """The last append failed and the state dir has no room yet (free space below
+        `disk_reserve_bytes`); the flag clears itself when room returns."""
+        if self.disk_full and shutil.disk_usage(self.config.state_dir).free >= \
+                self.config.disk_reserve_bytes:
+            self.disk_full = False
+        return self.disk_full
+
+    def boot(self, repair: bool = False) -> int:
+        """Replay the log, append a boot record; return the new epoch. A log damaged
+        before its end stops the boot (LogDamaged) unless `repair` keeps its valid prefix."""
+        try:
+            records = self.oplog.open()
+        except CorruptLog as exc:
+            if not repair:
+                raise LogDamaged(
+                    f"op log {self.oplog.path} is damaged at byte {exc.offset} ({exc.reason}); "
+                    f"`thaw agent --repair` keeps a copy of it and starts from the "
+                    f"{len(exc.records)} records before that byte") from None
+            records = self.oplog.repair(exc)
         self.state = replay(records)
         if self.oplog.dropped_torn_tail:
-            log.warning("op log: dropped a torn last record")
+            log.warning("op log: dropped a torn or zero-filled tail")
         self.persist(Boot(epoch=self.state.epoch + 1, at=self.clock()))
-        self.oplog.compact(snapshot(self.state))
+        if not self.oplog.compact(snapshot(self.state)) and self.oplog.migrated:
+            raise LogDamaged(f"op log {self.oplog.path} is in format 1 and could not be "
+                             "rewritten in format 2 (no space?)")
         return self.state.epoch
 
     # -- lookups ---------------------------------------------------------------
@@ -115,8 +155,11 @@ class Agent:
 
     # -- operations (API) -------------------------------------------------------
 
-    def offer(self, key: str, spec: MachineSpec, start: bool) -> Machine:
-        decision = decide_offer(self.state, self.capacity(), key, spec, machine_id(), self.draining)
+    def offer(self, key: str, spec: MachineSpec, start: bool, spare: bool = False) -> Machine:
+        """A new machine (started at once when `start`). One offered to be started soon
+        needs room now; a `spare` (a standby) does not."""
+        decision = decide_offer(self.state, self.capacity(), key, spec, machine_id(),
+                                self.draining, needs_room=start or not spare)
         if isinstance(decision, Decline):
             self.metrics.offers.labels(decision.reason).inc()
             raise Declined(decision.message, code=decision.reason)
@@ -133,6 +176,11 @@ class Agent:
 
     def start(self, mid: str) -> Machine:
         machine = self.machine(mid)
+        next_state(machine.state, E.START)  # 409 for an illegal start before room is judged
+        refused = decide_start(self.state, self.capacity(), machine)
+        if refused is not None:
+            self.metrics.offers.labels("start_declined").inc()
+            raise Declined(refused.message, code=refused.reason)
         self.transition(machine, E.START)
         self.run_op(mid, self.start_task(mid))
         return machine
@@ -145,9 +193,12 @@ class Agent:
         self.run_op(mid, self.stop_task(mid))
         return machine
 
-    def suspend(self, mid: str) -> Machine:
+    async def suspend(self, mid: str) -> Machine:
         machine = self.machine(mid)
         self.transition(machine, E.SUSPEND)
+        await self.durable()
+        if machine.state is not S.SUSPENDING:  # something else came first while it synced
+            return machine
         if machine.process is not None and self.driver.suspend(ident(machine)):
             self.transition(machine, E.SUSPENDED)
         else:
@@ -188,8 +239,22 @@ class Agent:
                 raise_timeout(mid, target, machine.state)
 
     async def pull(self, ref: str) -> Image:
+        """Pull `ref`. Under disk pressure (the cache refuses it for room), the images of
+        stopped machines are let go, oldest first, until it fits: such a machine keeps
+        existing, and its image is pulled again when it starts."""
         self.metrics.pulls.inc()
-        return await self.cache.pull(ref)
+        idle = sorted((m for m in self.state.machines.values() if m.state in IDLE),
+                      key=lambda m: m.updated_at)
+        while True:
+            try:
+                return await self.cache.pull(ref)
+            except ImageError as exc:
+                if exc.code != "no_space" or not idle:
+                    raise
+            released = idle.pop(0)
+            log.info("disk pressure: the image of stopped machine %s may be evicted",
+                     released.id)
+            self.cache.unpin(released.id)
 
     # -- tasks -----------------------------------------------------------------
 
@@ -213,6 +278,7 @@ class Agent:
         return mid in self._ops
 
     async def start_task(self, mid: str, delay_s: float = 0.0) -> None:
+        await self.durable()  # the start is on disk before anything runs
         if delay_s:
             await asyncio.sleep(delay_s)
         machine = self.machine(mid)
@@ -249,8 +315,13 @@ class Agent:
     def _launch(self, machine: Machine, image: Image) -> None:
         port = allocate_port(self.config.machine_host)
         spec = launch_spec(machine, image, port, self.config.state_dir)
-        ident = self.driver.launch(spec)
-        self.persist(Launched(machine.id, ident.pid, ident.start_time, port, self.clock()))
+        launched = self.driver.launch(spec)
+        try:
+            self.persist(Launched(machine.id, launched.pid, launched.start_time, port,
+                                 self.clock()))
+        except DiskFull:
+            self.driver.kill_now(launched)  # a process the log does not know must not run
+            raise
         self.metrics.launches.inc()
 
     async def _await_ready(self, machine: Machine, began: float) -> None:
@@ -292,11 +363,13 @@ class Agent:
         self.persist(Gone(machine.id, self.clock()))
 
     async def stop_task(self, mid: str) -> None:
+        await self.durable()
         machine = self.machine(mid)
         await self.kill(machine)
         self.transition(machine, E.EXITED)
 
     async def destroy_task(self, mid: str) -> None:
+        await self.durable()
         machine = self.machine(mid)
         await self.kill(machine)
         self.cache.unpin(mid)

@@ -1,6 +1,9 @@
 """Recovery after a restart of the agent, and the watch over running machines.
 
-Recovery re-adopts machine processes that are still alive (pid + start time),
+Recovery first kills every machine process of this agent's that the op log does
+not record — a machine the log does not know (a truncated or repaired log), or a
+second process for one it does — so no machine id ever has two process groups.
+It then re-adopts machine processes that are still alive (pid + start time),
 finishes operations the previous agent left half-done, restarts machines that
 should run and do not, and stops strays. The watch notices unasked exits.
 """
@@ -24,11 +27,7 @@ S = MachineState
 
 async def recover(agent: Agent) -> None:
     """Bring the world in line with the replayed state (call once, after `boot`)."""
-    lost = {m.id for m in agent.state.machines.values() if m.process is None}
-    for mid, orphan in agent.driver.find_orphans(lost).items():
-        # Launched but never recorded (the agent died in between): nobody knows its port.
-        log.warning("machine %s: stopping an unrecorded process %d", mid, orphan.pid)
-        await agent.driver.stop(orphan, signal.SIGKILL, 0)
+    await kill_unrecorded(agent)
     for machine in list(agent.state.machines.values()):
         if machine.image_digest and agent.cache.image(machine.image_digest) is not None:
             agent.cache.pin(machine.id, machine.image_digest)
@@ -36,6 +35,22 @@ async def recover(agent: Agent) -> None:
         if machine.process is not None and not alive:
             agent.persist(Gone(machine.id, agent.clock()))
         _resume(agent, machine, alive)
+
+
+async def kill_unrecorded(agent: Agent) -> None:
+    """Kill each machine session of this agent's that its op log does not record."""
+    machines_dir = agent.config.state_dir / "machines"
+    for mid, session in agent.driver.own_sessions(machines_dir):
+        machine = agent.state.machines.get(mid)
+        recorded = machine.process if machine is not None else None
+        if recorded is not None and (recorded.pid, recorded.start_time) == (
+                session.pid, session.start_time):
+            continue
+        why = ("its machine is not in the op log" if machine is None else
+               "the op log records another process for it" if recorded is not None else
+               "the op log records no process for it")
+        log.warning("machine %s: killing process %d: %s", mid, session.pid, why)
+        await agent.driver.stop(session, signal.SIGKILL, 0)
 
 
 def _resume(agent: Agent, machine: Machine, alive: bool) -> None:

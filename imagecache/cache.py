@@ -1,37 +1,55 @@
-"""ImageCache: the shell around the pure cores — pulls, verifies, unpacks, evicts.
+"""ImageCache: the shell around the pure cores — pulls, verifies, unpacks, keeps to a budget.
 
 On disk under `root`:
   blobs/sha256/<hex>      verified layer blobs (content-addressed)
-  images/<hex>.json       one `Image` record per manifest digest
+  images/<hex>.json       one `Image` record per manifest digest (written last)
+  images/<hex>.usage      bytes its unpacked rootfs is charged against the budget
   images/<hex>.alias      manifest digest an index/list digest resolved to
   rootfs/<hex>/           unpacked root filesystem of that manifest
 Names starting with `.tmp-` are unfinished work and are swept at start.
 All in-memory state is rebuilt from this layout in `__init__`.
+
+The byte budget covers blobs and unpacked rootfs. Whatever a pull is about to
+write — a blob at its declared size, a rootfs at the size its layers declare
+— first gets room (`_room_for`): LRU unpinned images and layers are evicted
+(`core.lru`), or the pull is refused with `no_space` before a byte is written;
+free disk above `DownloadLimits.disk_reserve_bytes` bounds it the same way
+(`core.budget`). Every failure of a pull is an ImageError.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
+import shutil
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-
-import msgspec
+from typing import TypeVar
 
 from imagecache.adapters.blobstore import TEMP_PREFIX, BlobStore, hex_of
 from imagecache.adapters.egress import Lookup
+from imagecache.adapters.records import ImageRecords
+from imagecache.adapters.recovery import recover
+from imagecache.adapters.rootfs import remove_tree, remove_tree_quietly
 from imagecache.adapters.sources import ImageSource, Resolved, read_config
-from imagecache.adapters.unpack import remove_tree, unpack_layers
+from imagecache.adapters.unpack import LayerFile, UnpackPlan, build_rootfs, plan_unpack
 from imagecache.api import Image, Layer, LayerChange
+from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s
 from imagecache.core.egress import EgressPolicy
-from imagecache.core.lru import LayerUse, choose_evictions
-from imagecache.core.manifest import parse_config
+from imagecache.core.lru import Evictions, ImageUse, LayerUse, choose_evictions
+from imagecache.core.manifest import Descriptor, parse_config, parse_diff_ids
 from imagecache.core.reference import RegistryRef, parse_reference
 from imagecache.core.tarsafety import UnpackLimits
+from imagecache.errors import ImageError, os_failure
 from imagecache.resolver import ImageResolver
-from thaw.durable import fsync_dir
+
+T = TypeVar("T")
+
+
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
 
 
 class ImageCache:
@@ -46,12 +64,20 @@ class ImageCache:
         credentials: Mapping[str, tuple[str, str]] | None = None,
         limits: UnpackLimits | None = None,
         lookup: Lookup | None = None,
+        resolve_timeout_s: float = 20.0,
+        downloads: DownloadLimits | None = None,
+        disk_free: Callable[[Path], int] | None = None,
     ) -> None:
-        """`budget_bytes`: total layer-blob bytes to keep; `credentials`: host -> (user, pass).
+        """`budget_bytes`: blob bytes plus unpacked rootfs bytes to keep at most.
 
         `policy`: where pulls may go; None is `EgressPolicy()`: public registries
-        only, no layouts. `http_timeout_s`: per connect and per read.
+        only, no layouts. `http_timeout_s`: per connect and per read (idle).
+        `credentials`: host -> (user, pass). `limits`: per image unpack limits.
+        `resolve_timeout_s`: fetching a pull's manifests, as a whole.
+        `downloads`: disk reserve, blob deadlines, download concurrency.
         `lookup`: (host, port) -> addresses, for tests; None uses getaddrinfo.
+        `disk_free`: path -> free bytes of its file system, for tests; None
+        uses `shutil.disk_usage`.
         """
         self.root = Path(root).resolve()
         self.budget_bytes = budget_bytes
@@ -59,22 +85,29 @@ class ImageCache:
         self._resolver = ImageResolver(
             policy or EgressPolicy(),
             http_timeout_s=http_timeout_s,
+            resolve_timeout_s=resolve_timeout_s,
             credentials=credentials,
             lookup=lookup,
         )
         self._limits = limits or UnpackLimits()
+        self._downloads = downloads or DownloadLimits()
+        self._disk_free = disk_free or _free_bytes
+        self._download_slots = asyncio.Semaphore(self._downloads.max_downloads)
         self._store = BlobStore(self.root / "blobs")
-        self._images_dir = self.root / "images"
+        self._records = ImageRecords(self.root / "images")
         self._rootfs_dir = self.root / "rootfs"
         self._images: dict[str, Image] = {}
+        self._rootfs_bytes: dict[str, int] = {}
         self._aliases: dict[str, str] = {}
         self._sizes: dict[str, int] = {}
-        self._ticks: dict[str, int] = {}
+        self._layer_ticks: dict[str, int] = {}
+        self._image_ticks: dict[str, int] = {}
         self._tick = 0
+        self._reserved = 0  # bytes promised to writes in flight
         self._pins: dict[str, set[str]] = {}
-        self._in_use: Counter[str] = Counter()
+        self._in_use: Counter[str] = Counter()  # image and layer digests of pulls in flight
         self._blob_flights: dict[str, asyncio.Future[None]] = {}
-        self._unpack_flights: dict[str, asyncio.Future[None]] = {}
+        self._image_flights: dict[str, asyncio.Future[None]] = {}
         self._recover()
 
     # ---- queries -------------------------------------------------------------
@@ -86,6 +119,10 @@ class ImageCache:
     def layers(self) -> dict[str, int]:
         return dict(self._sizes)
 
+    def used_bytes(self) -> int:
+        """What the budget covers: blob bytes plus the bytes unpacked rootfs are charged."""
+        return sum(self._sizes.values()) + sum(self._rootfs_bytes.values())
+
     # ---- pins and eviction ---------------------------------------------------
 
     def pin(self, owner: str, image_digest: str) -> None:
@@ -95,70 +132,131 @@ class ImageCache:
         self._pins.pop(owner, None)
 
     def evict(self, protect: Collection[str] = ()) -> list[str]:
-        """Evict LRU unpinned layers until the total is within budget; returns their digests."""
-        uses = {d: LayerUse(size, self._ticks.get(d, 0)) for d, size in self._sizes.items()}
-        victims = choose_evictions(uses, self._pinned_layers() | set(protect), self.budget_bytes)
-        for digest in victims:
+        """Evict LRU unpinned images and layers until within budget; return the layers' digests.
+
+        `protect`: image or layer digests to keep, besides pinned images and pulls in flight.
+        """
+        choice = self._choose(self.budget_bytes - self._reserved, protect)
+        self._apply(choice)
+        return choice.layers
+
+    def _choose(self, target_bytes: int, protect: Collection[str] = ()) -> Evictions:
+        layers = {d: LayerUse(size, self._layer_ticks.get(d, 0)) for d, size in self._sizes.items()}
+        images = {
+            d: ImageUse(
+                frozenset(layer.digest for layer in image.layers),
+                self._rootfs_bytes.get(d, 0),
+                self._image_ticks.get(d, 0),
+            )
+            for d, image in self._images.items()
+        }
+        keep = set(self._in_use) | set(protect)
+        pinned: set[str] = set().union(*self._pins.values())
+        return choose_evictions(
+            layers,
+            images,
+            protected_layers=keep,
+            protected_images=keep | pinned,
+            target_bytes=target_bytes,
+        )
+
+    def _apply(self, choice: Evictions) -> None:
+        for digest in choice.images:
+            self._forget_image(digest)
+        for digest in choice.layers:
             self._store.delete(digest)
             size = self._sizes.pop(digest)
-            self._ticks.pop(digest, None)
+            self._layer_ticks.pop(digest, None)
             self._notify(LayerChange(digest=digest, size=size, present=False))
-        gone = set(victims)
-        for image in list(self._images.values()):
-            if any(layer.digest in gone for layer in image.layers):
-                self._forget_image(image.digest)
-        return victims
 
-    def _pinned_layers(self) -> set[str]:
-        pinned = set(self._in_use)
-        for digests in self._pins.values():
-            for digest in digests:
-                image = self._images.get(digest)
-                if image is not None:
-                    pinned.update(layer.digest for layer in image.layers)
-        return pinned
+    # ---- room ----------------------------------------------------------------
+
+    def _standing(self) -> Room:
+        try:
+            free = self._disk_free(self.root)
+        except OSError as exc:
+            raise os_failure(exc, "reading free disk space") from None
+        disk_room = free - self._downloads.disk_reserve_bytes
+        return Room(self.budget_bytes, self.used_bytes(), self._reserved, disk_room)
+
+    def _most_room(self) -> tuple[int, Callable[[int], str]]:
+        """The most a write could be given, were everything evictable evicted, and why not more."""
+        room = self._standing()
+        floor = self._choose(-1).total_bytes
+        return room.largest_fit(floor), lambda need: room.refusal(need, floor)
+
+    @contextmanager
+    def _room_for(self, need: int, what: str) -> Iterator[None]:
+        """Evict so `need` more bytes fit the budget and the disk, and hold them while writing.
+
+        Refuses (no_space) without evicting anything when eviction cannot get there.
+        """
+        room = self._standing()
+        target = room.shrink_target(need)
+        if room.held > target:  # else nothing to choose (and choosing is linear in the cache)
+            choice = self._choose(target)
+            if choice.total_bytes > target:
+                raise ImageError("no_space", f"{what}: {room.refusal(need, choice.total_bytes)}")
+            self._apply(choice)
+        self._reserved += need
+        try:
+            yield
+        finally:
+            self._reserved -= need
+
+    def _check_disk(self) -> None:
+        """While streaming: stop before the disk goes below its reserve (others fill it too)."""
+        reserve = self._downloads.disk_reserve_bytes
+        if self._disk_free(self.root) < reserve:
+            raise ImageError("no_space", f"free disk fell below its reserve of {reserve} bytes")
 
     # ---- pull ----------------------------------------------------------------
 
     async def pull(self, ref: str) -> Image:
-        """Pull, verify and unpack `ref`; idempotent; evicts to budget afterwards."""
+        """Pull, verify and unpack `ref`; idempotent; evicts to budget afterwards.
+
+        Raises ImageError, whatever failed (a local OSError is `no_space` or `io_error`).
+        """
+        try:
+            return await self._pull(ref)
+        except OSError as exc:  # what no adapter translated
+            raise os_failure(exc, f"pull of {ref}") from None
+
+    async def _pull(self, ref: str) -> Image:
         parsed = parse_reference(ref)
         source = self._resolver.source(parsed)  # the egress checks, before any IO
         if isinstance(parsed, RegistryRef) and parsed.digest:
             cached = self.image(parsed.digest)
             if cached is not None:
-                self._touch(cached.layers)
+                self._touch(cached)
                 return cached
-        resolved = await source.resolve()
-        layers = resolved.manifest.layers
-        self._in_use.update(layer.digest for layer in layers)
+        resolved = await self._resolver.resolve_within(source, ref)
+        held = [resolved.digest, *(layer.digest for layer in resolved.manifest.layers)]
+        self._in_use.update(held)
         try:
             image = await self._materialise(ref, source, resolved)
         finally:
-            self._in_use.subtract(layer.digest for layer in layers)
+            self._in_use.subtract(held)
             self._in_use += Counter()  # drop zero counts
-        self.evict(protect=[layer.digest for layer in image.layers])
+        self.evict(protect=held)
         return image
 
     async def _materialise(self, ref: str, source: ImageSource, resolved: Resolved) -> Image:
-        existing = self._images.get(resolved.digest)
-        if existing is None or not all(self._store.has(x.digest) for x in existing.layers):
-            config = parse_config(await read_config(source, resolved.manifest.config))
-            layers = resolved.manifest.layers
-            await asyncio.gather(*(self._ensure_blob(layer, source) for layer in layers))
+        digest = resolved.digest
+        image = self._images.get(digest)
+        if image is not None and not all(self._store.has(x.digest) for x in image.layers):
+            await self._fetch_layers(image.layers, source)  # gone behind the cache's back
+        if image is None:
             await self._single_flight(
-                self._unpack_flights, resolved.digest, lambda: self._unpack(resolved.digest, layers)
+                self._image_flights, digest, lambda: self._build(ref, source, resolved)
             )
-            existing = self._images.get(resolved.digest) or Image(
-                ref=ref,
-                digest=resolved.digest,
-                layers=layers,
-                config=config,
-                rootfs=str(self._rootfs_dir / hex_of(resolved.digest)),
-            )
-            await asyncio.to_thread(self._save_image, existing, resolved.aliases)
-        self._touch(existing.layers)
-        return existing
+            image = self._images[digest]
+        new_aliases = [a for a in resolved.aliases if self._aliases.get(a) != digest]
+        if new_aliases:
+            await asyncio.to_thread(self._records.save_aliases, digest, new_aliases)
+            self._aliases.update(dict.fromkeys(new_aliases, digest))
+        self._touch(image)
+        return image
 
     async def _single_flight(
         self,
@@ -174,6 +272,65 @@ class ImageCache:
             flight.add_done_callback(lambda _: flights.pop(key, None))
         await asyncio.shield(flight)
 
+    async def _build(self, ref: str, source: ImageSource, resolved: Resolved) -> None:
+        """Config, blobs, unpack, record: afterwards `resolved.digest` is in `_images`."""
+        manifest = resolved.manifest
+        config_blob = await self._read_config(source, manifest.config)
+        config = parse_config(config_blob)
+        diff_ids = parse_diff_ids(config_blob, len(manifest.layers))
+        await self._fetch_layers(manifest.layers, source)
+        files = [
+            LayerFile(self._store.path(layer.digest), diff_id)
+            for layer, diff_id in zip(manifest.layers, diff_ids, strict=True)
+        ]
+        plan = await asyncio.to_thread(plan_unpack, files, self._limits, *self._most_room())
+        image = Image(
+            ref=ref,
+            digest=resolved.digest,
+            layers=manifest.layers,
+            config=config,
+            rootfs=str(self._rootfs_dir / hex_of(resolved.digest)),
+        )
+        with self._room_for(plan.charged_bytes, f"image {resolved.digest} unpacked"):
+            usage = await self._unpack(plan, image)
+            self._images[image.digest] = image
+            self._rootfs_bytes[image.digest] = usage
+
+    async def _unpack(self, plan: UnpackPlan, image: Image) -> int:
+        """Build and record the rootfs; return the bytes it is charged."""
+        target = Path(image.rootfs)
+        temp = self._rootfs_dir / f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(4)}"
+        usage = await asyncio.to_thread(build_rootfs, plan, target, temp, self._limits)
+        try:
+            await asyncio.to_thread(self._records.save, image, usage)
+        except BaseException as exc:
+            remove_tree_quietly(target)
+            if isinstance(exc, OSError):
+                raise os_failure(exc, f"recording image {image.digest}") from None
+            raise
+        return usage
+
+    async def _read_config(self, source: ImageSource, config: Descriptor) -> bytes:
+        async with self._download_slots:
+            return await self._timed(config.digest, config.size, read_config(source, config))
+
+    async def _fetch_layers(self, layers: list[Layer], source: ImageSource) -> None:
+        """Every missing blob, `max_downloads_per_pull` at a time; a failure stops the rest."""
+        todo = iter({layer.digest: layer for layer in layers}.values())
+
+        async def worker() -> None:
+            for layer in todo:
+                await self._ensure_blob(layer, source)
+
+        count = min(self._downloads.max_downloads_per_pull, len(layers))
+        workers = [asyncio.ensure_future(worker()) for _ in range(count)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
     async def _ensure_blob(self, layer: Layer, source: ImageSource) -> None:
         if self._store.has(layer.digest):
             return
@@ -181,99 +338,71 @@ class ImageCache:
         async def download() -> None:
             if self._store.has(layer.digest):
                 return
-            await self._store.write(layer.digest, layer.size, source.blob(layer.digest))
-            self._sizes[layer.digest] = layer.size
-            self._touch([layer])
+            async with self._download_slots:
+                with self._room_for(layer.size, f"blob {layer.digest}"):
+                    chunks = source.blob(layer.digest)
+                    write = self._store.write(layer.digest, layer.size, chunks, self._check_disk)
+                    await self._timed(layer.digest, layer.size, write)
+                    self._sizes[layer.digest] = layer.size
+            self._touch_layer(layer.digest)
             self._notify(LayerChange(digest=layer.digest, size=layer.size, present=True))
 
         await self._single_flight(self._blob_flights, layer.digest, download)
 
-    async def _unpack(self, digest: str, layers: list[Layer]) -> None:
-        target = self._rootfs_dir / hex_of(digest)
-        if target.is_dir():
-            return
-        temp = self._rootfs_dir / f"{TEMP_PREFIX}{hex_of(digest)}-{secrets.token_hex(4)}"
-        paths = [self._store.path(layer.digest) for layer in layers]
-        await asyncio.to_thread(unpack_layers, paths, target, temp, self._limits)
+    async def _timed(self, digest: str, size: int, work: Awaitable[T]) -> T:
+        """`work` within the blob's deadline (its size at the floor rate plus the allowance)."""
+        deadline_s = blob_deadline_s(size, self._downloads)
+        try:
+            async with asyncio.timeout(deadline_s):
+                return await work
+        except TimeoutError:
+            raise ImageError(
+                "registry_error", f"blob {digest}: not received within {deadline_s:.1f} s"
+            ) from None
 
-    # ---- persistence ---------------------------------------------------------
-
-    def _save_image(self, image: Image, aliases: list[str]) -> None:
-        hexpart = hex_of(image.digest)
-        _write_atomic(self._images_dir / f"{hexpart}.json", msgspec.json.encode(image))
-        for alias in aliases:
-            _write_atomic(self._images_dir / f"{hex_of(alias)}.alias", image.digest.encode())
-            self._aliases[alias] = image.digest
-        self._images[image.digest] = image
+    # ---- records -------------------------------------------------------------
 
     def _forget_image(self, digest: str) -> None:
         self._images.pop(digest, None)
-        hexpart = hex_of(digest)
-        (self._images_dir / f"{hexpart}.json").unlink(missing_ok=True)
-        for alias, target in list(self._aliases.items()):
-            if target == digest:
-                (self._images_dir / f"{hex_of(alias)}.alias").unlink(missing_ok=True)
-                del self._aliases[alias]
-        remove_tree(self._rootfs_dir / hexpart)
+        self._rootfs_bytes.pop(digest, None)
+        self._image_ticks.pop(digest, None)
+        aliases = [alias for alias, target in self._aliases.items() if target == digest]
+        for alias in aliases:
+            del self._aliases[alias]
+        self._records.delete(digest, aliases)
+        remove_tree(self._rootfs_dir / hex_of(digest))
 
     def _recover(self) -> None:
-        """Rebuild in-memory state from disk; drop unfinished work and incomplete images."""
-        for directory in (self._images_dir, self._rootfs_dir):
-            directory.mkdir(parents=True, exist_ok=True)
-        self._store.sweep_temp()
-        for directory in (self._images_dir, self._rootfs_dir):
-            for entry in directory.iterdir():
-                if entry.name.startswith(TEMP_PREFIX):
-                    remove_tree(entry) if entry.is_dir() else entry.unlink()
-        present = self._store.present()
-        for digest, (size, _) in sorted(present.items(), key=lambda kv: kv[1][1]):
-            self._sizes[digest] = size
+        """Rebuild in-memory state from disk (`adapters/recovery`)."""
+        state = recover(self._store, self._records, self._rootfs_dir, self._limits)
+        self._sizes = state.sizes
+        self._images = state.images
+        self._rootfs_bytes = state.rootfs_bytes
+        self._aliases = state.aliases
+        for is_image, digest in state.by_age:
             self._tick += 1
-            self._ticks[digest] = self._tick
-        self._load_records()
-
-    def _load_records(self) -> None:
-        for entry in sorted(self._images_dir.glob("*.json")):
-            try:
-                image = msgspec.json.decode(entry.read_bytes(), type=Image)
-            except msgspec.DecodeError:
-                entry.unlink(missing_ok=True)
-                continue
-            complete = all(x.digest in self._sizes for x in image.layers)
-            if complete and Path(image.rootfs).is_dir():
-                self._images[image.digest] = image
-            else:
-                self._forget_image(image.digest)
-        for entry in self._images_dir.glob("*.alias"):
-            target = entry.read_text().strip()
-            if target in self._images:
-                self._aliases["sha256:" + entry.stem] = target
-            else:
-                entry.unlink(missing_ok=True)
+            (self._image_ticks if is_image else self._layer_ticks)[digest] = self._tick
 
     # ---- misc ----------------------------------------------------------------
 
-    def _touch(self, layers: list[Layer]) -> None:
-        for layer in layers:
-            self._tick += 1
-            self._ticks[layer.digest] = self._tick
-            self._store.touch(layer.digest)
+    def _touch(self, image: Image) -> None:
+        """The image, then its layers: at equal age a rootfs goes before the blobs it came from."""
+        self._tick += 1
+        self._image_ticks[image.digest] = self._tick
+        self._records.touch(image.digest)
+        for layer in image.layers:
+            self._touch_layer(layer.digest)
+
+    def _touch_layer(self, digest: str) -> None:
+        self._tick += 1
+        self._layer_ticks[digest] = self._tick
+        self._store.touch(digest)
 
     def _notify(self, change: LayerChange) -> None:
         if self._on_change is not None:
             self._on_change(change)
 
     async def close(self) -> None:
-        for flight in [*self._blob_flights.values(), *self._unpack_flights.values()]:
+        for flight in [*self._blob_flights.values(), *self._image_flights.values()]:
             flight.cancel()
         await self._resolver.close()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    temp = path.with_name(f"{TEMP_PREFIX}{path.name}-{secrets.token_hex(4)}")
-    with open(temp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.rename(temp, path)
-    fsync_dir(path.parent)

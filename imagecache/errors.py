@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 CODES = frozenset(
     {
         "bad_reference",
@@ -13,8 +15,12 @@ CODES = frozenset(
         "forbidden_host",
         "registry_error",
         "unsupported",
+        "no_space",  # the cache budget or the disk (above its reserve) cannot hold it
+        "io_error",  # a local file operation failed (EMFILE, EIO, EACCES, ...)
     }
 )
+
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class ImageError(Exception):
@@ -24,3 +30,14 @@ class ImageError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+def os_failure(exc: OSError, what: str) -> ImageError:
+    """The ImageError for a local OSError while doing `what`: no_space or io_error.
+
+    The message carries the system's reason, never the path (it may be the
+    cache's own layout, which is none of an image owner's business).
+    """
+    reason = exc.strerror or type(exc).__name__
+    code = "no_space" if exc.errno in _NO_SPACE else "io_error"
+    return ImageError(code, f"{what}: {reason}")

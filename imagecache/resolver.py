@@ -21,7 +21,12 @@ import aiohttp
 
 from imagecache.adapters.egress import Lookup, checked_session
 from imagecache.adapters.registry import RegistryClient
-from imagecache.adapters.sources import ImageSource, LayoutImageSource, RegistryImageSource
+from imagecache.adapters.sources import (
+    ImageSource,
+    LayoutImageSource,
+    RegistryImageSource,
+    Resolved,
+)
 from imagecache.api import Layer
 from imagecache.core.egress import EgressPolicy
 from imagecache.core.reference import LayoutRef, RegistryRef, parse_reference
@@ -63,14 +68,17 @@ class ImageResolver:
 
     async def resolve(self, ref: str) -> ResolvedImage:
         """The platform manifest digest and layers of `ref`; ImageError on any failure."""
-        source = self.source(parse_reference(ref))
+        resolved = await self.resolve_within(self.source(parse_reference(ref)), ref)
+        return ResolvedImage(ref=ref, digest=resolved.digest, layers=resolved.manifest.layers)
+
+    async def resolve_within(self, source: ImageSource, ref: str) -> Resolved:
+        """`source.resolve()` within `resolve_timeout_s` as a whole (a pull's manifests too)."""
         try:
             async with asyncio.timeout(self._resolve_timeout_s):
-                resolved = await source.resolve()
+                return await source.resolve()
         except TimeoutError:
             limit = self._resolve_timeout_s
             raise ImageError("registry_error", f"{ref}: not resolved within {limit} s") from None
-        return ResolvedImage(ref=ref, digest=resolved.digest, layers=resolved.manifest.layers)
 
     def source(self, ref: RegistryRef | LayoutRef) -> ImageSource:
         """Where `ref`'s documents and blobs come from, once the egress policy allows it."""

@@ -120,6 +120,9 @@ class WorkerView(msgspec.Struct, frozen=True):
     layer_bytes: int
     updated_at: float
     healthy: bool
+    disk_full: bool = False
+    machines_running: int = 0  # starting or started: what reserved_* are held for
+    machines: int = 0
 
 
 class RankedWorker(msgspec.Struct, frozen=True):

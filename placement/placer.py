@@ -115,9 +115,11 @@ class Placer:
         return decision
 
     async def place(
-        self, rnd: Round, *, start: bool, avoid: frozenset[str] = frozenset()
+        self, rnd: Round, *, start: bool, avoid: frozenset[str] = frozenset(),
+        spare: bool = False,
     ) -> NewMachine | NoCapacity:
-        """Offer one machine down the ranking; `avoid` is a preference (spares elsewhere)."""
+        """Offer one machine down the ranking; `avoid` is a preference (spares elsewhere);
+        a `spare` is a standby that needs no room until it starts."""
         decision = self.decide(rnd, avoid)
         if not decision.ranked and avoid:
             decision = self.decide(rnd)
@@ -126,7 +128,7 @@ class Placer:
         while True:
             step = next_offer(decision, answers, placement_id, self.max_offers)
             if isinstance(step, OfferTo):
-                answer, view = await self._offer(rnd, step, start)
+                answer, view = await self._offer(rnd, step, start, spare)
                 answers.append(answer)
                 if answer.reply is not Reply.ACCEPTED:
                     rnd.declined.add(step.worker)
@@ -169,9 +171,9 @@ class Placer:
         await asyncio.gather(*self.releases, return_exceptions=True)
 
     async def _offer(
-        self, rnd: Round, step: OfferTo, start: bool
+        self, rnd: Round, step: OfferTo, start: bool, spare: bool
     ) -> tuple[Answer, dict[str, Any] | None]:
-        body = offer_body(rnd.config, step.key, start)
+        body = offer_body(rnd.config, step.key, start, spare)
         try:
             status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
         except AgentUnreachable as exc:
@@ -182,9 +184,8 @@ class Placer:
             self.metrics.offers.labels(Reply.ACCEPTED.value).inc()
             return Answer(step.worker, Reply.ACCEPTED, machine_id=reply["id"]), reply
         code = reply.get("error", "") if isinstance(reply, dict) else ""
-        result = {"no_capacity": Reply.NO_CAPACITY, "draining": Reply.DRAINING}.get(
-            code, Reply.UNREACHABLE
-        )
+        result = {"no_capacity": Reply.NO_CAPACITY, "disk_full": Reply.NO_CAPACITY,
+                  "draining": Reply.DRAINING}.get(code, Reply.UNREACHABLE)
         self.metrics.offers.labels(result.value).inc()
         message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
         return Answer(step.worker, result, message=f"{status} {message}"), None
@@ -198,14 +199,16 @@ class Placer:
         kept.append(decision_view(decision, answers, self.fleet.clock()))
 
 
-def offer_body(config: AppConfig, key: str, start: bool) -> dict[str, Any]:
+def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) -> dict[str, Any]:
+    """The offer of one machine: `start` it at once, or not; a `spare` (a standby) needs
+    no room on the worker until it starts, any other must fit now."""
     return {
         "key": key, "app": config.name, "app_uid": config.uid, "image": offer_ref(config),
         "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
         "env": config.env,
         "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
         "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
-        "start": start,
+        "start": start, "spare": spare,
     }
 
 

@@ -196,7 +196,7 @@ class Placement:
 
     async def _spare(self, rnd: Round, avoid: frozenset[str]) -> NewMachine | NoCapacity:
         """A stopped machine, preferably on a worker without a running one, image pulled."""
-        placed = await self.placer.place(rnd, start=False, avoid=avoid)
+        placed = await self.placer.place(rnd, start=False, avoid=avoid, spare=True)
         if isinstance(placed, NewMachine):
             await self.fleet.pull(placed.url, rnd.image.ref)
         return placed
@@ -273,6 +273,8 @@ class Placement:
                 reserved_memory_mb=w.reserved_memory_mb, machines_starting=w.machines_starting,
                 draining=w.draining, layers=len(w.layers), layer_bytes=sum(w.layers.values()),
                 updated_at=w.updated_at, healthy=now - w.updated_at <= self.fleet.freshness_s,
+                disk_full=w.disk_full, machines_running=w.machines_running,
+                machines=w.machines,
             )
             for w in workers
         ]

@@ -50,6 +50,23 @@ IMAGE_REFUSALS = frozenset({"bad_reference", "forbidden_host", "not_found", "una
 Outcome = Ready | Failed
 
 
+class Market:
+    """The market round of one wake: made once, when the first new machine needs it (a
+    planned one, or one replacing a stopped machine its worker has no room to start)."""
+
+    def __init__(self, waker: Waker, config: AppConfig, region: str,
+                 views: list[dict[str, Any]]) -> None:
+        self.waker, self.config, self.region, self.views = waker, config, region, views
+        self.lock = asyncio.Lock()  # one offer at a time: each sees the last's reservations
+        self._round: asyncio.Future[Round | Failed] | None = None
+
+    def round(self) -> asyncio.Future[Round | Failed]:
+        if self._round is None:
+            self._round = asyncio.ensure_future(
+                self.waker._round(self.config, self.region, self.views))
+        return self._round
+
+
 class Waker:
     def __init__(
         self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int,
@@ -96,14 +113,11 @@ class Waker:
             self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
         if plan.new:
             self.placing[config.name] = placing + plan.new
+        market = Market(self, config, region, views)
         work: list[Coroutine[Any, Any, Outcome]] = [
-            self._restart(config.name, m, answer_by) for m in plan.reuse
+            self._restart(config.name, m, answer_by, market) for m in plan.reuse
         ]
-        if plan.new:
-            lock = asyncio.Lock()
-            rnd_task = asyncio.ensure_future(self._round(config, region, views))
-            work += [self._start_new(config.name, rnd_task, lock, answer_by)
-                     for _ in range(plan.new)]
+        work += [self._start_new(config.name, market, answer_by) for _ in range(plan.new)]
         if not work:
             return await self._nothing_to_start(config, views, plan.shortfall)
         return await self._gather(work, answer_by, plan.shortfall)
@@ -152,30 +166,36 @@ class Waker:
         raise PlacementError(shortfall or f"app {config.name}: nothing to start",
                              code="no_capacity", status=WAKE_ERRORS["no_capacity"])
 
-    async def _restart(self, app: str, machine: MachineState, answer_by: float) -> Outcome:
-        """Start a stopped/suspended machine again (its image is already on the worker)."""
+    async def _restart(self, app: str, machine: MachineState, answer_by: float,
+                       market: Market) -> Outcome:
+        """Start a stopped/suspended machine again (its image is already on the worker).
+        A worker without room for it now declines: a new machine is placed elsewhere
+        instead, and the stopped one is left as it is (for the reconciler to replace)."""
         began = time.perf_counter()
         try:
             url = await self.fleet.worker_url(machine.worker)
-            return await self._start_and_wait(url, machine.id, answer_by, began, 0.0)
+            outcome = await self._start_and_wait(url, machine.id, answer_by, began, 0.0)
         except PlacementError as exc:
-            return Failed("start_failed", f"{machine.id}: {exc.message}")
+            outcome = Failed("start_failed", f"{machine.id}: {exc.message}")
         finally:
             claimed = self.claimed.get(app, set())
             claimed.discard(machine.id)
             if not claimed:
                 self.claimed.pop(app, None)
+        if isinstance(outcome, Failed) and outcome.code == "declined":
+            log.info("%s: worker %s has no room to start it now; placing another machine",
+                     machine.id, machine.worker)
+            self.placing[app] = self.placing.get(app, 0) + 1
+            return await self._start_new(app, market, answer_by)
+        return outcome
 
-    async def _start_new(
-        self, app: str, rnd_task: asyncio.Future[Round | Failed], lock: asyncio.Lock,
-        answer_by: float,
-    ) -> Outcome:
+    async def _start_new(self, app: str, market: Market, answer_by: float) -> Outcome:
         began = time.perf_counter()
         try:
-            rnd = await rnd_task
+            rnd = await market.round()
             if isinstance(rnd, Failed):
                 return rnd
-            async with lock:  # one offer at a time: each sees the reservations of the last
+            async with market.lock:
                 placed = await self.placer.place(rnd, start=False)
         finally:
             # From here on the machine exists on an agent (or never will): no longer "placing".
@@ -228,6 +248,8 @@ class Waker:
             return Ready(body, WakeTimings(place_ms, pull_ms, boot))
         if status == 408:
             return Failed("deadline", f"{mid} still starting")
+        if status == 409 and isinstance(body, dict) and body.get("error") == "no_capacity":
+            return Failed("declined", f"{mid}: {message_of(body)}")  # no room there now
         return Failed("start_failed", f"{mid}: {message_of(body)}")
 
     async def _release(self, url: str, machine_id: str) -> None:

@@ -70,6 +70,8 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--heartbeat-s", type=float, default=float(e("HEARTBEAT_S", "1.0")))
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default=e("SANDBOX", "auto"))
     p.add_argument("--stop-machines-on-exit", action="store_true")
+    p.add_argument("--repair", action="store_true",
+                   help="start from the valid part of a damaged op log (a copy of it is kept)")
     p.add_argument("--advertise-url", default=e("ADVERTISE_URL", ""),
                    help="the URL placement reaches this agent at (default http://HOST:PORT)")
     add_cluster_key_flag(p)
@@ -90,7 +92,7 @@ async def run_agent(args: argparse.Namespace) -> int:
         cpus=args.cpus, memory_mb=args.memory_mb, worker_id=args.id,
         cache_budget_bytes=args.cache_budget_mb << 20, heartbeat_interval_s=args.heartbeat_s,
         sandbox={"auto": None, "on": True, "off": False}[args.sandbox],
-        stop_machines_on_exit=args.stop_machines_on_exit,
+        stop_machines_on_exit=args.stop_machines_on_exit, repair_log=args.repair,
     )
     runtime = AgentRuntime(config, open_registry(args.registry))
     url = await runtime.start()
@@ -251,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_client_command(args)
     import uvloop
 
+    from thaw.errors import ServiceError
+
     try:
         return uvloop.run(service(args))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ServiceError) as exc:
         print(f"thaw {args.command}: {exc}", file=sys.stderr)
         return 2
 

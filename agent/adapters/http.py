@@ -33,6 +33,8 @@ IMAGE_ERROR_STATUS = {
     "digest_mismatch": 422,
     "size_mismatch": 422,
     "unsafe_layer": 422,
+    "no_space": 507,  # this worker has no room for it now
+    "io_error": 502,
 }
 MAX_WAIT_S = 300.0
 log = logging.getLogger("thaw.agent")
@@ -120,7 +122,8 @@ class AgentRoutes:
         offer = msgspec.json.decode(await request.read(), type=OfferRequest)
         spec = spec_from_offer(offer)
         known = offer.key in self.agent.state.offers
-        machine = self.agent.offer(offer.key, spec, offer.start)
+        machine = self.agent.offer(offer.key, spec, offer.start, offer.spare)
+        await self.agent.durable()  # answered once on disk: the offer holds after a crash
         return self._view(machine.id, 200 if known else 201)
 
     async def list_machines(self, request: web.Request) -> web.Response:
@@ -137,6 +140,7 @@ class AgentRoutes:
 
     async def destroy(self, request: web.Request) -> web.Response:
         machine = self.agent.destroy(request.match_info["id"])
+        await self.agent.durable()
         return json_response(machine_view(self.agent, machine), 202)
 
     async def start(self, request: web.Request) -> web.Response:
@@ -151,16 +155,19 @@ class AgentRoutes:
             machine = current  # "make sure it is started": a caller with a stale view is fine
         else:
             machine = self.agent.start(mid)
+        await self.agent.durable()
         if wait_s > 0:
             waited = await self.agent.wait(mid, MachineState.STARTED, wait_s)
             machine = waited if waited is not None else machine
         return json_response(machine_view(self.agent, machine))
 
     async def stop(self, request: web.Request) -> web.Response:
-        return json_response(machine_view(self.agent, self.agent.stop(request.match_info["id"])))
+        machine = self.agent.stop(request.match_info["id"])
+        await self.agent.durable()
+        return json_response(machine_view(self.agent, machine))
 
     async def suspend(self, request: web.Request) -> web.Response:
-        machine = self.agent.suspend(request.match_info["id"])
+        machine = await self.agent.suspend(request.match_info["id"])
         return json_response(machine_view(self.agent, machine))
 
     async def wait(self, request: web.Request) -> web.Response:

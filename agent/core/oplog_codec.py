@@ -1,71 +1,149 @@
-"""Framing of the op log: length, CRC-32 and a JSON record per frame.
+"""Framing of the op log: which bytes of a log file are valid records, and which are not.
 
-Decides which bytes of a log file are valid. Invariant: a frame is valid only
-if its length fits in the file and its checksum matches; an invalid *last*
-frame is a torn write (the agent died mid-append) and is dropped; an invalid
-frame followed by more data is corruption, which must not be silently skipped.
-It must not know about files or fsync: it turns bytes into records and back.
+A log (format 2) starts with MAGIC; each frame is a 12-byte header — payload
+length, CRC-32 of the length field, CRC-32 of the length field and the payload —
+then a JSON record. Decides, from bytes only:
+- a frame whose header and payload check is a record;
+- the end of the file cut inside the last frame (header cut, or payload cut
+  with an intact header), a damaged last frame, or zero bytes to the end (what a
+  filesystem may leave after a power loss) is a torn tail: dropped;
+- anything else — a damaged header or payload with more data after it, a length
+  the writer never writes, a checksummed payload that is no record — is
+  corruption before the end: `CorruptLog` names the offset and carries the
+  records before it, and nothing after it is ever silently dropped.
+A log without MAGIC is format 1 (CRC over the payload only, no header check),
+read once to migrate (the agent rewrites it in format 2 at boot). It must not
+know about files or fsync: it turns bytes into records and back.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
 
 from agent.core.records import Record
 
-HEADER = struct.Struct(">II")  # payload length, crc32(payload)
+MAGIC = b"THAW-OPLOG 2\n"
+HEADER = struct.Struct(">III")  # payload length, crc32(length), crc32(length + payload)
+V1_HEADER = struct.Struct(">II")  # format 1: payload length, crc32(payload)
 MAX_RECORD_BYTES = 1 << 20
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
 
+FrameAt = Callable[[bytes, int], tuple[bytes, int] | None]
+
 
 class CorruptLog(ValueError):
-    """A damaged frame before the end of the log: replaying past it would lie."""
+    """Damage before the end of the log: replaying past it would lie.
+    `records` are the valid records before `offset` (what `--repair` keeps)."""
+
+    def __init__(self, offset: int, reason: str, records: list[Record]) -> None:
+        super().__init__(f"byte {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+        self.records = records
+
+
+class _Damage(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
 class Decoded:
     records: list[Record]
     valid_bytes: int  # length of the valid prefix; the file should be truncated to it
-    torn: bool  # a partial or damaged last frame was dropped
+    torn: bool  # a torn or zero-filled tail was dropped
+    version: int  # 2, or 1 for a log to migrate
 
 
 def encode(record: Record) -> bytes:
+    """One format-2 frame."""
     payload = _encoder.encode(record)
-    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+    length = struct.pack(">I", len(payload))
+    head_crc = zlib.crc32(length)
+    return length + struct.pack(">II", head_crc, zlib.crc32(payload, head_crc)) + payload
 
 
 def decode(data: bytes) -> Decoded:
+    """Every valid record of a log file's bytes; raises CorruptLog on damage before the end."""
+    if data.startswith(MAGIC):
+        return _decode(data, len(MAGIC), _frame_v2, version=2)
+    if not data or MAGIC.startswith(data):  # new, or the magic itself cut short
+        return Decoded([], 0, torn=bool(data), version=2)
+    return _decode(data, 0, _frame_v1, version=1)
+
+
+def _decode(data: bytes, offset: int, frame_at: FrameAt, version: int) -> Decoded:
     records: list[Record] = []
-    offset = 0
     while offset < len(data):
-        frame = _frame_at(data, offset)
-        if frame is None:
-            return Decoded(records, offset, torn=True)
-        payload, end = frame
-        records.append(_decoder.decode(payload))
+        if not any(data[offset:]):
+            return Decoded(records, offset, torn=True, version=version)
+        try:
+            frame = frame_at(data, offset)
+            if frame is None:
+                return Decoded(records, offset, torn=True, version=version)
+            payload, end = frame
+            records.append(_record(payload))
+        except _Damage as damage:
+            raise CorruptLog(offset, damage.reason, records) from None
         offset = end
-    return Decoded(records, offset, torn=False)
+    return Decoded(records, offset, torn=False, version=version)
 
 
-def _frame_at(data: bytes, offset: int) -> tuple[bytes, int] | None:
-    """The payload and end of the frame at `offset`; None if it is the torn tail."""
+def _record(payload: bytes) -> Record:
+    try:
+        record: Record = _decoder.decode(payload)
+        return record
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _Damage(f"a checksummed frame holds no record ({exc})") from None
+
+
+def _frame_v2(data: bytes, offset: int) -> tuple[bytes, int] | None:
+    """The payload and end of the frame at `offset`; None for a torn tail."""
     if offset + HEADER.size > len(data):
-        return None
-    length, crc = HEADER.unpack_from(data, offset)
-    end = offset + HEADER.size + length
-    if length > MAX_RECORD_BYTES or end > len(data):
-        if end >= len(data):
+        return None  # the header itself cut short: the last append was torn
+    length, head_crc, crc = HEADER.unpack_from(data, offset)
+    nothing_after = offset + HEADER.size == len(data)
+    if zlib.crc32(data[offset : offset + 4]) != head_crc:
+        if nothing_after:
             return None
-        raise CorruptLog(f"frame at byte {offset} has impossible length {length}")
+        raise _Damage("damaged frame header")
+    if not 0 < length <= MAX_RECORD_BYTES:
+        raise _Damage(f"impossible record length {length}")
+    end = offset + HEADER.size + length
+    if end > len(data):
+        return None  # an intact header whose payload the file ends inside
     payload = data[offset + HEADER.size : end]
+    if zlib.crc32(payload, head_crc) != crc:
+        if end == len(data):
+            return None  # the last frame, damaged: torn
+        raise _Damage("checksum mismatch")
+    return payload, end
+
+
+def _frame_v1(data: bytes, offset: int) -> tuple[bytes, int] | None:
+    """Format 1 (migration only): no header check, so a length past the end can only be
+    taken as a torn tail when nothing but that frame's header is left."""
+    if offset + V1_HEADER.size > len(data):
+        return None
+    length, crc = V1_HEADER.unpack_from(data, offset)
+    end = offset + V1_HEADER.size + length
+    if not 0 < length <= MAX_RECORD_BYTES:
+        if offset + V1_HEADER.size == len(data):
+            return None
+        raise _Damage(f"impossible record length {length}")
+    if end > len(data):
+        return None
+    payload = data[offset + V1_HEADER.size : end]
     if zlib.crc32(payload) != crc:
         if end == len(data):
             return None
-        raise CorruptLog(f"checksum mismatch in frame at byte {offset}")
+        raise _Damage("checksum mismatch")
     return payload, end

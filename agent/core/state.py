@@ -3,9 +3,12 @@
 Decides nothing by itself: `apply` turns one record into the next state, and
 replaying a log from empty gives exactly the state the agent had when it wrote
 the last record. Invariants: a machine exists from its `created` record until
-its `destroyed` transition; capacity is reserved for every existing machine
-(stopped ones too, so that starting them never fails for room); the same offer
-key always names the same machine. It must not know about files or processes.
+its `destroyed` transition; capacity follows what runs (`held`): cpus and memory
+are held while a machine is starting, started or being suspended, and while a
+stopping or destroying one still has its process; a suspended machine keeps its
+memory (its frozen process) and gives its cpus back; a created, stopped or
+failed one holds nothing, so idle apps hold no capacity; the same offer key
+always names the same machine. It must not know about files or processes.
 """
 
 from __future__ import annotations
@@ -112,10 +115,28 @@ class AgentState:
             self.offers.pop(machine.offer_key, None)
 
     def reserved(self) -> tuple[float, int]:
-        """(cpus, memory_mb) reserved by the machines that exist."""
-        cpus = sum(m.spec.guest.cpus for m in self.machines.values())
-        memory = sum(m.spec.guest.memory_mb for m in self.machines.values())
-        return cpus, memory
+        """(cpus, memory_mb) held by the machines, by what each runs (see `held`)."""
+        cpus = memory = 0.0
+        for machine in self.machines.values():
+            machine_cpus, machine_memory = held(machine)
+            cpus += machine_cpus
+            memory += machine_memory
+        return cpus, int(memory)
+
+
+RUNNING = frozenset({MachineState.STARTING, MachineState.STARTED, MachineState.SUSPENDING})
+WINDING_DOWN = frozenset({MachineState.STOPPING, MachineState.DESTROYING})
+
+
+def held(machine: Machine) -> tuple[float, int]:
+    """(cpus, memory_mb) a machine holds of its worker in its state."""
+    guest = machine.spec.guest
+    if machine.state in RUNNING or (machine.state in WINDING_DOWN
+                                    and machine.process is not None):
+        return guest.cpus, guest.memory_mb
+    if machine.state is MachineState.SUSPENDED:
+        return 0.0, guest.memory_mb  # frozen: no cpu, all its memory
+    return 0.0, 0
 
 
 def replay(records: Iterable[Record]) -> AgentState:

@@ -17,12 +17,11 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from imagecache.core.budget import POOL_CONNECTIONS, POOL_PER_HOST
 from imagecache.core.egress import EgressPolicy
 
 # (host, port) -> the addresses it resolves to, as text ("192.0.2.7", "2001:db8::7")
 Lookup = Callable[[str, int], Awaitable[list[str]]]
-MAX_CONNECTIONS = 256
-MAX_PER_HOST = 8
 
 
 class EgressRefused(OSError):
@@ -95,7 +94,7 @@ def checked_session(
     # Per registry host, few connections: a registry that stalls (an owner's own, say)
     # holds at most these, never the whole pool that every other pull shares.
     connector = aiohttp.TCPConnector(resolver=CheckedResolver(policy, lookup),
-                                     limit=MAX_CONNECTIONS, limit_per_host=MAX_PER_HOST)
+                                     limit=POOL_CONNECTIONS, limit_per_host=POOL_PER_HOST)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

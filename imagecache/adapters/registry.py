@@ -13,6 +13,7 @@ short reason.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -34,6 +35,7 @@ _MAX_TOKEN_BYTES = 1024 * 1024
 _PARAM = re.compile(r'(\w+)="([^"]*)"')
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")
+_LOCAL_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -192,6 +194,9 @@ def _failure(ref: RegistryRef, what: str, place: str, exc: BaseException) -> Ima
     refusal = refusal_of(exc)
     if refusal is not None:
         return _forbidden(ref, what, place, refusal)
+    local = _local_shortage(exc)
+    if local is not None:  # this host ran out of something: not the registry's fault
+        return ImageError("io_error", f"{ref.host}: {what}: {local}")
     if isinstance(exc, aiohttp.ClientSSLError):
         reason = "TLS handshake failed"
     elif isinstance(exc, aiohttp.ClientConnectorDNSError):
@@ -206,6 +211,14 @@ def _failure(ref: RegistryRef, what: str, place: str, exc: BaseException) -> Ima
         reason = f"request failed ({type(exc).__name__})"
     where = "" if place == "registry" else f" ({place})"
     return ImageError("registry_error", f"{ref.host}: {what}: {reason}{where}")
+
+
+def _local_shortage(exc: BaseException) -> str | None:
+    """The reason when a connection failed for want of a local resource (EMFILE, ...)."""
+    os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(os_error, OSError) and os_error.errno in _LOCAL_SHORTAGES:
+        return os_error.strerror or "out of local resources"
+    return None
 
 
 def _with_token(headers: dict[str, str], token: str | None) -> dict[str, str]:

@@ -133,6 +133,33 @@ def parse_config(data: bytes) -> ImageConfig:
     )
 
 
+def parse_diff_ids(data: bytes, layer_count: int) -> list[str]:
+    """The config's `rootfs.diff_ids`: the sha256 of each layer's uncompressed tar, in order.
+
+    Refuses a config without them or with a count other than the manifest's
+    layers: every layer is checked against its diff_id when it is unpacked.
+    """
+    doc = load_json(data, "image config")
+    rootfs = doc.get("rootfs")
+    ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(ids, list) or not all(_is_sha256(x) for x in ids):
+        raise ImageError("registry_error", "image config has no valid rootfs.diff_ids")
+    if len(ids) != layer_count:
+        raise ImageError(
+            "digest_mismatch", f"image config lists {len(ids)} diff_ids for {layer_count} layers"
+        )
+    return [str(x) for x in ids]
+
+
+def _is_sha256(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) == 71
+        and value.startswith("sha256:")
+        and all(c in "0123456789abcdef" for c in value[7:])
+    )
+
+
 def _strings(value: Any) -> list[str]:
     if value is None:
         return []

@@ -2,12 +2,15 @@
 
 Pure and lexical: judges one member's name, type, link target and mode
 (plus the running totals and the set of paths already extracted) and returns
-a verdict. It never touches the disk, so it cannot see symlinks that earlier
-members created; the unpacker must also refuse to write through any existing
-symlink component (checked with lstat), which this module cannot know about.
-Rules: relative names only, no `..`, no link target leaving the root, hard
-links only to paths already extracted, no devices or fifos, no setuid/setgid,
-bounded member count and unpacked bytes. OCI whiteouts are classified here.
+a verdict; `UnpackTally` keeps those totals over the layers of one image,
+counting the directories a member's path implies as entries too. It never
+touches the disk, so it cannot see symlinks that members create: the
+unpacker must refuse to write through any existing symlink component (lstat)
+and check every symlink of the finished rootfs (`core.rootlinks`).
+Rules: relative names only, no `..`, names and link targets within the
+kernel's lengths, hard links only to paths already extracted, no devices or
+fifos, no setuid/setgid, bounded entries and unpacked bytes per image. OCI
+whiteouts are classified here.
 """
 
 from __future__ import annotations
@@ -57,10 +60,21 @@ class Verdict:
     reason: str = ""
 
 
+PATH_MAX = 4095  # bytes of a path or link target the kernel takes (4096 with the NUL)
+NAME_MAX = 255  # bytes of one path component
+
+
 @dataclass(frozen=True)
 class UnpackLimits:
-    max_bytes: int = 8 * 1024**3  # total regular-file bytes over all layers
-    max_members: int = 500_000  # total tar members over all layers
+    """Per image, over all its layers; a layer that crosses one refuses the image."""
+
+    max_bytes: int = 8 * 1024**3  # regular-file bytes (each member's size, overwritten or not)
+    max_members: int = 500_000  # entries: tar members plus the directories their paths imply
+    entry_bytes: int = 4096  # what one entry is charged against the cache budget, beyond its data
+
+    def charged_bytes(self, file_bytes: int, entries: int) -> int:
+        """What an unpacked tree of `file_bytes` in `entries` entries costs the budget."""
+        return file_bytes + entries * self.entry_bytes
 
 
 def normalise(name: str) -> str | None:
@@ -77,26 +91,16 @@ def normalise(name: str) -> str | None:
     return "/".join(parts)
 
 
-def symlink_stays_inside(path: str, target: str) -> bool:
-    """Does a symlink at `path` pointing to `target` resolve inside the root?
+def _plausible_link(target: str) -> bool:
+    """Where a link leads depends on the links beside it, so that is checked on the
+    finished rootfs (`core.rootlinks`); here only what no link target may be."""
+    size = len(target.encode("utf-8", "surrogateescape"))
+    return bool(target) and "\x00" not in target and size <= PATH_MAX
 
-    Absolute targets are read as rooted at the rootfs (container semantics);
-    relative ones are resolved from the link's own directory.
-    """
-    if not target or "\x00" in target:
-        return False
-    if target.startswith("/"):
-        return True
-    joined = posixpath.join(posixpath.dirname(path), target)
-    depth = 0
-    for part in joined.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return False
-        elif part not in ("", "."):
-            depth += 1
-    return True
+
+def _too_long(text: str) -> bool:
+    raw = text.encode("utf-8", "surrogateescape")
+    return len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/"))
 
 
 def judge(
@@ -111,8 +115,10 @@ def judge(
     path = normalise(member.name)
     if path is None:
         return _refuse(member, "absolute path or '..' component")
+    if _too_long(member.name):
+        return _refuse(member, f"name over {PATH_MAX} bytes or a component over {NAME_MAX}")
     if used_members + 1 > limits.max_members:
-        return _refuse(member, f"more than {limits.max_members} members")
+        return _refuse(member, f"more than {limits.max_members} entries")
     if used_bytes + max(member.size, 0) > limits.max_bytes:
         return _refuse(member, f"unpacked size over {limits.max_bytes} bytes")
     if path == "":
@@ -130,8 +136,8 @@ def _judge_kind(member: Member, path: str, extracted: Container[str]) -> Verdict
         return _refuse(member, "unsupported member type")
     if member.mode & 0o6000:
         return _refuse(member, "setuid/setgid bit set")
-    if member.kind is MemberKind.SYMLINK and not symlink_stays_inside(path, member.linkname):
-        return _refuse(member, f"symlink target {member.linkname!r} escapes the root")
+    if member.kind is MemberKind.SYMLINK and not _plausible_link(member.linkname):
+        return _refuse(member, "empty, NUL-bearing or over-long symlink target")
     if member.kind is MemberKind.HARDLINK:
         target = normalise(member.linkname)
         if not target:
@@ -154,3 +160,55 @@ def _whiteout(member: Member, path: str, base: str) -> Verdict:
 
 def _refuse(member: Member, why: str) -> Verdict:
     return Verdict(Action.REFUSE, reason=f"member {member.name!r}: {why}")
+
+
+class UnpackTally:
+    """Running totals over the layers of one image, in member order.
+
+    `file_bytes` and `entries` only grow: an upper bound of what the rootfs
+    can hold at any point of the unpack (whiteouts are not subtracted).
+    A directory a member's path implies is an entry when first implied.
+    """
+
+    def __init__(self, limits: UnpackLimits) -> None:
+        self.limits = limits
+        self.file_bytes = 0
+        self.entries = 0
+        self.extracted: set[str] = set()
+        self._dirs: set[str] = set()  # every directory made or implied, with its ancestors
+
+    @property
+    def charged_bytes(self) -> int:
+        return self.limits.charged_bytes(self.file_bytes, self.entries)
+
+    def admit(self, member: Member) -> Verdict:
+        """Judge `member` against the totals so far; count it unless refused."""
+        verdict = judge(
+            member,
+            extracted=self.extracted,
+            used_bytes=self.file_bytes,
+            used_members=self.entries,
+            limits=self.limits,
+        )
+        if verdict.action is Action.REFUSE:
+            return verdict
+        implied = self._implied(verdict.path) if verdict.action is Action.EXTRACT else []
+        if self.entries + 1 + len(implied) > self.limits.max_members:
+            return _refuse(member, f"more than {self.limits.max_members} entries")
+        self.entries += 1 + len(implied)
+        self.file_bytes += max(member.size, 0)
+        self._dirs.update(implied)
+        if verdict.action is Action.EXTRACT:
+            self.extracted.add(verdict.path)
+            if member.kind is MemberKind.DIR:
+                self._dirs.add(verdict.path)
+        return verdict
+
+    def _implied(self, path: str) -> list[str]:
+        """Ancestors of `path` not seen before (stops at the first seen: its own are too)."""
+        missing: list[str] = []
+        parent = posixpath.dirname(path)
+        while parent and parent not in self._dirs:
+            missing.append(parent)
+            parent = posixpath.dirname(parent)
+        return missing

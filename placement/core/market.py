@@ -188,6 +188,10 @@ def draining_filter(worker: WorkerStatus, market: Market) -> str | None:
     return "draining" if worker.draining else None
 
 
+def disk_filter(worker: WorkerStatus, market: Market) -> str | None:
+    return "disk full" if worker.disk_full else None
+
+
 def fits_filter(worker: WorkerStatus, market: Market) -> str | None:
     request = market.request
     free_cpus = worker.cpus - worker.reserved_cpus
@@ -207,6 +211,7 @@ FILTERS: tuple[Filter, ...] = (
     Filter("region", region_filter),
     Filter("healthy", healthy_filter),
     Filter("draining", draining_filter),
+    Filter("disk", disk_filter),
     Filter("fits", fits_filter),
     Filter("declined", declined_filter),
 )

@@ -116,16 +116,21 @@ def test_a_machine_that_keeps_crashing_ends_failed_with_a_reason(
     assert "boom" in logs
 
 
-def test_offers_beyond_capacity_are_declined_with_no_capacity(
+def test_offers_beyond_capacity_are_declined_with_no_capacity_but_spares_are_taken(
     agent: AgentProcess, images: dict[str, str]
 ) -> None:
-    big = {"guest": {"cpus": 1, "memory_mb": 256}, "start": False}
+    big = {"guest": {"cpus": 1, "memory_mb": 256}, "start": True}  # 2 of them fill it
     assert offer(agent, images["hello"], "a", **big)[0] == 201
     assert offer(agent, images["hello"], "b", **big)[0] == 201
     status, body = offer(agent, images["hello"], "c", **big)
     assert status == 409 and body["error"] == "no_capacity"
+    spare = {**big, "start": False, "spare": True}  # a standby needs no room until it runs
+    status, standby = offer(agent, images["hello"], "d", **spare)
+    assert status == 201, standby
+    status, body = call("POST", f"{agent.url}/v1/machines/{standby['id']}/start")
+    assert status == 409 and body["error"] == "no_capacity"  # and cannot start while full
     _, machines = get(f"{agent.url}/v1/machines")
-    assert len(machines) == 2
+    assert len(machines) == 3
 
 
 def test_the_same_offer_key_twice_creates_one_machine(

@@ -373,14 +373,16 @@ async def test_machine_outlives_a_killed_launcher_and_a_fresh_driver_adopts_it(
     assert await asyncio.to_thread(supervisor.wait, 10) == 0  # reaped everything
 
 
-async def test_find_orphans_finds_a_launched_machine_by_its_id(machines: Machines) -> None:
-    wanted, spec = await machines.start()
-    other, _ = await machines.start()
+async def test_own_sessions_are_the_machines_launched_for_a_dir_under_the_agents(
+    machines: Machines, tmp_path: Path
+) -> None:
+    first, spec = await machines.start()
+    second, other = await machines.start()
 
-    found = machines.driver.find_orphans({spec.machine_id, "m-never-launched"})
-
-    assert found == {spec.machine_id: wanted}
-    for ident in (wanted, other):
+    found = machines.driver.own_sessions(machines.root)
+    assert sorted(found) == sorted([(spec.machine_id, first), (other.machine_id, second)])
+    assert machines.driver.own_sessions(tmp_path / "another-agent") == []
+    for ident in (first, second):
         await machines.driver.stop(ident, signal.SIGTERM, 5)
 
 

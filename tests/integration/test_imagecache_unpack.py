@@ -179,7 +179,9 @@ async def test_built_layout_of_hello_pulls_and_rebuilding_is_deterministic(
     assert (Path(image.rootfs) / "app.py").is_file()  # type: ignore[attr-defined]
 
 
-async def test_eviction_removes_lru_unpinned_layers_and_their_rootfs(tmp_path: Path) -> None:
+async def test_eviction_removes_lru_unpinned_rootfs_then_layers_never_pinned_ones(
+    tmp_path: Path,
+) -> None:
     layout = tmp_path / "layout"
     descs = {
         tag: add_image(layout, [layer_tar([Entry(tag, data=os.urandom(4000))])])
@@ -189,22 +191,27 @@ async def test_eviction_removes_lru_unpinned_layers_and_their_rootfs(tmp_path: P
     changes: list[LayerChange] = []
     cache = ImageCache(
         tmp_path / "cache",
-        budget_bytes=9000,
+        budget_bytes=GIB,
         policy=_layouts_under(tmp_path),
         on_change=changes.append,
     )
     try:
         one = await cache.pull(f"oci:{layout}:one")
+        footprint = cache.used_bytes()  # its blob and its unpacked rootfs
         cache.pin("machine-1", one.digest)
+        cache.budget_bytes = footprint * 5 // 2
         two = await cache.pull(f"oci:{layout}:two")
-        three = await cache.pull(f"oci:{layout}:three")  # over budget: `two` goes
+        three = await cache.pull(f"oci:{layout}:three")  # over budget: two's rootfs goes
         assert cache.image(two.digest) is None
-        assert set(cache.layers()) == {one.layers[0].digest, three.layers[0].digest}
-        cache.budget_bytes = 4500
-        assert cache.evict() == [three.layers[0].digest]  # `one` is pinned
+        assert two.layers[0].digest in cache.layers()  # a rootfs goes before its blobs
+        assert cache.used_bytes() <= cache.budget_bytes
+        cache.budget_bytes = footprint
+        assert cache.evict() == [two.layers[0].digest, three.layers[0].digest]  # one is pinned
+        assert cache.image(three.digest) is None and cache.image(one.digest) == one
         cache.unpin("machine-1")
         cache.budget_bytes = 0
         assert cache.evict() == [one.layers[0].digest]
+        assert cache.used_bytes() == 0
     finally:
         await cache.close()
     assert [(c.digest, c.present) for c in changes] == [

@@ -55,6 +55,56 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def diff_id(layer: bytes) -> str:
+    """The sha256 of a layer's uncompressed tar, as an image config lists it."""
+    return _digest(gzip.decompress(layer) if layer[:2] == b"\x1f\x8b" else layer)
+
+
+def layer_descriptor(data: bytes) -> dict[str, Any]:
+    media = "application/vnd.oci.image.layer.v1.tar"
+    if data[:2] == b"\x1f\x8b":
+        media += "+gzip"
+    return {"mediaType": media, "digest": _digest(data), "size": len(data)}
+
+
+def image_blobs(
+    layers: list[bytes],
+    *,
+    entrypoint: list[str] | None = None,
+    diff_ids: list[str] | None = None,
+    descriptors: list[dict[str, Any]] | None = None,
+) -> tuple[bytes, dict[str, bytes]]:
+    """(manifest, {digest: blob}) of an image: config, layers and the manifest itself.
+
+    `diff_ids` replaces the computed ones; `descriptors` replaces the layer
+    descriptors in the manifest (say, to declare a size the blob does not have).
+    """
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Entrypoint": entrypoint or ["/bin/true"]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": [diff_id(data) for data in layers] if diff_ids is None else diff_ids,
+        },
+    }
+    config_bytes = json.dumps(config).encode()
+    blobs = {_digest(data): data for data in [config_bytes, *layers]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": _digest(config_bytes),
+            "size": len(config_bytes),
+        },
+        "layers": descriptors if descriptors is not None else list(map(layer_descriptor, layers)),
+    }
+    manifest_bytes = json.dumps(manifest).encode()
+    blobs[_digest(manifest_bytes)] = manifest_bytes
+    return manifest_bytes, blobs
+
+
 def _put(layout: Path, data: bytes) -> dict[str, Any]:
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True, exist_ok=True)
@@ -64,29 +114,17 @@ def _put(layout: Path, data: bytes) -> dict[str, Any]:
 
 
 def add_image(
-    layout: Path, layers: list[bytes], *, entrypoint: list[str] | None = None
+    layout: Path,
+    layers: list[bytes],
+    *,
+    entrypoint: list[str] | None = None,
+    diff_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write config, layers and manifest blobs; return the manifest's descriptor."""
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Entrypoint": entrypoint or ["/bin/true"]},
-        "rootfs": {"type": "layers", "diff_ids": []},
-    }
-    config_desc = _put(layout, json.dumps(config).encode())
-    layer_descs = []
-    for data in layers:
-        media = "application/vnd.oci.image.layer.v1.tar"
-        if data[:2] == b"\x1f\x8b":
-            media += "+gzip"
-        layer_descs.append({"mediaType": media, **_put(layout, data)})
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config_desc},
-        "layers": layer_descs,
-    }
-    return {"mediaType": OCI_MANIFEST, **_put(layout, json.dumps(manifest).encode())}
+    manifest, blobs = image_blobs(layers, entrypoint=entrypoint, diff_ids=diff_ids)
+    for data in blobs.values():
+        _put(layout, data)
+    return {"mediaType": OCI_MANIFEST, "digest": _digest(manifest), "size": len(manifest)}
 
 
 def add_index(layout: Path, platforms: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
@@ -111,7 +149,9 @@ def write_layout(layout: Path, tagged: dict[str, dict[str, Any]]) -> None:
     (layout / "index.json").write_text(json.dumps(index))
 
 
-def single_image_layout(layout: Path, layers: list[bytes], tag: str = "latest") -> str:
+def single_image_layout(
+    layout: Path, layers: list[bytes], tag: str = "latest", *, diff_ids: list[str] | None = None
+) -> str:
     """A layout holding one image under `tag`; returns the `oci:` reference."""
-    write_layout(layout, {tag: add_image(layout, layers)})
+    write_layout(layout, {tag: add_image(layout, layers, diff_ids=diff_ids)})
     return f"oci:{layout}:{tag}"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.core.machine import IllegalTransition, MachineEvent, MachineState, next_state
-from agent.core.offers import Accept, Capacity, Decline, decide_offer
+from agent.core.offers import Accept, Capacity, Decline, decide_offer, decide_start
 from agent.core.records import (
     Boot,
     Created,
@@ -107,8 +108,13 @@ def test_an_offer_that_fits_is_accepted_under_the_new_id() -> None:
     assert decision == Accept("new", existing=False)
 
 
+def running(mid: str, key: str) -> list[Record]:
+    return [Created(mid, SPEC, key, 1.0), Transition(mid, "start", "starting", 2.0),
+            Transition(mid, "ready", "started", 3.0)]
+
+
 def test_an_offer_beyond_capacity_is_declined_with_no_capacity() -> None:
-    state = replay([Created("m1", SPEC, "k1", 1.0), Created("m2", SPEC, "k2", 1.0)])
+    state = replay(running("m1", "k1") + running("m2", "k2"))
     decision = decide_offer(state, Capacity(2, 4096), "k3", SPEC, "m3", draining=False)
     assert isinstance(decision, Decline) and decision.reason == "no_capacity"
     big = MachineSpec(app="a", image="i", guest=Guest(cpus=0.5, memory_mb=8192))
@@ -138,3 +144,56 @@ def test_a_crash_loop_gives_up_and_old_crashes_are_forgotten() -> None:
     policy = RestartPolicy(max_crashes=3, window_s=10)
     assert isinstance(after_crash(policy, [95.0, 96.0, 97.0], 100.0), GiveUp)
     assert isinstance(after_crash(policy, [50.0, 60.0, 97.0], 100.0), Restart)
+
+
+# (state reached by these events) -> (cpus, memory_mb) held, for SPEC = 1 cpu / 256 MB
+HELD = [
+    ([], (0.0, 0)),  # created: a spare holds nothing
+    ([("start", "starting")], (1.0, 256)),
+    ([("start", "starting"), ("ready", "started")], (1.0, 256)),
+    ([("start", "starting"), ("ready", "started"), ("suspend", "suspending")], (1.0, 256)),
+    ([("start", "starting"), ("ready", "started"), ("suspend", "suspending"),
+      ("suspended", "suspended")], (0.0, 256)),  # frozen: memory kept, cpu given back
+    ([("start", "starting"), ("ready", "started"), ("stop", "stopping"),
+      ("exited", "stopped")], (0.0, 0)),
+    ([("start", "starting"), ("fail", "failed")], (0.0, 0)),
+]
+
+
+@pytest.mark.parametrize(("events", "expected"), HELD)
+def test_a_machine_holds_capacity_only_while_it_runs(
+    events: list[tuple[str, str]], expected: tuple[float, int]
+) -> None:
+    records: list[Record] = [Created("m1", SPEC, "k1", 1.0)]
+    records += [Transition("m1", event, state, 2.0) for event, state in events]
+    assert replay(records).reserved() == expected
+
+
+def test_stopping_or_destroying_holds_while_the_process_lives_and_not_after() -> None:
+    base = [*running("m1", "k1"), Launched("m1", 10, 1, 9000, 3.0)]
+    stopping = replay([*base, Transition("m1", "stop", "stopping", 4.0)])
+    assert stopping.reserved() == (1.0, 256)
+    assert replay([*base, Transition("m1", "stop", "stopping", 4.0), Gone("m1", 5.0)]
+                  ).reserved() == (0.0, 0)
+    destroying = replay([*base, Transition("m1", "destroy", "destroying", 4.0)])
+    assert destroying.reserved() == (1.0, 256)
+
+
+def test_a_full_worker_takes_spares_but_declines_to_start_them() -> None:
+    full = replay(running("m1", "k1"))
+    spare = decide_offer(full, Capacity(1, 256), "k2", SPEC, "m2", draining=False,
+                         needs_room=False)
+    assert spare == Accept("m2", existing=False)
+    started = decide_offer(full, Capacity(1, 256), "k3", SPEC, "m3", draining=False)
+    assert isinstance(started, Decline) and started.reason == "no_capacity"
+    state = replay([*running("m1", "k1"), Created("m2", SPEC, "k2", 1.0)])
+    refused = decide_start(state, Capacity(1, 256), state.machines["m2"])
+    assert refused is not None and refused.reason == "no_capacity"
+    assert decide_start(state, Capacity(2, 512), state.machines["m2"]) is None
+
+
+def test_resuming_a_suspended_machine_needs_only_its_cpus_again() -> None:
+    state = replay([*running("m1", "k1"), Transition("m1", "suspend", "suspending", 4.0),
+                    Transition("m1", "suspended", "suspended", 5.0)])
+    # 256 MB are its own already: one more cpu is all a resume needs
+    assert decide_start(state, Capacity(1, 256), state.machines["m1"]) is None

@@ -11,6 +11,7 @@ from imagecache.core.manifest import (
     OCI_INDEX,
     media_type_of,
     parse_config,
+    parse_diff_ids,
     parse_manifest,
     select_platform,
     select_tag,
@@ -104,3 +105,27 @@ def test_config_yields_entrypoint_cmd_env_workdir_and_ports() -> None:
     assert parsed.entrypoint == ["python3", "app.py"]
     assert (parsed.cmd, parsed.env, parsed.working_dir) == (["--x"], ["A=1"], "/app")
     assert parsed.exposed_ports == ["8080/tcp"]
+
+
+def test_diff_ids_come_from_rootfs_one_per_layer() -> None:
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [_d(1), _d(2)]}}).encode()
+    assert parse_diff_ids(config, 2) == [_d(1), _d(2)]
+
+
+@pytest.mark.parametrize(
+    ("rootfs", "code"),
+    [
+        (None, "registry_error"),
+        ({"diff_ids": "sha256:x"}, "registry_error"),
+        ({"diff_ids": ["md5:abc"]}, "registry_error"),
+        ({"diff_ids": [_d(1)]}, "digest_mismatch"),
+        ({"diff_ids": [_d(1), _d(2), _d(3)]}, "digest_mismatch"),
+    ],
+)
+def test_missing_malformed_or_miscounted_diff_ids_refuse_the_image(
+    rootfs: object, code: str
+) -> None:
+    config = json.dumps({"rootfs": rootfs}).encode()
+    with pytest.raises(ImageError) as caught:
+        parse_diff_ids(config, 2)
+    assert caught.value.code == code

@@ -1,18 +1,23 @@
-"""Op log framing: round trip, torn tails dropped, corruption refused."""
+"""Op log framing: round trip, torn and zero-filled tails dropped, every other damage
+refused with its offset — never a record lost silently, never one changed (pure)."""
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.core import oplog_codec
-from agent.core.records import Boot, Created, Launched, MachineSpec, Transition
+from agent.core.oplog_codec import MAGIC, CorruptLog
+from agent.core.records import Boot, Created, Gone, Launched, MachineSpec, Record, Transition
 
 SPEC = MachineSpec(app="hello", image="oci:/tmp/x:latest")
 
 
-def sample_records() -> list:
+def sample_records() -> list[Record]:
     return [
         Boot(epoch=1, at=1.0),
         Created("m1", SPEC, "k1", 2.0),
@@ -22,21 +27,29 @@ def sample_records() -> list:
     ]
 
 
-def encode_all(records: list) -> bytes:
-    return b"".join(oplog_codec.encode(r) for r in records)
+def log_of(records: list[Record]) -> bytes:
+    return MAGIC + b"".join(oplog_codec.encode(r) for r in records)
+
+
+def frame_starts(records: list[Record]) -> list[int]:
+    starts, offset = [], len(MAGIC)
+    for record in records:
+        starts.append(offset)
+        offset += len(oplog_codec.encode(record))
+    return starts
 
 
 def test_records_round_trip_through_the_codec() -> None:
-    data = encode_all(sample_records())
+    data = log_of(sample_records())
     decoded = oplog_codec.decode(data)
-    assert decoded.records == sample_records()
+    assert decoded.records == sample_records() and decoded.version == 2
     assert decoded.valid_bytes == len(data) and not decoded.torn
 
 
 @given(st.integers(min_value=1, max_value=200))
 def test_a_log_cut_anywhere_in_the_last_record_replays_to_the_records_before_it(cut: int) -> None:
     records = sample_records()
-    head = encode_all(records[:-1])
+    head = log_of(records[:-1])
     last = oplog_codec.encode(records[-1])
     cut = min(cut, len(last) - 1)
     decoded = oplog_codec.decode(head + last[:cut])
@@ -44,23 +57,92 @@ def test_a_log_cut_anywhere_in_the_last_record_replays_to_the_records_before_it(
     assert decoded.torn and decoded.valid_bytes == len(head)
 
 
-def test_a_flipped_byte_in_the_last_record_drops_only_that_record() -> None:
-    records = sample_records()
-    data = bytearray(encode_all(records))
-    data[-3] ^= 0xFF
-    decoded = oplog_codec.decode(bytes(data))
-    assert decoded.records == records[:-1] and decoded.torn
+@pytest.mark.parametrize("zeros", [1, 12, 64, 4096])
+def test_a_zero_filled_tail_is_dropped_as_a_power_loss_leaves_it(zeros: int) -> None:
+    data = log_of(sample_records())
+    decoded = oplog_codec.decode(data + bytes(zeros))
+    assert decoded.records == sample_records() and decoded.torn
+    assert decoded.valid_bytes == len(data)
 
 
-def test_a_damaged_record_before_the_end_is_corruption_not_a_torn_tail() -> None:
+def test_a_length_flipped_to_point_past_the_end_is_corruption_not_a_torn_tail() -> None:
+    """What the old format did: a length past the end with data after it was taken as a
+    torn tail, and every record after it was silently dropped."""
     records = sample_records()
-    first = oplog_codec.encode(records[0])
-    data = bytearray(encode_all(records))
-    data[len(first) + 10] ^= 0xFF  # inside the second record's payload
-    with pytest.raises(oplog_codec.CorruptLog):
+    data = bytearray(log_of(records))
+    second = frame_starts(records)[1]
+    data[second] ^= 0x01  # the length's high byte: now 16 MiB past the end
+    with pytest.raises(CorruptLog) as caught:
         oplog_codec.decode(bytes(data))
+    assert caught.value.offset == second and caught.value.records == records[:1]
 
 
-def test_an_empty_log_is_an_empty_state() -> None:
-    decoded = oplog_codec.decode(b"")
-    assert decoded.records == [] and not decoded.torn
+def test_a_damaged_record_before_the_end_is_corruption_naming_its_offset() -> None:
+    records = sample_records()
+    data = bytearray(log_of(records))
+    second = frame_starts(records)[1]
+    data[second + 20] ^= 0xFF  # inside the second record's payload
+    with pytest.raises(CorruptLog) as caught:
+        oplog_codec.decode(bytes(data))
+    assert caught.value.offset == second and "checksum" in caught.value.reason
+
+
+def test_a_checksummed_frame_that_holds_no_record_is_corruption() -> None:
+    payload = b'{"type": "unknown-kind"}'
+    length = struct.pack(">I", len(payload))
+    head = zlib.crc32(length)
+    frame = length + struct.pack(">II", head, zlib.crc32(payload, head)) + payload
+    with pytest.raises(CorruptLog):
+        oplog_codec.decode(MAGIC + frame + oplog_codec.encode(Boot(1, 1.0)))
+
+
+def test_an_empty_log_or_a_cut_magic_is_an_empty_state() -> None:
+    assert oplog_codec.decode(b"").records == []
+    assert oplog_codec.decode(MAGIC[:5]).torn
+
+
+def test_a_format_1_log_is_read_for_migration() -> None:
+    records = sample_records()
+    v1 = b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p
+                  for p in (oplog_codec._encoder.encode(r) for r in records))
+    decoded = oplog_codec.decode(v1 + bytes(64))  # with a zero-filled tail, too
+    assert decoded.records == records and decoded.version == 1
+
+
+# -- the fault property ----------------------------------------------------------------
+
+records_strategy = st.lists(
+    st.one_of(
+        st.builds(Boot, epoch=st.integers(0, 1000), at=st.floats(0, 1e9)),
+        st.builds(Transition, id=st.text("abc0123", min_size=1, max_size=14),
+                  event=st.sampled_from(["start", "ready", "stop", "exited"]),
+                  state=st.sampled_from(["starting", "started", "stopped"]),
+                  at=st.floats(0, 1e9), reason=st.text(max_size=30)),
+        st.builds(Gone, id=st.text("abc0123", min_size=1, max_size=14), at=st.floats(0, 1e9)),
+    ),
+    min_size=1, max_size=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(records_strategy, st.data())
+def test_a_flipped_bit_anywhere_gives_the_exact_records_before_it_or_a_refusal(
+    records: list[Record], data: st.DataObject
+) -> None:
+    """Never fewer records silently, never a changed record: damage in the last frame
+    drops that frame (a torn tail cannot be told from it); any other is refused."""
+    log = log_of(records)
+    bit = data.draw(st.integers(0, len(log) * 8 - 1))
+    damaged = bytearray(log)
+    damaged[bit // 8] ^= 1 << (bit % 8)
+    starts = frame_starts(records)
+    try:
+        decoded = oplog_codec.decode(bytes(damaged))
+    except CorruptLog as exc:
+        assert exc.records == records[: len(exc.records)]  # the prefix, unchanged
+        assert exc.offset in starts or exc.offset == 0
+        return
+    if bit // 8 >= starts[-1]:  # in the last frame
+        assert decoded.records == records[:-1] and decoded.torn
+    else:
+        raise AssertionError(f"damage at byte {bit // 8} went unnoticed: {decoded}")

@@ -28,6 +28,9 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     draining: bool = False
     layers: dict[str, int] = msgspec.field(default_factory=dict)
     updated_at: float = 0.0
+    disk_full: bool = False  # its op log could not be written: it takes no changes now
+    machines_running: int = 0  # starting or started (what the reservations are for)
+    machines: int = 0  # that exist, in any state
 
 
 class MachineRecord(msgspec.Struct, frozen=True):
