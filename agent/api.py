@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from agent.core.records import Guest, Health
+
+Text = Annotated[str, msgspec.Meta(max_length=1024)]
 
 
 class OfferRequest(msgspec.Struct, frozen=True):
     """`POST /v1/offers`. The key makes the offer idempotent."""
 
-    key: str
-    app: str
-    image: str
+    key: Annotated[str, msgspec.Meta(max_length=256)]
+    app: Annotated[str, msgspec.Meta(max_length=64)]
+    image: Text
     guest: Guest = Guest()
-    env: dict[str, str] = msgspec.field(default_factory=dict)
+    # bounded as an app's env is (thaw.appconfig): a machine's record stays small
+    env: Annotated[dict[Text, str], msgspec.Meta(max_length=128)] = msgspec.field(
+        default_factory=dict)
     health: Health = Health()
-    kill_signal: str = "SIGTERM"
+    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
     kill_timeout_s: float = 5.0
     start: bool = True
-    app_uid: str = ""  # the app's incarnation (AppConfig.uid)
+    app_uid: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the app's incarnation
     spare: bool = False  # a standby not to start now: accepted without room to run it
 
 

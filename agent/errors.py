@@ -43,5 +43,13 @@ class DiskFull(AgentError):
     code = "disk_full"
 
 
+class LogBroken(AgentError):
+    """The op log can no longer be made durable (an fsync failed, or a partial write could
+    not be cut back): the agent takes no change until it is restarted on a sound disk."""
+
+    status = 503
+    code = "log_broken"
+
+
 class LogDamaged(ValueError):
     """The op log is damaged before its end: the agent does not start on a log that lies."""

@@ -17,8 +17,10 @@ import signal
 from agent.core.machine import MachineEvent, MachineState
 from agent.core.records import Gone
 from agent.core.state import Machine
+from agent.errors import AgentError
+from agent.launch import ident, machine_dir
 from agent.machinelog import trim_log
-from agent.service import Agent, ident, machine_dir
+from agent.service import Agent
 
 log = logging.getLogger("thaw.agent")
 
@@ -33,7 +35,7 @@ async def recover(agent: Agent) -> None:
             agent.cache.pin(machine.id, machine.image_digest)
         alive = machine.process is not None and agent.driver.alive(ident(machine))
         if machine.process is not None and not alive:
-            agent.persist(Gone(machine.id, agent.clock()))
+            agent.journal.write(Gone(machine.id, agent.clock()))
         _resume(agent, machine, alive)
 
 
@@ -77,29 +79,42 @@ def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
 
 
 async def watch(agent: Agent) -> None:
-    """Notice machines whose process died unasked; keep their logs bounded."""
+    """Notice machines whose process died unasked; keep their logs bounded. What cannot be
+    written now (a full disk) is noticed again on the next tick."""
     ticks = 0
+    unwritten: set[str] = set()  # machines whose exit is waiting for room (said once)
     while True:
         await asyncio.sleep(agent.config.supervise_interval_s)
         ticks += 1
         for machine in list(agent.state.machines.values()):
-            if _died(agent, machine):
-                log.warning("machine %s: process %d exited", machine.id, machine.process.pid)  # type: ignore[union-attr]
-                agent.crashed(machine)
+            pid = machine.process.pid if machine.process is not None else 0
+            try:
+                if _died(agent, machine):
+                    agent.crashed(machine)
+                    log.warning("machine %s: process %d exited unasked", machine.id, pid)
+            except AgentError as exc:  # DiskFull, LogBroken: nothing was written
+                if machine.id not in unwritten:
+                    log.warning("machine %s: its process exited; cannot write that yet: %s",
+                                machine.id, exc.message)
+                    unwritten.add(machine.id)
+                continue
+            unwritten.discard(machine.id)
+        unwritten &= agent.state.machines.keys()
         if ticks % 50 == 0:
             _trim_logs(agent)
 
 
 def _died(agent: Agent, machine: Machine) -> bool:
-    if machine.process is None or agent.busy(machine.id):
+    if agent.busy(machine.id) or machine.state not in (S.STARTED, S.SUSPENDED):
         return False
-    if machine.state not in (S.STARTED, S.SUSPENDED):
-        return False
+    if machine.process is None:
+        # Started without a process: its exit was written, the crash not (no room then).
+        return machine.state is S.STARTED
     if agent.driver.alive(ident(machine)):
         return False
     if machine.state is S.SUSPENDED:
         # A frozen machine that died lost its memory: the next start boots it afresh.
-        agent.persist(Gone(machine.id, agent.clock()))
+        agent.journal.write(Gone(machine.id, agent.clock()))
         return False
     return True
 

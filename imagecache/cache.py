@@ -20,7 +20,6 @@ free disk above `DownloadLimits.disk_reserve_bytes` bounds it the same way
 from __future__ import annotations
 
 import asyncio
-import secrets
 import shutil
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
@@ -28,12 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from imagecache.adapters.blobstore import TEMP_PREFIX, BlobStore, hex_of
+from imagecache.adapters.blobstore import BlobStore, hex_of
 from imagecache.adapters.egress import Lookup
 from imagecache.adapters.records import ImageRecords
 from imagecache.adapters.recovery import recover
-from imagecache.adapters.rootfs import remove_tree, remove_tree_quietly
 from imagecache.adapters.sources import ImageSource, Resolved, read_config
+from imagecache.adapters.trees import remove_tree, remove_tree_quietly
 from imagecache.adapters.unpack import LayerFile, UnpackPlan, build_rootfs, plan_unpack
 from imagecache.api import Image, Layer, LayerChange
 from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s
@@ -42,7 +41,8 @@ from imagecache.core.lru import Evictions, ImageUse, LayerUse, choose_evictions
 from imagecache.core.manifest import Descriptor, parse_config, parse_diff_ids
 from imagecache.core.reference import RegistryRef, parse_reference
 from imagecache.core.tarsafety import UnpackLimits
-from imagecache.errors import ImageError, os_failure
+from imagecache.errors import ImageError, only_image_errors, os_failure
+from imagecache.flights import Flights, single_flight
 from imagecache.resolver import ImageResolver
 
 T = TypeVar("T")
@@ -106,8 +106,8 @@ class ImageCache:
         self._reserved = 0  # bytes promised to writes in flight
         self._pins: dict[str, set[str]] = {}
         self._in_use: Counter[str] = Counter()  # image and layer digests of pulls in flight
-        self._blob_flights: dict[str, asyncio.Future[None]] = {}
-        self._image_flights: dict[str, asyncio.Future[None]] = {}
+        self._blob_flights: Flights = {}
+        self._image_flights: Flights = {}
         self._recover()
 
     # ---- queries -------------------------------------------------------------
@@ -215,12 +215,11 @@ class ImageCache:
     async def pull(self, ref: str) -> Image:
         """Pull, verify and unpack `ref`; idempotent; evicts to budget afterwards.
 
-        Raises ImageError, whatever failed (a local OSError is `no_space` or `io_error`).
+        Raises ImageError, whatever failed (a local OSError is `no_space` or `io_error`,
+        anything else unforeseen `io_error`).
         """
-        try:
+        with only_image_errors(f"pull of {ref}"):
             return await self._pull(ref)
-        except OSError as exc:  # what no adapter translated
-            raise os_failure(exc, f"pull of {ref}") from None
 
     async def _pull(self, ref: str) -> Image:
         parsed = parse_reference(ref)
@@ -247,7 +246,7 @@ class ImageCache:
         if image is not None and not all(self._store.has(x.digest) for x in image.layers):
             await self._fetch_layers(image.layers, source)  # gone behind the cache's back
         if image is None:
-            await self._single_flight(
+            await single_flight(
                 self._image_flights, digest, lambda: self._build(ref, source, resolved)
             )
             image = self._images[digest]
@@ -257,20 +256,6 @@ class ImageCache:
             self._aliases.update(dict.fromkeys(new_aliases, digest))
         self._touch(image)
         return image
-
-    async def _single_flight(
-        self,
-        flights: dict[str, asyncio.Future[None]],
-        key: str,
-        start: Callable[[], Awaitable[None]],
-    ) -> None:
-        """Run `start()` once per key at a time; every concurrent caller awaits the same run."""
-        flight = flights.get(key)
-        if flight is None:
-            flight = asyncio.ensure_future(start())
-            flights[key] = flight
-            flight.add_done_callback(lambda _: flights.pop(key, None))
-        await asyncio.shield(flight)
 
     async def _build(self, ref: str, source: ImageSource, resolved: Resolved) -> None:
         """Config, blobs, unpack, record: afterwards `resolved.digest` is in `_images`."""
@@ -299,14 +284,12 @@ class ImageCache:
     async def _unpack(self, plan: UnpackPlan, image: Image) -> int:
         """Build and record the rootfs; return the bytes it is charged."""
         target = Path(image.rootfs)
-        temp = self._rootfs_dir / f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(4)}"
-        usage = await asyncio.to_thread(build_rootfs, plan, target, temp, self._limits)
+        usage = await asyncio.to_thread(build_rootfs, plan, target, self._limits)
         try:
-            await asyncio.to_thread(self._records.save, image, usage)
-        except BaseException as exc:
+            with only_image_errors(f"recording image {image.digest}"):
+                await asyncio.to_thread(self._records.save, image, usage)
+        except BaseException:
             remove_tree_quietly(target)
-            if isinstance(exc, OSError):
-                raise os_failure(exc, f"recording image {image.digest}") from None
             raise
         return usage
 
@@ -347,7 +330,7 @@ class ImageCache:
             self._touch_layer(layer.digest)
             self._notify(LayerChange(digest=layer.digest, size=layer.size, present=True))
 
-        await self._single_flight(self._blob_flights, layer.digest, download)
+        await single_flight(self._blob_flights, layer.digest, download)
 
     async def _timed(self, digest: str, size: int, work: Awaitable[T]) -> T:
         """`work` within the blob's deadline (its size at the floor rate plus the allowance)."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 CODES = frozenset(
     {
@@ -21,6 +24,7 @@ CODES = frozenset(
 )
 
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+log = logging.getLogger("thaw.imagecache")
 
 
 class ImageError(Exception):
@@ -41,3 +45,22 @@ def os_failure(exc: OSError, what: str) -> ImageError:
     reason = exc.strerror or type(exc).__name__
     code = "no_space" if exc.errno in _NO_SPACE else "io_error"
     return ImageError(code, f"{what}: {reason}")
+
+
+@contextmanager
+def only_image_errors(what: str) -> Iterator[None]:
+    """Let nothing but an ImageError out of the block doing `what`.
+
+    An OSError no adapter translated becomes `os_failure`; anything else
+    unforeseen (a bug, or a limit of the host such as RecursionError) becomes
+    `io_error` naming only its type, and is logged with its traceback.
+    """
+    try:
+        yield
+    except ImageError:
+        raise
+    except OSError as exc:
+        raise os_failure(exc, what) from None
+    except Exception as exc:
+        log.error("%s failed unexpectedly", what, exc_info=exc)
+        raise ImageError("io_error", f"{what}: {type(exc).__name__}") from None

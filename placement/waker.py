@@ -4,7 +4,8 @@ A wake asks the core for a plan (reuse stopped machines, then place new ones),
 starts every machine concurrently through its agent, and answers as soon as all
 are ready — or, at the latest, `wake_margin_ms` before the deadline with the ones
 ready so far. Machines that are not ready by then keep starting; the edge sees
-them through the registry.
+them through the registry. A worker that declines a start (no room now) gets a
+new machine placed elsewhere instead, within `max_machines`.
 """
 
 from __future__ import annotations
@@ -13,17 +14,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.api import WAKE_ERRORS, WakeRequest, WakeResponse, WakeTimings, WokenMachine
 from placement.core.offers import NoCapacity
-from placement.core.wake import MachineState, Refuse, decide_autostop, plan_wake, wake_failure
+from placement.core.wake import (
+    MachineState,
+    Refuse,
+    decide_autostop,
+    plan_wake,
+    room_for_new,
+    wake_failure,
+)
 from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
-from placement.placer import Placer, Round
+from placement.placer import NewMachine, Placer, Round
 from thaw.appconfig import AppConfig
 
 log = logging.getLogger("thaw.placement")
@@ -50,21 +58,54 @@ IMAGE_REFUSALS = frozenset({"bad_reference", "forbidden_host", "not_found", "una
 Outcome = Ready | Failed
 
 
-class Market:
-    """The market round of one wake: made once, when the first new machine needs it (a
-    planned one, or one replacing a stopped machine its worker has no room to start)."""
+class NewMachines:
+    """The new machines of one wake: the market round, made once, when the first is
+    needed (a planned one, or one replacing a stopped machine its worker has no room to
+    start), and how many this wake has placed that still exist."""
 
-    def __init__(self, waker: Waker, config: AppConfig, region: str,
-                 views: list[dict[str, Any]]) -> None:
-        self.waker, self.config, self.region, self.views = waker, config, region, views
+    def __init__(self, placer: Placer, config: AppConfig, region: str,
+                 views: list[dict[str, Any]], live_workers: Collection[str]) -> None:
+        """`views`: the app's machines the wake was planned from; `live_workers`: every
+        live worker then, in any region (as `plan_wake` counts machines)."""
+        self.placer, self.config, self.region, self.views = placer, config, region, views
+        self.machines = states_of(views)
+        self.live_workers = live_workers
+        self.placed = 0  # placed by this wake, not destroyed since: not in `views`
         self.lock = asyncio.Lock()  # one offer at a time: each sees the last's reservations
         self._round: asyncio.Future[Round | Failed] | None = None
 
-    def round(self) -> asyncio.Future[Round | Failed]:
+    async def round(self) -> Round | Failed:
         if self._round is None:
-            self._round = asyncio.ensure_future(
-                self.waker._round(self.config, self.region, self.views))
-        return self._round
+            self._round = asyncio.ensure_future(self._market_round())
+        return await self._round
+
+    async def _market_round(self) -> Round | Failed:
+        try:
+            return await self.placer.round(self.config, self.region, self.views)
+        except PlacementError as exc:
+            return Failed("no_capacity", f"cannot place: {exc.message}")
+
+    async def place(self, rnd: Round) -> NewMachine | Failed:
+        """One machine offered down the ranking of `rnd` (this wake's round), not started."""
+        async with self.lock:
+            placed = await self.placer.place(rnd, start=False)
+        if isinstance(placed, NoCapacity):
+            return Failed("no_capacity", placed.reason)
+        self.placed += 1
+        return placed
+
+    def declined(self, rnd: Round, worker: str, *, destroyed: bool) -> None:
+        """`worker` declined to start the machine placed there: that worker is offered
+        nothing else in this wake, and the machine counts no more once `destroyed`."""
+        rnd.declined.add(worker)
+        if destroyed:
+            self.placed -= 1
+
+    def room(self, placing: int) -> int:
+        """New machines `max_machines` still allows: the app's machines the wake was
+        planned from, those this wake placed since, and `placing` (all wakes') count."""
+        return room_for_new(self.config, self.machines, self.live_workers,
+                            placing + self.placed)
 
 
 class Waker:
@@ -104,7 +145,7 @@ class Waker:
             raise PlacementError("no answer from the workers before the deadline",
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None
         here = {wid for wid, w in everywhere.items() if w.region == region}
-        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+        states = states_of(views)
         claimed = self.claimed.get(config.name, set())
         placing = self.placing.get(config.name, 0)
         plan = plan_wake(config, states, everywhere.keys(), request.count, claimed, placing,
@@ -113,22 +154,14 @@ class Waker:
             self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
         if plan.new:
             self.placing[config.name] = placing + plan.new
-        market = Market(self, config, region, views)
+        new = NewMachines(self.placer, config, region, views, everywhere.keys())
         work: list[Coroutine[Any, Any, Outcome]] = [
-            self._restart(config.name, m, answer_by, market) for m in plan.reuse
+            self._restart(config.name, m, answer_by, new) for m in plan.reuse
         ]
-        work += [self._start_new(config.name, market, answer_by) for _ in range(plan.new)]
+        work += [self._start_new(config.name, new, answer_by) for _ in range(plan.new)]
         if not work:
             return await self._nothing_to_start(config, views, plan.shortfall)
         return await self._gather(work, answer_by, plan.shortfall)
-
-    async def _round(
-        self, config: AppConfig, region: str, views: list[dict[str, Any]]
-    ) -> Round | Failed:
-        try:
-            return await self.placer.round(config, region, views)
-        except PlacementError as exc:
-            return Failed("no_capacity", f"cannot place: {exc.message}")
 
     async def _gather(
         self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
@@ -167,10 +200,11 @@ class Waker:
                              code="no_capacity", status=WAKE_ERRORS["no_capacity"])
 
     async def _restart(self, app: str, machine: MachineState, answer_by: float,
-                       market: Market) -> Outcome:
+                       new: NewMachines) -> Outcome:
         """Start a stopped/suspended machine again (its image is already on the worker).
         A worker without room for it now declines: a new machine is placed elsewhere
-        instead, and the stopped one is left as it is (for the reconciler to replace)."""
+        instead, if `max_machines` allows it while the declined one, left as it is (for
+        the reconciler to replace), still counts."""
         began = time.perf_counter()
         try:
             url = await self.fleet.worker_url(machine.worker)
@@ -182,21 +216,57 @@ class Waker:
             claimed.discard(machine.id)
             if not claimed:
                 self.claimed.pop(app, None)
-        if isinstance(outcome, Failed) and outcome.code == "declined":
-            log.info("%s: worker %s has no room to start it now; placing another machine",
-                     machine.id, machine.worker)
-            self.placing[app] = self.placing.get(app, 0) + 1
-            return await self._start_new(app, market, answer_by)
-        return outcome
+        if not is_declined(outcome):
+            return outcome
+        refused = self._count_another(app, new, answer_by, outcome.message)
+        if refused is not None:
+            return refused
+        log.info("%s: worker %s has no room to start it now; placing another machine",
+                 machine.id, machine.worker)
+        return await self._start_new(app, new, answer_by)
 
-    async def _start_new(self, app: str, market: Market, answer_by: float) -> Outcome:
+    async def _start_new(self, app: str, new: NewMachines, answer_by: float) -> Outcome:
+        """Place a machine and start it (counted in `placing` by the caller until placed).
+        A worker that declines the start (its room taken since its last heartbeat) has
+        that machine destroyed, and one more is placed on another worker: once."""
         began = time.perf_counter()
+        outcome = await self._place_and_start(app, new, answer_by, began)
+        if not is_declined(outcome):
+            return outcome
+        refused = self._count_another(app, new, answer_by, outcome.message)
+        if refused is not None:
+            return refused
+        again = await self._place_and_start(app, new, answer_by, began)
+        if is_declined(again):
+            return Failed("no_capacity",
+                          f"two workers declined to start a new machine: {again.message}")
+        return again
+
+    def _count_another(
+        self, app: str, new: NewMachines, answer_by: float, declined: str
+    ) -> Failed | None:
+        """Count one more new machine as `placing`, or say why none may be placed:
+        no time left, or no room under `max_machines`. `declined`: the start declined."""
+        if asyncio.get_running_loop().time() >= answer_by:
+            return Failed("deadline", f"{declined}; no time left to place another machine")
+        placing = self.placing.get(app, 0)
+        if new.room(placing) == 0:
+            return Failed("no_capacity", (
+                f"{declined}; max_machines={new.config.max_machines} leaves no room for "
+                f"another machine while the app's existing ones count"))
+        self.placing[app] = placing + 1
+        return None
+
+    async def _place_and_start(
+        self, app: str, new: NewMachines, answer_by: float, began: float
+    ) -> Outcome:
+        """One machine placed, pulled and started; one whose start its worker declines is
+        destroyed (the outcome stays "declined")."""
         try:
-            rnd = await market.round()
+            rnd = await new.round()
             if isinstance(rnd, Failed):
                 return rnd
-            async with market.lock:
-                placed = await self.placer.place(rnd, start=False)
+            placed = await new.place(rnd)
         finally:
             # From here on the machine exists on an agent (or never will): no longer "placing".
             left = self.placing.get(app, 0) - 1
@@ -204,15 +274,26 @@ class Waker:
                 self.placing[app] = left
             else:
                 self.placing.pop(app, None)  # no entry per app ever woken: they drop to none
-        if isinstance(placed, NoCapacity):
-            return Failed("no_capacity", placed.reason)
-        if not self.is_current(rnd.config):  # deleted (or re-made) while this was placed
+        if isinstance(placed, Failed):
+            return placed
+        if not self.is_current(new.config):  # deleted (or re-made) while this was placed
             await self._release(placed.url, placed.view["id"])
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
+        outcome = await self._pull_and_start(placed, rnd.image.ref, answer_by, began)
+        if is_declined(outcome):
+            log.info("%s: worker %s declined to start it; destroying it",
+                     placed.view["id"], placed.worker)
+            destroyed = await self._release(placed.url, placed.view["id"])
+            new.declined(rnd, placed.worker, destroyed=destroyed)
+        return outcome
+
+    async def _pull_and_start(
+        self, placed: NewMachine, image_ref: str, answer_by: float, began: float
+    ) -> Outcome:
         place_ms = ms_since(began)
         pull_began = time.perf_counter()
         try:
-            await self.fleet.pull(placed.url, rnd.image.ref)
+            await self.fleet.pull(placed.url, image_ref)
         except PlacementError as exc:
             code = "image_unavailable" if exc.code in IMAGE_REFUSALS else "start_failed"
             return Failed(code, f"pull on {placed.worker}: {exc.message}")
@@ -252,16 +333,21 @@ class Waker:
             return Failed("declined", f"{mid}: {message_of(body)}")  # no room there now
         return Failed("start_failed", f"{mid}: {message_of(body)}")
 
-    async def _release(self, url: str, machine_id: str) -> None:
+    async def _release(self, url: str, machine_id: str) -> bool:
+        """Destroy a machine this placement made; False if it may still be there."""
         try:
-            await self.agents.call("DELETE", url, f"/v1/machines/{machine_id}")
+            status, body = await self.agents.call("DELETE", url, f"/v1/machines/{machine_id}")
         except AgentUnreachable:
-            log.warning("machine %s of a deleted app could not be destroyed now", machine_id)
+            status, body = 0, "no answer"
+        if status < 300 or status == 404:
+            return True
+        log.warning("machine %s could not be destroyed now: %s", machine_id, message_of(body))
+        return False
 
     async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
         url = await self.fleet.locate(config, machine_id)
         views = await self.fleet.own_machines(config)
-        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+        states = states_of(views)
         decision = decide_autostop(config, states, machine_id)
         if isinstance(decision, Refuse):
             raise Conflict(decision.message, code=decision.code)
@@ -279,6 +365,15 @@ def outcome_of(task: asyncio.Task[Outcome]) -> Outcome:
         return task.result()
     log.error("a start of this wake failed", exc_info=exc)
     return Failed("start_failed", f"internal error: {exc!r}")
+
+
+def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
+    """A worker refused to start the machine: no room for it there now."""
+    return isinstance(outcome, Failed) and outcome.code == "declined"
+
+
+def states_of(views: list[dict[str, Any]]) -> list[MachineState]:
+    return [MachineState(v["id"], v["worker"], v["state"]) for v in views]
 
 
 def woken(view: dict[str, Any]) -> WokenMachine:

@@ -13,15 +13,18 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agent.api import OfferRequest, PullRequest
 from agent.core.machine import IllegalTransition, MachineState
 from agent.core.records import MachineSpec
 from agent.errors import AgentError, BadRequest
+from agent.launch import machine_dir
 from agent.machinelog import read_log
 from agent.publisher import Publisher, machine_view
-from agent.service import Agent, machine_dir
+from agent.service import Agent
 from imagecache.errors import ImageError
+from thaw.appconfig import MAX_ENV_BYTES
 from thaw.auth.aiohttp_glue import refusal, unsigned_answer
 from thaw.auth.signing import Verifier
 
@@ -76,7 +79,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(500, "internal", "internal error")
 
 
-def signature_middleware(verifier: Verifier) -> object:
+def signature_middleware(verifier: Verifier) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in UNSIGNED_PATHS and await refusal(verifier, request) is not None:
@@ -207,6 +210,10 @@ class AgentRoutes:
         return web.Response(body=self.agent.metrics.render(), content_type="text/plain")
 
     async def healthz(self, request: web.Request) -> web.Response:
+        broken = self.agent.journal.oplog.broken
+        if broken:  # alive, but nothing it is asked can be made durable: not healthy
+            return json_response({"ok": False, "error": "log_broken", "message": broken,
+                                  "epoch": self.agent.state.epoch}, 503)
         return json_response({"ok": True, "epoch": self.agent.state.epoch})
 
 
@@ -232,8 +239,10 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
     if offer.kill_signal not in signal.Signals.__members__:
         raise AgentError(f"kill_signal {offer.kill_signal!r} is not a signal", code="invalid",
                          status=422)
-    if len(offer.app_uid) > 64:
-        raise AgentError("app_uid is longer than 64 characters", code="invalid", status=422)
+    env_bytes = sum(len(k.encode()) + len(v.encode()) for k, v in offer.env.items())
+    if env_bytes > MAX_ENV_BYTES:
+        raise AgentError(f"env: {env_bytes} bytes of names and values; at most "
+                         f"{MAX_ENV_BYTES}", code="invalid", status=422)
     if offer.kill_timeout_s < 0 or offer.health.timeout_s <= 0:
         raise AgentError("kill_timeout_s must be >= 0, health.timeout_s > 0", code="invalid",
                          status=422)

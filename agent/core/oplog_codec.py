@@ -11,9 +11,13 @@ then a JSON record. Decides, from bytes only:
   the writer never writes, a checksummed payload that is no record — is
   corruption before the end: `CorruptLog` names the offset and carries the
   records before it, and nothing after it is ever silently dropped.
-A log without MAGIC is format 1 (CRC over the payload only, no header check),
-read once to migrate (the agent rewrites it in format 2 at boot). It must not
-know about files or fsync: it turns bytes into records and back.
+A log whose first bytes are MAGIC with a few bytes flipped is format 2 with a
+damaged header: `CorruptLog` at byte 0 that carries every frame after it (a
+repair keeps them all). A log without MAGIC is format 1 (CRC over the payload
+only, no header check), read once to migrate (the op log rewrites it in format
+2 before it appends). A record whose frame would be longer than MAX_RECORD_BYTES
+is never written (`RecordTooLarge`). It must not know about files or fsync: it
+turns bytes into records and back.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ MAGIC = b"THAW-OPLOG 2\n"
 HEADER = struct.Struct(">III")  # payload length, crc32(length), crc32(length + payload)
 V1_HEADER = struct.Struct(">II")  # format 1: payload length, crc32(payload)
 MAX_RECORD_BYTES = 1 << 20
+MAGIC_FLIPS_TOLERATED = 3  # more differing bytes than this: not a damaged format-2 magic
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
@@ -49,6 +54,10 @@ class CorruptLog(ValueError):
         self.records = records
 
 
+class RecordTooLarge(ValueError):
+    """A record longer than MAX_RECORD_BYTES: the reader would take it for damage."""
+
+
 class _Damage(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -64,8 +73,11 @@ class Decoded:
 
 
 def encode(record: Record) -> bytes:
-    """One format-2 frame."""
+    """One format-2 frame; RecordTooLarge past MAX_RECORD_BYTES."""
     payload = _encoder.encode(record)
+    if len(payload) > MAX_RECORD_BYTES:
+        raise RecordTooLarge(f"a {type(record).__name__} record of {len(payload)} bytes "
+                             f"(at most {MAX_RECORD_BYTES})")
     length = struct.pack(">I", len(payload))
     head_crc = zlib.crc32(length)
     return length + struct.pack(">II", head_crc, zlib.crc32(payload, head_crc)) + payload
@@ -75,15 +87,29 @@ def decode(data: bytes) -> Decoded:
     """Every valid record of a log file's bytes; raises CorruptLog on damage before the end."""
     if data.startswith(MAGIC):
         return _decode(data, len(MAGIC), _frame_v2, version=2)
-    if not data or MAGIC.startswith(data):  # new, or the magic itself cut short
+    if MAGIC.startswith(data) or not any(data):  # new, the magic cut short, or zero-filled
         return Decoded([], 0, torn=bool(data), version=2)
+    if _damaged_magic(data):
+        try:
+            kept = _decode(data, len(MAGIC), _frame_v2, version=2).records
+        except CorruptLog as exc:
+            raise CorruptLog(0, f"damaged format header, and at byte {exc.offset}: "
+                                f"{exc.reason}", exc.records) from None
+        raise CorruptLog(0, "damaged format header", kept)
     return _decode(data, 0, _frame_v1, version=1)
+
+
+def _damaged_magic(data: bytes) -> bool:
+    head = data[: len(MAGIC)]
+    flips = sum(a != b for a, b in zip(head, MAGIC, strict=False))
+    return len(head) == len(MAGIC) and 0 < flips <= MAGIC_FLIPS_TOLERATED
 
 
 def _decode(data: bytes, offset: int, frame_at: FrameAt, version: int) -> Decoded:
     records: list[Record] = []
+    zeros_from = len(data.rstrip(b"\0"))  # from here to the end only zero bytes
     while offset < len(data):
-        if not any(data[offset:]):
+        if offset >= zeros_from:
             return Decoded(records, offset, torn=True, version=version)
         try:
             frame = frame_at(data, offset)

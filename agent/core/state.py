@@ -6,7 +6,7 @@ the last record. Invariants: a machine exists from its `created` record until
 its `destroyed` transition; capacity follows what runs (`held`): cpus and memory
 are held while a machine is starting, started or being suspended, and while a
 stopping or destroying one still has its process; a suspended machine keeps its
-memory (its frozen process) and gives its cpus back; a created, stopped or
+memory while its frozen process lives and gives its cpus back; a created, stopped or
 failed one holds nothing, so idle apps hold no capacity; the same offer key
 always names the same machine. It must not know about files or processes.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agent.core.machine import MachineState
+from agent.core.machine import MachineEvent, MachineState, next_state
 from agent.core.records import (
     Boot,
     Created,
@@ -134,9 +134,16 @@ def held(machine: Machine) -> tuple[float, int]:
     if machine.state in RUNNING or (machine.state in WINDING_DOWN
                                     and machine.process is not None):
         return guest.cpus, guest.memory_mb
-    if machine.state is MachineState.SUSPENDED:
+    if machine.state is MachineState.SUSPENDED and machine.process is not None:
         return 0.0, guest.memory_mb  # frozen: no cpu, all its memory
     return 0.0, 0
+
+
+def transition_record(machine: Machine, event: MachineEvent, at: float,
+                      reason: str = "") -> Transition:
+    """The record of `event` on the machine; IllegalTransition if the table forbids it."""
+    return Transition(machine.id, event.value, next_state(machine.state, event).value, at,
+                      reason)
 
 
 def replay(records: Iterable[Record]) -> AgentState:

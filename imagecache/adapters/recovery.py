@@ -15,7 +15,8 @@ from pathlib import Path
 
 from imagecache.adapters.blobstore import BlobStore, hex_of
 from imagecache.adapters.records import ImageRecords, StoredImage
-from imagecache.adapters.rootfs import inspect_rootfs, remove_tree
+from imagecache.adapters.rootfs import inspect_rootfs
+from imagecache.adapters.trees import remove_tree
 from imagecache.api import Image
 from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError
@@ -58,7 +59,7 @@ def recover(
     known = {hex_of(digest) for digest in state.images}
     for entry in rootfs_dir.iterdir():
         if entry.name not in known:  # temp trees, and trees no record names
-            remove_tree(entry) if entry.is_dir() else entry.unlink()
+            remove_tree(entry)
     return state
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import tarfile
 from pathlib import Path
 
+from imagecache.adapters.trees import remove_tree
 from imagecache.core.rootlinks import Node, NodeKind, check_link
 from imagecache.core.tarsafety import UnpackLimits, Verdict
 from imagecache.errors import ImageError
@@ -25,28 +25,6 @@ _CHUNK = 1 << 16
 # Work allowed to resolve the symlinks of one rootfs: this much, plus as much per link.
 _LINK_STEPS = 65536
 _LINK_STEPS_PER_LINK = 256
-
-
-def remove_tree(path: Path) -> None:
-    """rmtree that also copes with directories we made read-only."""
-
-    def fix(func: object, p: str, _exc: object) -> None:
-        os.chmod(os.path.dirname(p), 0o700)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            os.unlink(p)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=fix)
-
-
-def remove_tree_quietly(path: Path) -> None:
-    """remove_tree on a failure path: what cannot go now is swept at the next start."""
-    try:
-        remove_tree(path)
-    except OSError:
-        pass
 
 
 def inspect_rootfs(root: Path, limits: UnpackLimits) -> int:
@@ -134,14 +112,11 @@ def _safe_parent(root: Path, rel: str, *, create: bool) -> Path | None:
 
 
 def remove_path(root: Path, rel: str) -> None:
+    """Remove `rel` (whatever it is, a symlink not followed) if its parents are directories."""
     parent = _safe_parent(root, rel, create=False)
     if parent is None:
         return
-    victim = parent / rel.rsplit("/", 1)[-1]
-    if victim.is_symlink() or victim.is_file():
-        victim.unlink()
-    elif victim.is_dir():
-        remove_tree(victim)
+    remove_tree(parent / rel.rsplit("/", 1)[-1])
 
 
 def clear_dir(root: Path, rel: str) -> None:

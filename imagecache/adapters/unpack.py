@@ -22,6 +22,7 @@ import errno
 import gzip
 import hashlib
 import os
+import secrets
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -31,14 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from imagecache.adapters.rootfs import (
-    clear_dir,
-    inspect_rootfs,
-    remove_path,
-    remove_tree,
-    remove_tree_quietly,
-    write_member,
-)
+from imagecache.adapters.blobstore import TEMP_PREFIX
+from imagecache.adapters.rootfs import clear_dir, inspect_rootfs, remove_path, write_member
+from imagecache.adapters.trees import remove_tree, remove_tree_quietly
 from imagecache.core.tarsafety import (
     Action,
     Member,
@@ -124,8 +120,13 @@ def _note_removal(
         raise ImageError("no_space", f"unpacked, at least {no_room(tally.charged_bytes)}")
 
 
-def build_rootfs(plan: UnpackPlan, target: Path, temp: Path, limits: UnpackLimits) -> int:
-    """Build `target` from the plan's layers via the temp dir `temp`; return its charged bytes."""
+def build_rootfs(plan: UnpackPlan, target: Path, limits: UnpackLimits) -> int:
+    """Build `target` from the plan's layers via a temp dir beside it; return its charged bytes.
+
+    Whatever fails, the temp dir is removed (iteratively: a layer may nest
+    thousands of directories) before the exception leaves.
+    """
+    temp = target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(4)}")
     tally = UnpackTally(limits)
     try:
         _fresh_dir(temp)

@@ -8,9 +8,9 @@ touches the disk, so it cannot see symlinks that members create: the
 unpacker must refuse to write through any existing symlink component (lstat)
 and check every symlink of the finished rootfs (`core.rootlinks`).
 Rules: relative names only, no `..`, names and link targets within the
-kernel's lengths, hard links only to paths already extracted, no devices or
-fifos, no setuid/setgid, bounded entries and unpacked bytes per image. OCI
-whiteouts are classified here.
+kernel's lengths, paths no deeper than the limit, hard links only to paths
+already extracted, no devices or fifos, no setuid/setgid, bounded entries and
+unpacked bytes per image. OCI whiteouts are classified here.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class UnpackLimits:
     max_bytes: int = 8 * 1024**3  # regular-file bytes (each member's size, overwritten or not)
     max_members: int = 500_000  # entries: tar members plus the directories their paths imply
     entry_bytes: int = 4096  # what one entry is charged against the cache budget, beyond its data
+    # Components of a member's path: no real image nests deeper, and a tree thousands deep
+    # strains whatever walks it later (its paths alone outgrow PATH_MAX).
+    max_path_depth: int = 256
 
     def charged_bytes(self, file_bytes: int, entries: int) -> int:
         """What an unpacked tree of `file_bytes` in `entries` entries costs the budget."""
@@ -117,6 +120,8 @@ def judge(
         return _refuse(member, "absolute path or '..' component")
     if _too_long(member.name):
         return _refuse(member, f"name over {PATH_MAX} bytes or a component over {NAME_MAX}")
+    if path.count("/") + 1 > limits.max_path_depth:
+        return _refuse(member, f"path deeper than {limits.max_path_depth} components")
     if used_members + 1 > limits.max_members:
         return _refuse(member, f"more than {limits.max_members} entries")
     if used_bytes + max(member.size, 0) > limits.max_bytes:

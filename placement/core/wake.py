@@ -72,7 +72,7 @@ def plan_wake(
     `placing`: new machines other wakes are placing that no agent reports yet.
     """
     here = live_workers if region_workers is None else region_workers
-    present = [m for m in machines if m.state not in GONE and m.worker in live_workers]
+    present = existing_machines(machines, live_workers)
     # Busy elsewhere: started, claimed by another wake, or being placed. A starting machine
     # nobody claimed is this wake's to wait for, so it is reusable rather than busy.
     active = placing + sum(
@@ -85,8 +85,7 @@ def plan_wake(
         key=lambda m: (REUSABLE_ORDER.index(m.state), m.id),
     )
     reuse = tuple(reusable[:wanted])
-    room = max(0, config.max_machines - len(present) - placing)
-    new = min(wanted - len(reuse), room)
+    new = min(wanted - len(reuse), room_for_new(config, machines, live_workers, placing))
     shortfall = ""
     if len(reuse) + new < count:
         shortfall = (
@@ -94,6 +93,26 @@ def plan_wake(
             f"{len(present)} exist, starting {len(reuse) + new} of {count}"
         )
     return WakePlan(reuse=reuse, new=new, shortfall=shortfall)
+
+
+def existing_machines(
+    machines: Sequence[MachineState], live_workers: Collection[str]
+) -> list[MachineState]:
+    """The machines that count against `max_machines`: every one that is not gone, in
+    any state, on a live worker."""
+    return [m for m in machines if m.state not in GONE and m.worker in live_workers]
+
+
+def room_for_new(
+    config: AppConfig,
+    machines: Sequence[MachineState],
+    live_workers: Collection[str],
+    placing: int = 0,
+) -> int:
+    """How many new machines `max_machines` still allows (0 or more): the app's existing
+    machines and the `placing` ones being placed (that no agent reports yet) count."""
+    return max(0, config.max_machines - len(existing_machines(machines, live_workers))
+               - placing)
 
 
 def decide_autostop(

@@ -46,6 +46,18 @@ def offer(agent: AgentProcess, key: str, image: str = "img", start: bool = False
                 {"key": key, "app": "a", "image": image, "guest": GUEST, "start": start})
 
 
+def agent_with_offers(state_dir: Path, count: int) -> AgentProcess:
+    """An agent started in `state_dir` with `count` machines offered (not started)."""
+    agent = AgentProcess(state_dir).start()
+    try:
+        for i in range(count):
+            assert offer(agent, f"k{i}")[0] == 201
+    except BaseException:
+        agent.cleanup()
+        raise
+    return agent
+
+
 def logged_state(agent: AgentProcess) -> Any:
     return replay(oplog_codec.decode((agent.state_dir / "oplog").read_bytes()).records)
 
@@ -53,38 +65,47 @@ def logged_state(agent: AgentProcess) -> Any:
 # -- a full disk ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
+def tmpfs(where: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (tests/unit/test_oplog_file.py stands in a "
                     "full disk for the same rules)")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                   check=True)
     try:
-        yield disk
+        yield where
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    yield from tmpfs(tmp_path / "disk", "4m")
+
+
+@pytest.fixture
+def disk_with_room_for_a_pull(tmp_path: Path) -> Iterator[Path]:
+    """Room above the image cache's reserve (512 MiB by default) for a pull."""
+    yield from tmpfs(tmp_path / "disk", "576m")
 
 
 def fill(disk: Path) -> Path:
     filler = disk / "filler"
     with open(filler, "wb", buffering=0) as out:
-        try:
-            while True:
-                out.write(b"\0" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
+        for chunk in (1 << 20, 4096):
+            try:
+                while True:
+                    out.write(bytes(chunk))
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
     return filler
 
 
 def test_a_full_disk_declines_offers_with_disk_full_and_recovers_without_a_restart(
     small_disk: Path,
 ) -> None:
-    agent = AgentProcess(small_disk / "agent").start()
+    agent = agent_with_offers(small_disk / "agent", 3)
     try:
-        for i in range(3):
-            assert offer(agent, f"k{i}")[0] == 201
         filler = fill(small_disk)
         accepted = 3  # the log's last page may still take a few frames: offer until it cannot
         for i in range(3, 200):
@@ -106,6 +127,99 @@ def test_a_full_disk_declines_offers_with_disk_full_and_recovers_without_a_resta
         agent.start()  # and it boots: no partial frame in the way
         _, machines = call("GET", f"{agent.url}/v1/machines")
         assert len(machines) == accepted + 1
+    finally:
+        agent.cleanup()
+
+
+def exhaust_log(agent: AgentProcess) -> None:
+    """Offer until the log cannot take one more frame (its last page may still have room)."""
+    for i in range(500):
+        status, body = offer(agent, f"filler-{i}")
+        if status == 503:
+            assert body["error"] == "disk_full", body
+            return
+        assert status == 201, body
+    raise AssertionError("the log never filled")
+
+
+def machine_state(agent: AgentProcess, mid: str) -> dict[str, Any]:
+    status, body = call("GET", f"{agent.url}/v1/machines/{mid}")
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+def test_on_a_full_disk_what_happens_to_machines_is_written_once_room_returns(
+    disk_with_room_for_a_pull: Path, hello: str
+) -> None:
+    """A machine that exits, and a stop refused for room: nothing half-done in the
+    meantime (the refused stop leaves its machine running), and once there is room the
+    exit is written and the machine restarted, without a restart of the agent."""
+    disk = disk_with_room_for_a_pull
+    agent = AgentProcess(disk / "agent", extra=["--allow-layout", hello[4:-3]]).start()
+    try:
+        ids = []
+        for i in range(5):
+            status, made = offer(agent, f"run-{i}", hello, start=True)  # one write each
+            assert status == 201, made
+            ids.append(agent.wait_state(made["id"], "started")["id"])
+        crashing, *others = (machine_state(agent, mid) for mid in ids)
+        filler = fill(disk)
+        exhaust_log(agent)
+        kill_group(crashing["pid"])  # exits unasked while nothing can be written
+        # The log's last page may take a stop or two more (each ~100 bytes): stop until
+        # one is refused.
+        stopped, refused = [], None
+        for machine in others:
+            status, body = call("POST", f"{agent.url}/v1/machines/{machine['id']}/stop")
+            if status == 503:
+                assert body["error"] == "disk_full", body
+                refused = machine
+                break
+            assert status == 200, body
+            stopped.append(machine)
+        assert refused is not None, "every stop was taken on a full disk"
+        time.sleep(1.0)  # the watch has seen the exit and could not write all of it
+        assert machine_state(agent, refused["id"])["state"] == "started"
+        assert pid_alive(refused["pid"])  # a refused stop stops nothing
+        logged = logged_state(agent).machines
+        assert logged[crashing["id"]].state == "started"  # memory and log still agree...
+        assert machine_state(agent, crashing["id"])["state"] == "started"  # ...on the past
+        filler.unlink()
+        wait_until(lambda: machine_state(agent, crashing["id"])["pid"] not in (
+            0, crashing["pid"]), 20)
+        agent.wait_state(crashing["id"], "started")
+        events = [e["event"] for e in machine_state(agent, crashing["id"])["events"]]
+        assert events[-2:] == ["crash", "ready"], events
+        for machine in stopped:
+            agent.wait_state(machine["id"], "stopped")
+        status, body = call("POST", f"{agent.url}/v1/machines/{refused['id']}/stop")
+        assert status == 200, body
+        agent.wait_state(refused["id"], "stopped")
+        assert not any(pid_alive(m["pid"]) for m in [*stopped, refused])
+    finally:
+        agent.cleanup()
+
+
+def test_a_repair_without_room_for_its_copy_says_so_and_changes_nothing(
+    small_disk: Path,
+) -> None:
+    agent = agent_with_offers(small_disk / "agent", 3)
+    try:
+        agent.terminate()
+        log = agent.state_dir / "oplog"
+        data = bytearray(log.read_bytes())
+        data[len(oplog_codec.MAGIC) + 20] ^= 0x01  # inside the first frame
+        log.write_bytes(bytes(data) + bytes(64 << 10))  # grown: the copy cannot fit
+        filler = fill(small_disk)
+        agent.args.append("--repair")
+        with pytest.raises(RuntimeError):
+            agent.start()
+        assert "cannot keep a copy of the op log" in agent.log_path.read_text()
+        assert log.read_bytes() == bytes(data) + bytes(64 << 10)  # untouched
+        assert not list(agent.state_dir.glob("oplog.*-*"))  # no partial copy left
+        filler.unlink()
+        agent.start()  # with room, the repair goes through
+        assert list(agent.state_dir.glob("oplog.damaged-*"))
     finally:
         agent.cleanup()
 
@@ -255,3 +369,39 @@ def machine_sessions(ids: set[str]) -> dict[str, list[int]]:
         mid = next((e[16:].decode() for e in environ if e.startswith(b"THAW_MACHINE_ID=")), "")
         sessions.setdefault(mid, []).append(pid)
     return sessions
+
+
+FORKING_APP = '''\
+import http.server, os, subprocess, sys
+# A child in a session of its own: out of the machine's process group.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Ok).serve_forever()
+'''
+
+
+def test_a_process_that_left_its_machines_group_dies_with_the_machine_without_a_sandbox(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "forking"
+    source.mkdir()
+    (source / "app.py").write_text(FORKING_APP)
+    (source / "thaw-image.toml").write_text('entrypoint = ["python3", "app.py"]\n')
+    build_image(source, "forking:v1", layout=tmp_path / "layout")
+    agent = AgentProcess(tmp_path / "agent", extra=["--sandbox", "off"]).start()
+    mid = ""
+    try:
+        status, made = offer(agent, "f", f"oci:{tmp_path / 'layout'}:v1", start=True)
+        assert status == 201, made
+        mid = made["id"]
+        agent.wait_state(mid, "started")
+        wait_until(lambda: len(machine_sessions({mid}).get(mid, [])) == 2, 10)
+        assert call("POST", f"{agent.url}/v1/machines/{mid}/stop")[0] == 200
+        agent.wait_state(mid, "stopped")
+        wait_until(lambda: find_machine_processes({mid}) == [], 10)
+    finally:
+        agent.cleanup()
+        for pid in find_machine_processes({mid}) if mid else []:
+            kill_group(pid)

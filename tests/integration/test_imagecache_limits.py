@@ -21,10 +21,10 @@ import pytest
 from imagecache.cache import ImageCache
 from imagecache.core.budget import DownloadLimits
 from imagecache.core.egress import EgressPolicy
-from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
+from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import Entry, image_blobs, layer_tar
 from tests.support.registry_proxy import RegistryProxy, StaticRegistry
 from thaw.imagebuild import build_image
@@ -70,22 +70,13 @@ def _files_under(root: Path) -> tuple[int, list[str]]:
     return total, temps
 
 
-async def _pull_error(cache: ImageCache, ref: str) -> ImageError:
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(ref)
-    finally:
-        await cache.close()
-    return caught.value
-
-
 async def test_endless_blob_declared_at_50_gib_stops_at_the_budget_and_leaves_nothing(
     tmp_path: Path, registry: StaticRegistry
 ) -> None:
     ref = _endless_image(registry, declared=50 * GIB)
     budget = 8 * MIB
     cache = ImageCache(tmp_path / "cache", budget_bytes=budget, policy=_listing(registry.host))
-    error = await _pull_error(cache, ref)
+    error = await refused_pull(cache, ref)
     assert error.code == "no_space"
     assert f"cache budget of {budget} bytes" in error.message
     on_disk, temps = _files_under(tmp_path / "cache")
@@ -99,7 +90,7 @@ async def test_endless_blob_within_the_budget_is_cut_at_its_declared_size(
 ) -> None:
     ref = _endless_image(registry, declared=2 * MIB)
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(registry.host))
-    error = await _pull_error(cache, ref)
+    error = await refused_pull(cache, ref)
     assert error.code == "size_mismatch"
     on_disk, temps = _files_under(tmp_path / "cache")
     assert on_disk < MIB and temps == []
@@ -117,7 +108,7 @@ async def test_a_blob_that_would_take_the_disk_below_its_reserve_is_refused_befo
         downloads=DownloadLimits(disk_reserve_bytes=reserve),
         disk_free=lambda _: reserve + 10 * MIB,  # 10 MiB to spare: not 64
     )
-    error = await _pull_error(cache, ref)
+    error = await refused_pull(cache, ref)
     assert error.code == "no_space" and "free on disk above its reserve" in error.message
     assert registry.blob_gets[ENDLESS] == 0
 
@@ -134,7 +125,7 @@ async def test_a_disk_filling_up_during_a_download_stops_it_with_no_space(
     cache = ImageCache(
         tmp_path / "cache", budget_bytes=GIB, policy=_listing(registry.host), disk_free=disk_free
     )
-    error = await _pull_error(cache, ref)
+    error = await refused_pull(cache, ref)
     assert error.code == "no_space" and "fell below its reserve" in error.message
     on_disk, temps = _files_under(tmp_path / "cache")
     assert on_disk < MIB and temps == []
@@ -159,7 +150,7 @@ async def test_drip_fed_blob_is_cut_at_its_overall_deadline_though_never_idle(
             downloads=DownloadLimits(allowance_s=0.5, min_bytes_per_s=10 * MIB),
         )
         began = time.monotonic()
-        error = await _pull_error(cache, f"{proxy.host}/hello:v1")
+        error = await refused_pull(cache, f"{proxy.host}/hello:v1")
         elapsed = time.monotonic() - began
     assert error.code == "registry_error" and "not received within 0.5 s" in error.message
     assert elapsed < 3.0
@@ -179,7 +170,7 @@ async def test_drip_fed_manifest_is_cut_at_the_resolve_deadline(
             resolve_timeout_s=0.5,
         )
         began = time.monotonic()
-        error = await _pull_error(cache, f"{proxy.host}/hello:v1")
+        error = await refused_pull(cache, f"{proxy.host}/hello:v1")
         elapsed = time.monotonic() - began
     assert error.code == "registry_error" and "not resolved within 0.5 s" in error.message
     assert elapsed < 3.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
@@ -14,11 +15,12 @@ import pytest
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
 from imagecache.core.egress import EgressPolicy
-from imagecache.errors import ImageError
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
+from tests.support.image_pulls import refused_pull
+from tests.support.oci_layout import OCI_MANIFEST, Entry, image_blobs, layer_tar
 from tests.support.registry_proxy import RegistryProxy
-from thaw.imagebuild import build_image
+from thaw.imagebuild import Blob, BuiltImage, build_image, push_image
 
 pytestmark = pytest.mark.integration
 docker_registry = registry_support.docker_registry  # the session fixture, by name
@@ -83,6 +85,30 @@ async def test_pushed_hello_example_pulls_with_app_py_and_its_entrypoint(
     assert image.config.exposed_ports == ["8080/tcp"]
     assert [c.present for c in changes] == [True]
     assert cache.layers() == {image.layers[0].digest: image.layers[0].size}
+
+
+def _push_layer(registry: DockerRegistry, name: str, layer: bytes) -> None:
+    """Push a one-layer image of `layer` as `name:v1` (a layer no directory could give)."""
+    manifest, blobs = image_blobs([layer])
+    config = blobs[json.loads(manifest)["config"]["digest"]]
+    built = BuiltImage(
+        layer=Blob("application/vnd.oci.image.layer.v1.tar+gzip", layer),
+        config=Blob("application/vnd.oci.image.config.v1+json", config),
+        manifest=Blob(OCI_MANIFEST, manifest),
+    )
+    push_image(built, registry.url, name, "v1")
+
+
+async def test_a_layer_of_2000_nested_directories_is_refused_and_leaves_no_temp_tree(
+    tmp_path: Path, docker_registry: DockerRegistry
+) -> None:
+    nested = [Entry("/".join(["a"] * depth), kind="dir", mode=0o755) for depth in range(1, 2001)]
+    _push_layer(docker_registry, "deep", layer_tar(nested))
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(docker_registry.host))
+    error = await refused_pull(cache, f"{docker_registry.host}/deep:v1")
+    assert error.code == "unsafe_layer"
+    assert "deeper than 256 components" in error.message
+    assert os.listdir(tmp_path / "cache" / "rootfs") == []
 
 
 async def test_second_pull_of_a_cached_image_fetches_no_blob(
@@ -152,12 +178,8 @@ async def test_corrupted_blob_is_rejected_and_nothing_lands_under_its_digest(
     layer = _layer_digest(docker_registry)
     proxy.tamper[layer] = mode
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(f"{proxy.host}/hello:v1")
-    finally:
-        await cache.close()
-    assert caught.value.code == code
+    error = await refused_pull(cache, f"{proxy.host}/hello:v1")
+    assert error.code == code
     blob_dir = tmp_path / "cache" / "blobs" / "sha256"
     assert not (blob_dir / layer.split(":")[1]).exists()
     assert [p.name for p in blob_dir.iterdir() if p.name.startswith(".tmp-")] == []
@@ -200,12 +222,8 @@ async def test_pinned_ref_whose_manifest_bytes_do_not_hash_to_the_pin_is_refused
 ) -> None:
     proxy.tamper[hello_digest] = "wrong_digest"
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_listing(proxy.host))
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(f"{proxy.host}/hello:v1@{hello_digest}")
-    finally:
-        await cache.close()
-    assert caught.value.code == "digest_mismatch"
+    error = await refused_pull(cache, f"{proxy.host}/hello:v1@{hello_digest}")
+    assert error.code == "digest_mismatch"
     assert proxy.blob_gets == {}
 
 
@@ -214,12 +232,8 @@ async def test_hosts_outside_the_allow_list_are_refused_before_any_request(
 ) -> None:
     policy = EgressPolicy.build(["a.b"], listed_only=True)
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=policy)
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(f"{proxy.host}/hello:v1")
-    finally:
-        await cache.close()
-    assert caught.value.code == "forbidden_host"
+    error = await refused_pull(cache, f"{proxy.host}/hello:v1")
+    assert error.code == "forbidden_host"
     assert proxy.blob_gets == {}
 
 
@@ -229,14 +243,10 @@ async def test_unknown_repository_is_not_found(
 ) -> None:
     policy = _listing(docker_registry.host)
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=policy)
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(f"{docker_registry.host}/nothing-here:v1")
-    finally:
-        await cache.close()
-    assert caught.value.code == "not_found"
+    error = await refused_pull(cache, f"{docker_registry.host}/nothing-here:v1")
+    assert error.code == "not_found"
     where = f"{docker_registry.host}: manifest nothing-here:v1"
-    assert caught.value.message == f"{where}: not found (HTTP 404)"
+    assert error.message == f"{where}: not found (HTTP 404)"
 
 
 _PULL_SCRIPT = """

@@ -14,6 +14,7 @@ from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver, ResolvedImage
 from tests.support import docker_registry as registry_support
 from tests.support.docker_registry import DockerRegistry
+from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import Entry, add_image, add_index, layer_tar, write_layout
 from tests.support.registry_proxy import RegistryProxy
 from thaw.imagebuild import build_image
@@ -39,13 +40,7 @@ async def _resolve(policy: EgressPolicy, ref: str, **kwargs: float) -> ResolvedI
 
 
 async def _pull_error(policy: EgressPolicy, ref: str, root: Path) -> ImageError:
-    cache = ImageCache(root, budget_bytes=GIB, policy=policy)
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(ref)
-    finally:
-        await cache.close()
-    return caught.value
+    return await refused_pull(ImageCache(root, budget_bytes=GIB, policy=policy), ref)
 
 
 async def test_resolving_on_the_registry_gives_the_digest_and_layers_a_full_pull_gets(

@@ -12,6 +12,7 @@ from imagecache.cache import ImageCache
 from imagecache.core.egress import EgressPolicy
 from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError
+from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import (
     Entry,
     add_image,
@@ -46,16 +47,12 @@ async def _refused(tmp_path: Path, layers: list[list[Entry]]) -> ImageError:
     sentinel.mkdir()
     ref = single_image_layout(tmp_path / "layout", [layer_tar(entries) for entries in layers])
     cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_layouts_under(tmp_path))
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(ref)
-    finally:
-        await cache.close()
+    error = await refused_pull(cache, ref)
     assert list(sentinel.iterdir()) == []
     assert list((tmp_path / "cache" / "rootfs").iterdir()) == []
     assert not (tmp_path / "x").exists() and not (tmp_path / "cache" / "x").exists()
     assert cache.image(ref) is None
-    return caught.value
+    return error
 
 
 @pytest.mark.parametrize(
@@ -108,12 +105,8 @@ async def test_unpacked_size_over_the_limit_is_refused(tmp_path: Path) -> None:
         policy=_layouts_under(tmp_path),
         limits=UnpackLimits(max_bytes=1000),
     )
-    try:
-        with pytest.raises(ImageError) as caught:
-            await cache.pull(ref)
-    finally:
-        await cache.close()
-    assert caught.value.code == "unsafe_layer" and "1000 bytes" in str(caught.value)
+    error = await refused_pull(cache, ref)
+    assert error.code == "unsafe_layer" and "1000 bytes" in str(error)
 
 
 async def test_whiteout_in_an_upper_layer_deletes_the_lower_file(tmp_path: Path) -> None:
@@ -247,3 +240,49 @@ async def test_a_name_repeated_in_one_layer_ends_as_its_last_entry(tmp_path: Pat
     root = Path(image.rootfs)  # type: ignore[attr-defined]
     assert (root / "b").read_bytes() == b"first"
     assert (root / "b").stat().st_ino == (root / "a").stat().st_ino
+
+
+def _temp_trees(cache_root: Path) -> list[str]:
+    return [name for name in os.listdir(cache_root / "rootfs") if name.startswith(".tmp-")]
+
+
+async def test_a_tree_too_deep_for_the_file_system_is_refused_and_its_temp_tree_removed_whole(
+    tmp_path: Path,
+) -> None:
+    # Past the depth limit's default, the plan lets 2000 levels through; writing them
+    # fails when the path outgrows PATH_MAX, with ~2000 levels on disk to remove.
+    deep = [Entry("a/" * 2000 + "f", data=b"x")]
+    ref = single_image_layout(tmp_path / "layout", [layer_tar(deep)])
+    cache = ImageCache(
+        tmp_path / "cache",
+        budget_bytes=GIB,
+        policy=_layouts_under(tmp_path),
+        limits=UnpackLimits(max_path_depth=5000),
+    )
+    error = await refused_pull(cache, ref)
+    assert error.code == "unsafe_layer" and "File name too long" in str(error)
+    assert os.listdir(tmp_path / "cache" / "rootfs") == []
+    again = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_layouts_under(tmp_path))
+    await again.close()
+    assert again.image(ref) is None
+
+
+async def test_an_unforeseen_error_while_unpacking_is_an_io_error_and_leaves_no_temp_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def overflow(root: Path, _limits: UnpackLimits) -> int:
+        assert _temp_trees(tmp_path / "cache") == [root.name]  # written, then it fails
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("imagecache.adapters.unpack.inspect_rootfs", overflow)
+    ref = single_image_layout(tmp_path / "layout", [layer_tar([Entry("a/b/c", data=b"x")])])
+    cache = ImageCache(tmp_path / "cache", budget_bytes=GIB, policy=_layouts_under(tmp_path))
+    try:
+        with pytest.raises(ImageError) as caught:
+            await cache.pull(ref)
+        assert cache.image(ref) is None
+    finally:
+        await cache.close()
+    assert caught.value.code == "io_error"
+    assert caught.value.message == f"pull of {ref}: RecursionError"
+    assert os.listdir(tmp_path / "cache" / "rootfs") == []

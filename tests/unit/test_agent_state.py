@@ -146,16 +146,20 @@ def test_a_crash_loop_gives_up_and_old_crashes_are_forgotten() -> None:
     assert isinstance(after_crash(policy, [50.0, 60.0, 97.0], 100.0), Restart)
 
 
-# (state reached by these events) -> (cpus, memory_mb) held, for SPEC = 1 cpu / 256 MB
+LAUNCHED = ("launched", "")  # the machine's process is recorded
+GONE = ("gone", "")  # ... and its exit
+STARTED = [("start", "starting"), LAUNCHED, ("ready", "started")]
+SUSPENDED = [*STARTED, ("suspend", "suspending"), ("suspended", "suspended")]
+
+# (what happened) -> (cpus, memory_mb) held, for SPEC = 1 cpu / 256 MB
 HELD = [
     ([], (0.0, 0)),  # created: a spare holds nothing
     ([("start", "starting")], (1.0, 256)),
-    ([("start", "starting"), ("ready", "started")], (1.0, 256)),
-    ([("start", "starting"), ("ready", "started"), ("suspend", "suspending")], (1.0, 256)),
-    ([("start", "starting"), ("ready", "started"), ("suspend", "suspending"),
-      ("suspended", "suspended")], (0.0, 256)),  # frozen: memory kept, cpu given back
-    ([("start", "starting"), ("ready", "started"), ("stop", "stopping"),
-      ("exited", "stopped")], (0.0, 0)),
+    (STARTED, (1.0, 256)),
+    ([*STARTED, ("suspend", "suspending")], (1.0, 256)),
+    (SUSPENDED, (0.0, 256)),  # frozen: memory kept, cpu given back
+    ([*SUSPENDED, GONE], (0.0, 0)),  # the frozen process died: nothing left to hold
+    ([*STARTED, ("stop", "stopping"), GONE, ("exited", "stopped")], (0.0, 0)),
     ([("start", "starting"), ("fail", "failed")], (0.0, 0)),
 ]
 
@@ -165,7 +169,13 @@ def test_a_machine_holds_capacity_only_while_it_runs(
     events: list[tuple[str, str]], expected: tuple[float, int]
 ) -> None:
     records: list[Record] = [Created("m1", SPEC, "k1", 1.0)]
-    records += [Transition("m1", event, state, 2.0) for event, state in events]
+    for event, state in events:
+        if (event, state) == LAUNCHED:
+            records.append(Launched("m1", 10, 1, 9000, 2.0))
+        elif (event, state) == GONE:
+            records.append(Gone("m1", 2.0))
+        else:
+            records.append(Transition("m1", event, state, 2.0))
     assert replay(records).reserved() == expected
 
 

@@ -146,3 +146,20 @@ def test_whiteouts_imply_no_directories() -> None:
     tally = UnpackTally(UnpackLimits())
     assert tally.admit(Member("x/y/.wh.z", MemberKind.FILE)).action is Action.WHITEOUT
     assert tally.entries == 1
+
+
+def test_a_member_deeper_than_the_path_depth_limit_is_refused_naming_the_limit() -> None:
+    tally = UnpackTally(UnpackLimits())
+    at_limit = "/".join(["d"] * 255) + "/f"  # 256 components
+    assert tally.admit(Member(at_limit, MemberKind.FILE)).action is Action.EXTRACT
+    for deeper in (at_limit + "/g", "/".join(["a"] * 2000)):
+        verdict = tally.admit(Member(deeper, MemberKind.DIR))
+        assert verdict.action is Action.REFUSE and "deeper than 256 components" in verdict.reason
+
+
+def test_the_path_depth_limit_counts_normalised_components_and_holds_for_whiteouts() -> None:
+    limits = UnpackLimits(max_path_depth=3)
+    tally = UnpackTally(limits)
+    assert tally.admit(Member("./a//b/./c", MemberKind.FILE)).action is Action.EXTRACT
+    assert tally.admit(Member("a/b/c/.wh.d", MemberKind.FILE)).action is Action.REFUSE
+    assert tally.admit(Member("a/b/c/d", MemberKind.FILE)).action is Action.REFUSE

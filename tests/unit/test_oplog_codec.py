@@ -11,8 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.core import oplog_codec
-from agent.core.oplog_codec import MAGIC, CorruptLog
-from agent.core.records import Boot, Created, Gone, Launched, MachineSpec, Record, Transition
+from agent.core.oplog_codec import MAGIC, MAX_RECORD_BYTES, CorruptLog, RecordTooLarge
+from agent.core.records import (
+    Boot,
+    Created,
+    Gone,
+    ImageResolved,
+    Launched,
+    MachineSpec,
+    Record,
+    Transition,
+)
 
 SPEC = MachineSpec(app="hello", image="oci:/tmp/x:latest")
 
@@ -29,6 +38,11 @@ def sample_records() -> list[Record]:
 
 def log_of(records: list[Record]) -> bytes:
     return MAGIC + b"".join(oplog_codec.encode(r) for r in records)
+
+
+def v1_log_of(records: list[Record]) -> bytes:
+    return b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p
+                    for p in (oplog_codec._encoder.encode(r) for r in records))
 
 
 def frame_starts(records: list[Record]) -> list[int]:
@@ -99,26 +113,66 @@ def test_a_checksummed_frame_that_holds_no_record_is_corruption() -> None:
 def test_an_empty_log_or_a_cut_magic_is_an_empty_state() -> None:
     assert oplog_codec.decode(b"").records == []
     assert oplog_codec.decode(MAGIC[:5]).torn
+    zeros = oplog_codec.decode(bytes(4096))  # zero-filled: empty, not format 1
+    assert zeros.records == [] and zeros.version == 2 and zeros.torn
 
 
 def test_a_format_1_log_is_read_for_migration() -> None:
     records = sample_records()
-    v1 = b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p
-                  for p in (oplog_codec._encoder.encode(r) for r in records))
-    decoded = oplog_codec.decode(v1 + bytes(64))  # with a zero-filled tail, too
+    decoded = oplog_codec.decode(v1_log_of(records) + bytes(64))  # a zero-filled tail, too
     assert decoded.records == records and decoded.version == 1
+
+
+@pytest.mark.parametrize("flips", [[0], [3, 7], [0, 5, 12]])
+def test_a_damaged_magic_is_refused_with_every_record_after_it_kept_for_repair(
+    flips: list[int],
+) -> None:
+    """Read as format 1, a flipped magic byte would lose the whole log to a repair."""
+    records = sample_records()
+    data = bytearray(log_of(records))
+    for i in flips:
+        data[i] ^= 0x20
+    with pytest.raises(CorruptLog) as caught:
+        oplog_codec.decode(bytes(data))
+    assert caught.value.offset == 0 and caught.value.records == records
+    assert "format header" in caught.value.reason
+
+
+def test_a_record_too_long_for_a_frame_is_never_encoded() -> None:
+    """The reader refuses a length past MAX_RECORD_BYTES as damage: the writer must not
+    write one, or the log would stop the next boot."""
+    huge = MachineSpec(app="hello", image="img", env={"X": "\x01" * MAX_RECORD_BYTES})
+    with pytest.raises(RecordTooLarge):
+        oplog_codec.encode(Created("m1", huge, "k1", 1.0))
+
+
+def test_a_large_log_with_a_long_zero_tail_decodes_to_its_records() -> None:
+    records = [Gone(f"m{i}", float(i)) for i in range(20_000)]
+    decoded = oplog_codec.decode(log_of(records) + bytes(1 << 20))
+    assert decoded.records == records and decoded.torn
 
 
 # -- the fault property ----------------------------------------------------------------
 
+ids = st.text("abc0123", min_size=1, max_size=14)
 records_strategy = st.lists(
     st.one_of(
         st.builds(Boot, epoch=st.integers(0, 1000), at=st.floats(0, 1e9)),
-        st.builds(Transition, id=st.text("abc0123", min_size=1, max_size=14),
+        st.builds(Created, id=ids, spec=st.builds(
+            MachineSpec, app=st.text("abcxyz-", min_size=1, max_size=20),
+            image=st.text(min_size=1, max_size=40),
+            env=st.dictionaries(st.text("ABCZ_", min_size=1, max_size=8), st.text(max_size=20),
+                                max_size=3)),
+                  offer_key=st.text(max_size=20), at=st.floats(0, 1e9)),
+        st.builds(Launched, id=ids, pid=st.integers(1, 2**22), start_time=st.integers(0, 2**40),
+                  port=st.integers(1, 65535), at=st.floats(0, 1e9)),
+        st.builds(ImageResolved, id=ids, digest=st.text("0123456789abcdef", max_size=64),
+                  at=st.floats(0, 1e9)),
+        st.builds(Transition, id=ids,
                   event=st.sampled_from(["start", "ready", "stop", "exited"]),
                   state=st.sampled_from(["starting", "started", "stopped"]),
                   at=st.floats(0, 1e9), reason=st.text(max_size=30)),
-        st.builds(Gone, id=st.text("abc0123", min_size=1, max_size=14), at=st.floats(0, 1e9)),
+        st.builds(Gone, id=ids, at=st.floats(0, 1e9)),
     ),
     min_size=1, max_size=12,
 )
@@ -141,8 +195,31 @@ def test_a_flipped_bit_anywhere_gives_the_exact_records_before_it_or_a_refusal(
     except CorruptLog as exc:
         assert exc.records == records[: len(exc.records)]  # the prefix, unchanged
         assert exc.offset in starts or exc.offset == 0
+        if bit // 8 < len(MAGIC):  # the format header: a repair keeps every record
+            assert exc.offset == 0 and exc.records == records
         return
     if bit // 8 >= starts[-1]:  # in the last frame
         assert decoded.records == records[:-1] and decoded.torn
     else:
         raise AssertionError(f"damage at byte {bit // 8} went unnoticed: {decoded}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(records_strategy, st.data())
+def test_a_flipped_bit_in_a_format_1_log_never_changes_a_record(
+    records: list[Record], data: st.DataObject
+) -> None:
+    """Format 1 (read once, to migrate) has no header check: a damaged length cannot be
+    told from a torn tail, so records after it may be missed — the reason for format 2 —
+    but what it reads is always the log's own records, in order, unchanged."""
+    log = v1_log_of(records)
+    bit = data.draw(st.integers(0, len(log) * 8 - 1))
+    damaged = bytearray(log)
+    damaged[bit // 8] ^= 1 << (bit % 8)
+    try:
+        decoded = oplog_codec.decode(bytes(damaged))
+    except CorruptLog as exc:
+        assert exc.records == records[: len(exc.records)]
+        return
+    assert decoded.records == records[: len(decoded.records)]
+    assert len(decoded.records) < len(records)  # the damaged frame itself is never read

@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 
 from agent.core import oplog_codec
-from agent.core.records import Boot, Created, MachineSpec, Transition
+from agent.core.records import Boot, Created, MachineSpec, Record, Transition
 from agent.core.state import replay, snapshot
 from agent.oplog import LogWriteFailed, OpLog
 
 SPEC = MachineSpec(app="hello", image="img")
+
+
+def read_back(path: Path) -> list[Record]:
+    """The records an agent would boot with (the log opened, and closed again)."""
+    log = OpLog(path)
+    try:
+        return log.open()
+    finally:
+        log.close()
 
 
 def test_a_log_with_a_torn_last_record_replays_to_the_state_before_that_record(
@@ -31,7 +40,7 @@ def test_a_log_with_a_torn_last_record_replays_to_the_state_before_that_record(
     log.append(Created("m1", SPEC, "k", 1.0))
     log.append(Transition("m1", "start", "starting", 2.0))
     log.close()
-    before = replay(OpLog(path).open())
+    before = replay(read_back(path))
     torn = oplog_codec.encode(Transition("m1", "ready", "started", 3.0))
     with open(path, "ab") as out:
         out.write(torn[: len(torn) // 2])  # the agent died mid-append
@@ -41,7 +50,7 @@ def test_a_log_with_a_torn_last_record_replays_to_the_state_before_that_record(
     assert replay(records).machines["m1"].state == before.machines["m1"].state == "starting"
     reopened.append(Transition("m1", "ready", "started", 4.0))  # appends after the cut
     reopened.close()
-    assert replay(OpLog(path).open()).machines["m1"].state == "started"
+    assert replay(read_back(path)).machines["m1"].state == "started"
 
 
 def test_compaction_replaces_the_log_by_a_snapshot_with_the_same_state(tmp_path: Path) -> None:
@@ -54,11 +63,11 @@ def test_compaction_replaces_the_log_by_a_snapshot_with_the_same_state(tmp_path:
         log.append(Transition(f"m{i}", "destroy", "destroying", float(i)))
         if i % 2:
             log.append(Transition(f"m{i}", "destroyed", "destroyed", float(i)))
-    state = replay(OpLog(path).open())
+    state = replay(read_back(path))
     log.compact(snapshot(state))
     log.append(Transition("m0", "destroyed", "destroyed", 99.0))
     log.close()
-    again = replay(OpLog(path).open())
+    again = replay(read_back(path))
     assert again.epoch == 3
     assert set(again.machines) == set(state.machines) - {"m0"}
     assert not (tmp_path / "oplog.compact").exists()
@@ -83,7 +92,7 @@ def test_a_damaged_log_is_repaired_from_its_valid_prefix_keeping_a_copy(tmp_path
     assert [r.id for r in records] == ["m0", "m1"]  # type: ignore[union-attr]
     [copy] = tmp_path.glob("oplog.damaged-*")
     assert copy.read_bytes() == bytes(data)  # the damaged log, kept as it was
-    assert [r.id for r in OpLog(path).open()] == ["m0", "m1"]  # type: ignore[union-attr]
+    assert [r.id for r in read_back(path)] == ["m0", "m1"]  # type: ignore[union-attr]
 
 
 def failing_write(after_bytes: int, error: int | None = errno.ENOSPC):
@@ -122,7 +131,7 @@ def test_a_failed_or_short_append_is_cut_back_and_the_log_stays_bootable(
     budget["left"] = 10_000  # space is back
     log.append(Transition("m1", "stop", "stopped", 3.0))
     log.close()
-    records = OpLog(path).open()
+    records = read_back(path)
     assert [type(r).__name__ for r in records] == ["Created", "Transition"]
     assert replay(records).machines["m1"].state == "stopped"
 
@@ -164,22 +173,46 @@ async def test_compaction_waits_while_an_fsync_of_the_current_file_runs(tmp_path
     log.append(Created("m1", SPEC, "k1", 1.0))
     pending = asyncio.ensure_future(log.durable())
     await asyncio.sleep(0.01)  # the fsync is in flight
-    assert log.compact(snapshot(replay(OpLog(tmp_path / "oplog").open()))) is False
+    assert log.compact(snapshot(replay(read_back(tmp_path / "oplog")))) is False
     await pending
-    assert log.compact(snapshot(replay(OpLog(tmp_path / "oplog").open()))) is True
+    assert log.compact(snapshot(replay(read_back(tmp_path / "oplog")))) is True
     log.close()
 
 
-def test_a_format_1_log_is_read_and_rewritten_in_format_2_by_compaction(tmp_path: Path) -> None:
+def test_a_format_1_log_is_kept_and_rewritten_in_format_2_before_anything_is_appended(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "oplog"
     payloads = [oplog_codec._encoder.encode(r) for r in (Boot(2, 0.0),
                                                           Created("m1", SPEC, "k", 1.0))]
-    path.write_bytes(b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p
-                              for p in payloads))
+    v1 = b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p for p in payloads)
+    path.write_bytes(v1)
     log = OpLog(path)
     records = log.open()
     assert log.migrated and replay(records).epoch == 2
-    assert log.compact(snapshot(replay(records)))
+    assert path.read_bytes().startswith(oplog_codec.MAGIC)  # before any append
+    log.append(Transition("m1", "start", "starting", 2.0))
     log.close()
-    assert path.read_bytes().startswith(oplog_codec.MAGIC)
-    assert replay(OpLog(path).open()).epoch == 2
+    [kept] = tmp_path.glob("oplog.format1-*")
+    assert kept.read_bytes() == v1
+    assert replay(read_back(path)).machines["m1"].state == "starting"
+
+
+def test_the_bytes_of_a_torn_tail_are_kept_beside_the_log_and_zeros_are_not(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "oplog"
+    log = OpLog(path)
+    log.open()
+    log.append(Created("m1", SPEC, "k1", 1.0))
+    log.close()
+    torn = oplog_codec.encode(Transition("m1", "start", "starting", 2.0))[:-3]
+    with open(path, "ab") as out:
+        out.write(torn)
+    read_back(path)
+    [tail] = tmp_path.glob("oplog.tail-*")
+    assert tail.read_bytes() == torn
+    with open(path, "ab") as out:
+        out.write(bytes(512))  # what a power loss leaves: nothing worth keeping
+    read_back(path)
+    assert len(list(tmp_path.glob("oplog.tail-*"))) == 1

@@ -19,6 +19,7 @@ from placement.core.wake import (
     decide_autostop,
     deploy_shortfall,
     plan_wake,
+    room_for_new,
     wake_failure,
 )
 from thaw.appconfig import AppConfig
@@ -161,3 +162,18 @@ def test_a_machine_still_starting_is_waited_for_rather_than_another_one_started(
     assert plan.shortfall == ""
     claimed = plan_wake(config(max_machines=1), machines, {"w1"}, count=1, claimed={"m-boot"})
     assert claimed.reuse == () and claimed.new == 0  # another wake waits for it already
+
+
+def test_room_for_new_counts_machines_in_every_state_but_gone_ones_and_those_placing() -> None:
+    machines = [MachineState("m-stop", "w1", "stopped"), MachineState("m-up", "w2", "started"),
+                MachineState("m-gone", "w1", "destroying"),
+                MachineState("m-dead", "w-dead", "stopped")]
+    assert room_for_new(config(max_machines=4), machines, {"w1", "w2"}) == 2
+    assert room_for_new(config(max_machines=4), machines, {"w1", "w2"}, placing=1) == 1
+    assert room_for_new(config(max_machines=1), machines, {"w1", "w2"}, placing=1) == 0
+
+
+def test_a_stopped_machine_alone_at_max_machines_leaves_no_room_for_a_replacement() -> None:
+    stopped = [MachineState("m-stop", "w1", "stopped")]
+    assert room_for_new(config(max_machines=1), stopped, {"w1", "w2"}) == 0
+    assert room_for_new(config(max_machines=2), stopped, {"w1", "w2"}) == 1
