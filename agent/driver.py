@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import procfs
+from agent.sandbox import sandbox_argv, system_bind_args
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
 MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose machine it is
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SANDBOX_APP_DIR = "/app"
-HOST_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
 WRAPPER_EXE = "bwrap"
 
 _FIRST_POLL_S = 0.002
@@ -178,19 +177,27 @@ class ProcessDriver:
         under ``machines_dir`` — by the dir in its environment, or its stdout going to a
         log there (machines launched before the dir was in the environment) — whatever
         the op log says: recovery keeps those it records and kills the others."""
-        prefix = str(machines_dir) + os.sep
-        found: list[tuple[str, ProcessIdentity]] = []
-        for stat in procfs.stats():
-            if stat.pid != stat.session or stat.zombie:
-                continue
-            machine_id = procfs.environ_value(stat.pid, MACHINE_ID_ENV)
-            if not machine_id:
-                continue
-            where = (procfs.environ_value(stat.pid, MACHINE_DIR_ENV)
-                     or procfs.fd_target(stat.pid, 1) or "")
-            if (where + os.sep).startswith(prefix):
-                found.append((machine_id, ProcessIdentity(stat.pid, stat.start_time)))
-        return found
+        return [(mid, ident) for mid, ident, stat in _launched_under(machines_dir)
+                if stat.pid == stat.session]
+
+    def processes_of(self, machines_dir: Path, machine_id: str) -> list[ProcessIdentity]:
+        """Every live process launched for the machine, in any group or session (a
+        setsid child, a double-forked daemon): all strays once its own group is gone."""
+        return [ident for mid, ident, _ in _launched_under(machines_dir)
+                if mid == machine_id]
+
+    async def kill_all(self, idents: list[ProcessIdentity]) -> None:
+        """SIGKILL each process (if it is still that process) and wait until all are
+        gone, reaping those that came back to us as orphans."""
+        for ident in idents:
+            if self._owns_group(ident):
+                _kill(ident.pid, signals.SIGKILL)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _KILL_RETRY_S
+        pending = list(idents)
+        while pending and loop.time() < deadline:
+            await asyncio.sleep(_FIRST_POLL_S)
+            pending = [i for i in pending if self.alive(i) or not self._reap(i.pid)]
 
     def group_pids(self, ident: ProcessIdentity) -> list[int]:
         """Live (non-zombie) pids in the machine's process group."""
@@ -322,32 +329,6 @@ def machine_env(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def system_bind_args(dirs: tuple[str, ...] = HOST_SYSTEM_DIRS) -> list[str]:
-    """bwrap arguments exposing the host's system dirs read-only; a merged-/usr
-    symlink (/bin -> usr/bin) is recreated as the same symlink."""
-    args: list[str] = []
-    for path in dirs:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
-
-
-def sandbox_argv(bwrap: str, system_binds: list[str], rootfs: Path, rel_workdir: str) -> list[str]:
-    """The bwrap command line up to and including ``--``; the app's argv follows."""
-    chdir = f"{SANDBOX_APP_DIR}/{rel_workdir}" if rel_workdir else SANDBOX_APP_DIR
-    return [
-        bwrap,
-        *system_binds,
-        *("--ro-bind", str(rootfs), SANDBOX_APP_DIR),
-        *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"),
-        *("--unshare-pid", "--unshare-ipc", "--unshare-uts"),
-        *("--chdir", chdir),
-        "--",
-    ]
-
-
 def allocate_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (bind to 0, read, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -359,6 +340,24 @@ def _become_child_subreaper() -> None:
     """Orphans of our machines come back to us instead of pid 1 (see _reap_group)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _launched_under(machines_dir: Path) -> list[tuple[str, ProcessIdentity, procfs.ProcStat]]:
+    """(machine id, identity, stat) of every live process launched for a machine dir under
+    ``machines_dir`` (its environment names the dir, or its stdout goes to a log there)."""
+    prefix = str(machines_dir) + os.sep
+    found = []
+    for stat in procfs.stats():
+        if stat.zombie:
+            continue
+        machine_id = procfs.environ_value(stat.pid, MACHINE_ID_ENV)
+        if not machine_id:
+            continue
+        where = (procfs.environ_value(stat.pid, MACHINE_DIR_ENV)
+                 or procfs.fd_target(stat.pid, 1) or "")
+        if (where + os.sep).startswith(prefix):
+            found.append((machine_id, ProcessIdentity(stat.pid, stat.start_time), stat))
+    return found
 
 
 def _is_wrapper(pid: int) -> bool:

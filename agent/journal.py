@@ -23,8 +23,8 @@ from typing import TypeVar
 
 from agent.core.oplog_codec import CorruptLog, RecordTooLarge
 from agent.core.records import Boot, Record
-from agent.core.state import AgentState, replay, snapshot
-from agent.errors import AgentError, DiskFull, LogBroken, LogDamaged
+from agent.core.state import AgentState, replay, snapshot, unknown_machine
+from agent.errors import AgentError, DiskFull, LogBroken, LogDamaged, NotFound
 from agent.oplog import LogSyncFailed, LogWriteFailed, OpLog, RepairFailed
 from thaw.durable import fsync_dir
 
@@ -64,9 +64,15 @@ class Journal:
                 f"{len(exc.records)} valid records") from None
         except RepairFailed as exc:
             raise LogDamaged(f"op log {self.oplog.path}: {exc}") from None
+        try:
+            return self._start(records, at, repair)
+        except BaseException:
+            self.oplog.close()
+            raise
+
+    def _start(self, records: list[Record], at: float, repair: bool) -> int:
         last_epoch = self._last_epoch()
         if not records and not repair and (last_epoch or self._has_run_machines()):
-            self.oplog.close()
             raise LogDamaged(
                 f"op log {self.oplog.path} is missing or empty, but this state dir has run "
                 f"machines before (epoch {last_epoch}): `thaw agent --repair` starts from "
@@ -75,8 +81,12 @@ class Journal:
         if self.oplog.dropped_torn_tail:
             log.warning("op log: dropped a torn or zero-filled tail")
         epoch = max(self.state.epoch, last_epoch) + 1
-        self._keep_epoch(epoch)
         self.write(Boot(epoch=epoch, at=at))
+        try:
+            self.oplog.sync()  # the boot record first: an epoch file never outruns its log
+        except LogSyncFailed as exc:
+            raise LogBroken(str(exc)) from None
+        self._keep_epoch(epoch)
         self.oplog.compact(snapshot(self.state))
         return epoch
 
@@ -116,6 +126,9 @@ class Journal:
     def write(self, *records: Record) -> None:
         """Write the records (one write: all or none), then apply them. Raises DiskFull,
         LogBroken, or a 422 for a record too large to write, and then nothing changed."""
+        missing = unknown_machine(self.state, records)
+        if missing:  # a late write about a destroyed machine: it would not replay
+            raise NotFound(f"machine {missing} not found")
         try:
             self.oplog.append(*records)
         except RecordTooLarge as exc:

@@ -90,19 +90,22 @@ class OpLog:
                         "file is kept next to it", len(decoded.records))
             data = self.path.read_bytes()
             decoded = oplog_codec.decode(data)
+        if decoded.torn and any(data[decoded.valid_bytes:]):
+            self._keep_copy("tail", data[decoded.valid_bytes:])
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if decoded.torn:
-            tail = data[decoded.valid_bytes:]
-            if any(tail):
-                self._keep_copy("tail", tail)
-            os.ftruncate(self._fd, decoded.valid_bytes)
-            self.dropped_torn_tail = True
-        self.size = decoded.valid_bytes
-        if self.size == 0:
-            os.write(self._fd, oplog_codec.MAGIC)
-            self.size = len(oplog_codec.MAGIC)
-        os.fsync(self._fd)
-        fsync_dir(self.path.parent)
+        try:
+            if decoded.torn:
+                os.ftruncate(self._fd, decoded.valid_bytes)
+                self.dropped_torn_tail = True
+            self.size = decoded.valid_bytes
+            if self.size == 0:
+                os.write(self._fd, oplog_codec.MAGIC)
+                self.size = len(oplog_codec.MAGIC)
+            os.fsync(self._fd)
+            fsync_dir(self.path.parent)
+        except BaseException:
+            self.close()
+            raise
         self.appended_since_compaction = len(decoded.records)
         return decoded.records
 
@@ -137,10 +140,10 @@ class OpLog:
     def append(self, *records: Record) -> None:
         """Write the records' frames in one write (not yet durable: await `durable()`
         before acting on them). RecordTooLarge writes nothing."""
-        if self._fd is None:
-            raise RuntimeError("op log is not open")
         if self.broken:
             raise LogWriteFailed(self.broken, full=False)
+        if self._fd is None:
+            raise RuntimeError("op log is not open")
         frames = b"".join(oplog_codec.encode(record) for record in records)
         try:
             written = self._write(self._fd, frames)
@@ -161,8 +164,21 @@ class OpLog:
         try:
             os.ftruncate(self._fd, self.size)
         except OSError as exc:
-            self.broken = f"cannot cut a partial frame back: {os.strerror(exc.errno or 0)}"
-            log.error("op log: %s; the agent takes no more changes", self.broken)
+            self._broke(f"cannot cut a partial frame back: {os.strerror(exc.errno or 0)}")
+
+    def sync(self) -> None:
+        """fsync now, on the calling thread (at boot, before the loop serves anything)."""
+        assert self._fd is not None
+        try:
+            self._fsync(self._fd)
+        except OSError as exc:
+            self._broke(f"fsync failed: {os.strerror(exc.errno or errno.EIO)}")
+            raise LogSyncFailed(self.broken) from None
+        self.synced = self.appended
+
+    def _broke(self, why: str) -> None:
+        self.broken = why
+        log.error("op log: %s; the agent takes no more changes", why)
 
     async def durable(self) -> None:
         """Return once every record appended so far is on disk. Appends made while an
@@ -181,8 +197,7 @@ class OpLog:
         try:
             await asyncio.get_running_loop().run_in_executor(None, self._fsync, fd)
         except OSError as exc:
-            self.broken = f"fsync failed: {os.strerror(exc.errno or errno.EIO)}"
-            log.error("op log: %s; the agent takes no more changes", self.broken)
+            self._broke(f"fsync failed: {os.strerror(exc.errno or errno.EIO)}")
             raise LogSyncFailed(self.broken) from None
         finally:
             self._flush = None
@@ -205,14 +220,13 @@ class OpLog:
             return False
         # From here the path names the new file: appends must go to it, whatever follows.
         self.close()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = self.path.stat().st_size
-        self.appended_since_compaction = len(records)
         try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self.size = os.fstat(self._fd).st_size
+            self.appended_since_compaction = len(records)
             fsync_dir(self.path.parent)
         except OSError as exc:
-            self.broken = f"fsync of the state dir failed: {os.strerror(exc.errno or errno.EIO)}"
-            log.error("op log: %s; the agent takes no more changes", self.broken)
+            self._broke(f"after compaction: {os.strerror(exc.errno or errno.EIO)}")
             return False
         self.synced = self.appended
         return True

@@ -22,14 +22,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agent.config import AgentConfig
+from agent.core import offers
 from agent.core.machine import MachineEvent, MachineState, next_state
-from agent.core.offers import Accept, Capacity, Decline, decide_offer, decide_start
-from agent.core.records import Created, Gone, ImageResolved, Launched, MachineSpec, Record
+from agent.core.offers import Accept, Capacity, Decline
+from agent.core.records import Gone, ImageResolved, Launched, MachineSpec, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
 from agent.core.state import AgentState, Machine, transition_record
 from agent.driver import ProcessDriver, allocate_port
-from agent.errors import Conflict, Declined, DiskFull, NotFound, WaitTimeout
+from agent.errors import AgentError, Conflict, Declined, NotFound, WaitTimeout
 from agent.journal import Journal, record_ids
 from agent.launch import ident, launch_spec, machine_dir
 from agent.metrics import AgentMetrics
@@ -102,8 +103,6 @@ class Agent:
         """Replay the op log and write a boot record; the new epoch (see Journal.boot)."""
         return self.journal.boot(self.clock(), repair)
 
-    # -- lookups ---------------------------------------------------------------
-
     def machine(self, mid: str) -> Machine:
         machine = self.state.machines.get(mid)
         if machine is None:
@@ -123,7 +122,7 @@ class Agent:
     def offer(self, key: str, spec: MachineSpec, start: bool, spare: bool = False) -> Machine:
         """A new machine (started at once when `start`). One offered to be started soon
         needs room now; a `spare` (a standby) does not."""
-        decision = decide_offer(self.state, self.capacity(), key, spec, machine_id(),
+        decision = offers.decide_offer(self.state, self.capacity(), key, spec, machine_id(),
                                 self.draining, needs_room=start or not spare)
         if isinstance(decision, Decline):
             self.metrics.offers.labels(decision.reason).inc()
@@ -132,12 +131,8 @@ class Agent:
         if decision.existing:
             self.metrics.offers.labels("repeated").inc()
             return self.machine(decision.machine_id)
-        mid, now = decision.machine_id, self.clock()
-        records: list[Record] = [Created(mid, spec, key, now)]
-        if start:  # one write: never a machine offered to start that the log has not starting
-            records.append(TransitionRecord(mid, E.START.value,
-                                            next_state(S.CREATED, E.START).value, now, ""))
-        self.journal.write(*records)
+        mid = decision.machine_id
+        self.journal.write(*offers.accepted_records(mid, spec, key, self.clock(), start))
         self.metrics.offers.labels("accepted").inc()
         if start:
             self.run_op(mid, self.start_task(mid))
@@ -146,7 +141,7 @@ class Agent:
     def start(self, mid: str) -> Machine:
         machine = self.machine(mid)
         next_state(machine.state, E.START)  # 409 for an illegal start before room is judged
-        refused = decide_start(self.state, self.capacity(), machine)
+        refused = offers.decide_start(self.state, self.capacity(), machine)
         if refused is not None:
             self.metrics.offers.labels("start_declined").inc()
             raise Declined(refused.message, code=refused.reason)
@@ -157,21 +152,24 @@ class Agent:
     def stop(self, mid: str) -> Machine:
         machine = self.machine(mid)
         self.transition(machine, E.STOP)  # written first: a refused stop cancels nothing
-        self._cancel(mid)
-        self.run_op(mid, self.stop_task(mid))
+        self.run_op(mid, self.stop_task(mid))  # cancels a start in flight
         return machine
 
     async def suspend(self, mid: str) -> Machine:
         """Freeze a started machine; returns once that is written (or it crashed)."""
         machine = self.machine(mid)
         self.transition(machine, E.SUSPEND)
-        await asyncio.wait([self.run_op(mid, self.suspend_task(mid))])
+        task = self.run_op(mid, self.suspend_task(mid))
+        await asyncio.wait([task])  # not cancelled with this call: the task goes on
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
+        await self.durable()
         return machine
 
     def destroy(self, mid: str) -> Machine:
         machine = self.machine(mid)
         self.transition(machine, E.DESTROY)
-        self._cancel(mid)
         self.run_op(mid, self.destroy_task(mid))
         return machine
 
@@ -179,6 +177,16 @@ class Agent:
         """Return when the machine is in `target` and that is durable (None: destroyed, as
         asked); 409 if it fails or vanishes first; 408 after `timeout_s`."""
         deadline = asyncio.get_running_loop().time() + timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._reached(mid, target)
+        except TimeoutError:
+            current = self.state.machines[mid].state.value if mid in self.state.machines \
+                else "gone"
+            raise WaitTimeout(f"machine {mid} is {current}, not {target.value}, after "
+                              "the timeout") from None
+
+    async def _reached(self, mid: str, target: MachineState) -> Machine | None:
         while True:
             machine = self.state.machines.get(mid)
             if machine is None:
@@ -192,15 +200,7 @@ class Agent:
             if machine.state is S.FAILED and target is not S.FAILED:
                 reason = machine.events[-1].reason if machine.events else ""
                 raise Conflict(f"machine {mid} failed: {reason}", code="machine_failed")
-            changed = self._changed
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                raise_timeout(mid, target, machine.state)
-            try:
-                async with asyncio.timeout(remaining):
-                    await changed.wait()
-            except TimeoutError:
-                raise_timeout(mid, target, machine.state)
+            await self._changed.wait()
 
     async def pull(self, ref: str) -> Image:
         """Pull `ref`. Under disk pressure (the cache refuses it for room), the images of
@@ -224,6 +224,11 @@ class Agent:
     # -- tasks -----------------------------------------------------------------
 
     def run_op(self, mid: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` as the machine's one operation; one still running is cancelled
+        (unless it is the caller, handing over: a crash restarting its machine)."""
+        previous = self._ops.get(mid)
+        if previous is not None and previous is not asyncio.current_task():
+            previous.cancel()
         task = asyncio.create_task(work, name=f"machine-{mid}")
         self._ops[mid] = task
         task.add_done_callback(lambda t: self._op_done(mid, t))
@@ -243,16 +248,15 @@ class Agent:
     def busy(self, mid: str) -> bool:
         return mid in self._ops
 
-    async def start_task(self, mid: str, delay_s: float = 0.0, strays: bool = False) -> None:
-        """Launch (or resume) the machine and wait until it is ready. `strays`: a process
-        of it may have outlived its group (after a crash): end those first."""
-        await self.durable()  # the start is on disk before anything runs
+    async def start_task(self, mid: str, delay_s: float = 0.0) -> None:
+        """Launch (or resume) the machine and wait until it is ready."""
         if delay_s:
             await asyncio.sleep(delay_s)
+        await self.durable()  # the start is on disk before anything runs
         machine = self.machine(mid)
         began = time.monotonic()
         if machine.process is None or not self.driver.alive(ident(machine)):
-            failure = await self._launch(machine, strays or machine.process is not None)
+            failure = await self._launch(machine)
             if failure:
                 await self.journal.eventually(lambda: self.transition(machine, E.FAIL, failure))
                 return
@@ -264,14 +268,14 @@ class Agent:
             return
         await self._await_ready(machine, began)
 
-    async def _launch(self, machine: Machine, strays: bool) -> str:
+    async def _launch(self, machine: Machine) -> str:
         """Launch a new process for the machine: "" once its Launched record is written,
         else why not (its start fails with that reason)."""
         if machine.process is not None:
             await self.journal.eventually(lambda: self.journal.write(Gone(machine.id,
                                                                           self.clock())))
-        if strays:
-            await self._end_strays(machine.id)
+        if machine_dir(self.config.state_dir, machine.id).exists():  # it has run before
+            await self.end_strays(machine.id)
         try:
             image = await self._image_for(machine)
             port = allocate_port(self.config.machine_host)
@@ -287,9 +291,9 @@ class Agent:
         try:
             self.journal.write(Launched(machine.id, launched.pid, launched.start_time, port,
                                         self.clock()))
-        except DiskFull:
-            await self.driver.stop(launched, signals.SIGKILL, 0)  # unrecorded: must not run
-            return "no room in the op log to record its process"
+        except AgentError as exc:  # DiskFull, LogBroken: an unrecorded process must not run
+            await self.driver.stop(launched, signals.SIGKILL, 0)
+            return f"its process could not be recorded: {exc.message}"
         self.metrics.launches.inc()
         return ""
 
@@ -332,39 +336,39 @@ class Agent:
         if isinstance(decision, GiveUp):
             self.transition(machine, E.FAIL, decision.reason)
             self.metrics.crashes.inc()
-            self.run_op(machine.id, self._end_strays(machine.id))
+            self.run_op(machine.id, self.end_strays(machine.id))
             return
         self.transition(machine, E.CRASH, "process exited")
         self.metrics.crashes.inc()
-        self.run_op(machine.id, self.start_task(machine.id, decision.delay_s, strays=True))
+        self.run_op(machine.id, self.start_task(machine.id, decision.delay_s))
 
     async def kill(self, machine: Machine) -> None:
-        """End the machine's process (its kill signal, then SIGKILL) and write that."""
-        if machine.process is None:
-            return
-        sig = signals.Signals[machine.spec.kill_signal]
-        await self.driver.stop(ident(machine), sig, machine.spec.kill_timeout_s)
-        await self.journal.eventually(lambda: self.journal.write(Gone(machine.id,
-                                                                      self.clock())))
-        await self._end_strays(machine.id)
+        """End the machine's process (its kill signal, then SIGKILL) and write that; then
+        any process of it that left its group."""
+        if machine.process is not None:
+            sig = signals.Signals[machine.spec.kill_signal]
+            await self.driver.stop(ident(machine), sig, machine.spec.kill_timeout_s)
+            await self.journal.eventually(lambda: self.journal.write(Gone(machine.id,
+                                                                          self.clock())))
+        await self.end_strays(machine.id)
 
-    async def _end_strays(self, mid: str) -> None:
-        """Kill the machine's processes that left its process group (a setsid child).
-        In a sandbox its pid namespace ends them; without one nothing else would."""
+    async def end_strays(self, mid: str) -> None:
+        """Kill every process of the machine that outlived its group (a setsid child, a
+        daemon); call when its own group is gone. In a sandbox its pid namespace ends
+        them; without one nothing else would."""
         if self.driver.sandboxed:
             return
-        for owner, session in self.driver.own_sessions(self.config.state_dir / "machines"):
-            if owner == mid:
-                log.warning("machine %s: killing process %d, left behind in its own session",
-                            mid, session.pid)
-                await self.driver.stop(session, signals.SIGKILL, 0)
+        strays = self.driver.processes_of(self.config.state_dir / "machines", mid)
+        if strays:
+            log.warning("machine %s: killing %d processes left behind outside its group "
+                        "(%s)", mid, len(strays), " ".join(str(s.pid) for s in strays))
+            await self.driver.kill_all(strays)
 
     async def suspend_task(self, mid: str) -> None:
         await self.durable()
         machine = self.machine(mid)
         if machine.process is not None and self.driver.suspend(ident(machine)):
             await self.journal.eventually(lambda: self.transition(machine, E.SUSPENDED))
-            await self.durable()
         else:
             await self.journal.eventually(lambda: self.crashed(machine))
 
@@ -393,7 +397,3 @@ class Agent:
                 return_exceptions=True,
             )
         await self.journal.close()
-
-
-def raise_timeout(mid: str, target: MachineState, current: MachineState) -> None:
-    raise WaitTimeout(f"machine {mid} is {current.value}, not {target.value}, after the timeout")

@@ -33,10 +33,15 @@ async def recover(agent: Agent) -> None:
     for machine in list(agent.state.machines.values()):
         if machine.image_digest and agent.cache.image(machine.image_digest) is not None:
             agent.cache.pin(machine.id, machine.image_digest)
-        alive = machine.process is not None and agent.driver.alive(ident(machine))
-        if machine.process is not None and not alive:
-            agent.journal.write(Gone(machine.id, agent.clock()))
-        _resume(agent, machine, alive)
+        if agent.busy(machine.id):  # asked for already (the API serves during recovery)
+            continue
+        try:
+            alive = machine.process is not None and agent.driver.alive(ident(machine))
+            if machine.process is not None and not alive:
+                agent.journal.write(Gone(machine.id, agent.clock()))
+            _resume(agent, machine, alive)
+        except AgentError as exc:  # no room to write it: the watch notices an exit again
+            log.warning("machine %s: not recovered yet: %s", machine.id, exc.message)
 
 
 async def kill_unrecorded(agent: Agent) -> None:
@@ -98,6 +103,9 @@ async def watch(agent: Agent) -> None:
                                 machine.id, exc.message)
                     unwritten.add(machine.id)
                 continue
+            except Exception:  # a bug must not end the watch over every other machine
+                log.exception("machine %s: watch failed", machine.id)
+                continue
             unwritten.discard(machine.id)
         unwritten &= agent.state.machines.keys()
         if ticks % 50 == 0:
@@ -115,6 +123,7 @@ def _died(agent: Agent, machine: Machine) -> bool:
     if machine.state is S.SUSPENDED:
         # A frozen machine that died lost its memory: the next start boots it afresh.
         agent.journal.write(Gone(machine.id, agent.clock()))
+        agent.run_op(machine.id, agent.end_strays(machine.id))
         return False
     return True
 

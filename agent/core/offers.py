@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.core.records import MachineSpec
+from agent.core.machine import MachineEvent, MachineState, next_state
+from agent.core.records import Created, MachineSpec, Record, Transition
 from agent.core.state import AgentState, Machine, held
 
 
@@ -56,6 +57,18 @@ def decide_offer(
         if refused is not None:
             return refused
     return Accept(new_id, existing=False)
+
+
+def accepted_records(machine_id: str, spec: MachineSpec, key: str, at: float,
+                     start: bool) -> list[Record]:
+    """What an accepted offer writes: the machine's creation and, to start it at once, its
+    start — one write, so the log never holds a machine offered to start but not starting."""
+    records: list[Record] = [Created(machine_id, spec, key, at)]
+    if start:
+        event = MachineEvent.START
+        records.append(Transition(machine_id, event.value,
+                                  next_state(MachineState.CREATED, event).value, at, ""))
+    return records
 
 
 def decide_start(state: AgentState, capacity: Capacity, machine: Machine) -> Decline | None:

@@ -6,7 +6,8 @@ then a JSON record. Decides, from bytes only:
 - a frame whose header and payload check is a record;
 - the end of the file cut inside the last frame (header cut, or payload cut
   with an intact header), a damaged last frame, or zero bytes to the end (what a
-  filesystem may leave after a power loss) is a torn tail: dropped;
+  filesystem may leave after a power loss), even when they start inside a frame,
+  is a torn tail: dropped;
 - anything else — a damaged header or payload with more data after it, a length
   the writer never writes, a checksummed payload that is no record — is
   corruption before the end: `CorruptLog` names the offset and carries the
@@ -40,7 +41,7 @@ MAGIC_FLIPS_TOLERATED = 3  # more differing bytes than this: not a damaged forma
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
 
-FrameAt = Callable[[bytes, int], tuple[bytes, int] | None]
+FrameAt = Callable[[bytes, int, int], tuple[bytes, int] | None]
 
 
 class CorruptLog(ValueError):
@@ -112,7 +113,7 @@ def _decode(data: bytes, offset: int, frame_at: FrameAt, version: int) -> Decode
         if offset >= zeros_from:
             return Decoded(records, offset, torn=True, version=version)
         try:
-            frame = frame_at(data, offset)
+            frame = frame_at(data, offset, zeros_from)
             if frame is None:
                 return Decoded(records, offset, torn=True, version=version)
             payload, end = frame
@@ -131,45 +132,47 @@ def _record(payload: bytes) -> Record:
         raise _Damage(f"a checksummed frame holds no record ({exc})") from None
 
 
-def _frame_v2(data: bytes, offset: int) -> tuple[bytes, int] | None:
-    """The payload and end of the frame at `offset`; None for a torn tail."""
-    if offset + HEADER.size > len(data):
+def _frame_v2(data: bytes, offset: int, zeros_from: int) -> tuple[bytes, int] | None:
+    """The payload and end of the frame at `offset`; None for a torn tail: the file ends
+    inside it, or the zero bytes that run to the end of the file start inside it."""
+    header_end = offset + HEADER.size
+    if header_end > len(data):
         return None  # the header itself cut short: the last append was torn
     length, head_crc, crc = HEADER.unpack_from(data, offset)
-    nothing_after = offset + HEADER.size == len(data)
     if zlib.crc32(data[offset : offset + 4]) != head_crc:
-        if nothing_after:
+        if header_end == len(data) or zeros_from < header_end:
             return None
         raise _Damage("damaged frame header")
     if not 0 < length <= MAX_RECORD_BYTES:
         raise _Damage(f"impossible record length {length}")
-    end = offset + HEADER.size + length
+    end = header_end + length
     if end > len(data):
         return None  # an intact header whose payload the file ends inside
-    payload = data[offset + HEADER.size : end]
+    payload = data[header_end:end]
     if zlib.crc32(payload, head_crc) != crc:
-        if end == len(data):
-            return None  # the last frame, damaged: torn
+        if end == len(data) or zeros_from < end:
+            return None  # the last frame, damaged or zero-filled: torn
         raise _Damage("checksum mismatch")
     return payload, end
 
 
-def _frame_v1(data: bytes, offset: int) -> tuple[bytes, int] | None:
+def _frame_v1(data: bytes, offset: int, zeros_from: int) -> tuple[bytes, int] | None:
     """Format 1 (migration only): no header check, so a length past the end can only be
     taken as a torn tail when nothing but that frame's header is left."""
-    if offset + V1_HEADER.size > len(data):
+    header_end = offset + V1_HEADER.size
+    if header_end > len(data):
         return None
     length, crc = V1_HEADER.unpack_from(data, offset)
-    end = offset + V1_HEADER.size + length
+    end = header_end + length
     if not 0 < length <= MAX_RECORD_BYTES:
-        if offset + V1_HEADER.size == len(data):
+        if header_end == len(data) or zeros_from < header_end:
             return None
         raise _Damage(f"impossible record length {length}")
     if end > len(data):
         return None
-    payload = data[offset + V1_HEADER.size : end]
+    payload = data[header_end:end]
     if zlib.crc32(payload) != crc:
-        if end == len(data):
+        if end == len(data) or zeros_from < end:
             return None
         raise _Damage("checksum mismatch")
     return payload, end

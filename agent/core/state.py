@@ -67,6 +67,11 @@ class AgentState:
     offers: dict[str, str] = field(default_factory=dict)  # offer key -> machine id
 
     def apply(self, record: Record) -> None:
+        """Fold one record in. A record about a machine that does not exist (any more)
+        changes nothing: the writer refuses those (`unknown_machine`), older logs may hold
+        one written after a destroy."""
+        if unknown_machine(self, (record,)):
+            return
         match record:
             case Boot(epoch=epoch):
                 self.epoch = max(self.epoch, epoch)
@@ -122,6 +127,19 @@ class AgentState:
             cpus += machine_cpus
             memory += machine_memory
         return cpus, int(memory)
+
+
+def unknown_machine(state: AgentState, records: Iterable[Record]) -> str:
+    """The id of the first machine the records are about that neither exists in `state`
+    nor is created by an earlier one of them ("" if none)."""
+    created: set[str] = set()
+    for record in records:
+        if isinstance(record, Created):
+            created.add(record.id)
+        elif not isinstance(record, Boot) and record.id not in state.machines \
+                and record.id not in created:
+            return record.id
+    return ""
 
 
 RUNNING = frozenset({MachineState.STARTING, MachineState.STARTED, MachineState.SUSPENDING})

@@ -372,9 +372,19 @@ def machine_sessions(ids: set[str]) -> dict[str, list[int]]:
 
 
 FORKING_APP = '''\
-import http.server, os, subprocess, sys
-# A child in a session of its own: out of the machine's process group.
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+import http.server, os, subprocess, sys, time
+SLEEP = [sys.executable, "-c", "import time; time.sleep(300)"]
+# Three ways out of the machine's process group: a session of its own, a group of its
+# own, and a daemon (fork, setsid, fork: not even a session leader).
+subprocess.Popen(SLEEP, start_new_session=True)
+subprocess.Popen(SLEEP, process_group=0)
+middle = os.fork()
+if middle == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, SLEEP)
+    os._exit(0)
+os.waitpid(middle, 0)
 class Ok(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
@@ -382,9 +392,14 @@ http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Ok).serve_forever
 '''
 
 
-def test_a_process_that_left_its_machines_group_dies_with_the_machine_without_a_sandbox(
+def live_processes(mid: str) -> list[int]:
+    return [pid for pid in find_machine_processes({mid}) if pid_alive(pid)]
+
+
+def test_processes_that_left_their_machines_group_die_with_it_without_a_sandbox(
     tmp_path: Path,
 ) -> None:
+    """On a stop, and on a stop that comes while a crashed machine waits to restart."""
     source = tmp_path / "forking"
     source.mkdir()
     (source / "app.py").write_text(FORKING_APP)
@@ -396,11 +411,20 @@ def test_a_process_that_left_its_machines_group_dies_with_the_machine_without_a_
         status, made = offer(agent, "f", f"oci:{tmp_path / 'layout'}:v1", start=True)
         assert status == 201, made
         mid = made["id"]
-        agent.wait_state(mid, "started")
-        wait_until(lambda: len(machine_sessions({mid}).get(mid, [])) == 2, 10)
+        started = agent.wait_state(mid, "started")
+        wait_until(lambda: len(live_processes(mid)) == 4, 10)  # the app and three strays
         assert call("POST", f"{agent.url}/v1/machines/{mid}/stop")[0] == 200
         agent.wait_state(mid, "stopped")
-        wait_until(lambda: find_machine_processes({mid}) == [], 10)
+        wait_until(lambda: live_processes(mid) == [], 10)
+
+        assert call("POST", f"{agent.url}/v1/machines/{mid}/start")[0] == 200
+        started = agent.wait_state(mid, "started")
+        wait_until(lambda: len(live_processes(mid)) == 4, 10)
+        kill_group(started["pid"])  # a crash: the strays live on
+        wait_until(lambda: machine_state(agent, mid)["events"][-1]["event"] == "crash", 10)
+        assert call("POST", f"{agent.url}/v1/machines/{mid}/stop")[0] == 200  # in the backoff
+        agent.wait_state(mid, "stopped")
+        wait_until(lambda: live_processes(mid) == [], 10)
     finally:
         agent.cleanup()
         for pid in find_machine_processes({mid}) if mid else []:

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.core.machine import IllegalTransition, MachineEvent, MachineState, next_state
-from agent.core.offers import Accept, Capacity, Decline, decide_offer, decide_start
+from agent.core.offers import (
+    Accept,
+    Capacity,
+    Decline,
+    accepted_records,
+    decide_offer,
+    decide_start,
+)
 from agent.core.records import (
     Boot,
     Created,
@@ -207,3 +214,11 @@ def test_resuming_a_suspended_machine_needs_only_its_cpus_again() -> None:
                     Transition("m1", "suspended", "suspended", 5.0)])
     # 256 MB are its own already: one more cpu is all a resume needs
     assert decide_start(state, Capacity(1, 256), state.machines["m1"]) is None
+
+
+def test_an_offer_to_start_is_written_as_its_creation_and_its_start_together() -> None:
+    state = replay(accepted_records("m1", SPEC, "k1", 1.0, start=True))
+    assert state.machines["m1"].state is MachineState.STARTING
+    assert state.offers == {"k1": "m1"}
+    spare = replay(accepted_records("m2", SPEC, "k2", 1.0, start=False))
+    assert spare.machines["m2"].state is MachineState.CREATED

@@ -3,6 +3,7 @@ can, the epoch never goes back; writes are all or nothing. (Real files, no event
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from agent.core import oplog_codec
 from agent.core.oplog_codec import MAGIC
 from agent.core.records import Created, Gone, MachineSpec, Record, Transition
-from agent.errors import AgentError, DiskFull, LogDamaged
+from agent.errors import AgentError, DiskFull, LogDamaged, NotFound
 from agent.journal import Journal
 from agent.oplog import OpLog
 
@@ -120,6 +121,41 @@ def test_records_written_together_are_kept_or_refused_together(tmp_path: Path) -
     close(j)
     records = oplog_codec.decode((tmp_path / "oplog").read_bytes()).records
     assert [r for r in records if getattr(r, "id", "") == "m1"] == list(pair)
+
+
+def test_a_first_boot_that_could_not_write_its_record_leaves_a_bootable_state_dir(
+    tmp_path: Path,
+) -> None:
+    """The epoch file is written only after the boot record is durable: a boot that
+    failed never makes the next one see a lost log."""
+    j = journal(tmp_path)
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    j.oplog = OpLog(tmp_path / "oplog", write=full)
+    with pytest.raises(DiskFull):
+        j.boot(at=1.0)
+    assert not (tmp_path / "epoch").exists()
+    j = booted(tmp_path)
+    assert j.state.epoch == 1
+    close(j)
+
+
+def test_a_write_about_a_machine_that_is_gone_is_refused_and_would_not_replay(
+    tmp_path: Path,
+) -> None:
+    j = booted(tmp_path)
+    j.write(Created("m1", SPEC, "k1", 1.0), Transition("m1", "destroy", "destroying", 2.0))
+    j.write(Transition("m1", "destroyed", "destroyed", 3.0))
+    with pytest.raises(NotFound):  # a task that outlived its machine
+        j.write(Gone("m1", 4.0))
+    close(j)
+    with open(tmp_path / "oplog", "ab") as out:  # as a log from before this rule may hold
+        out.write(oplog_codec.encode(Gone("m1", 4.0)))
+    j = booted(tmp_path)
+    assert j.state.machines == {}
+    close(j)
 
 
 def test_a_record_too_large_for_the_log_is_refused_and_changes_nothing(tmp_path: Path) -> None:

@@ -79,6 +79,18 @@ def test_a_zero_filled_tail_is_dropped_as_a_power_loss_leaves_it(zeros: int) -> 
     assert decoded.valid_bytes == len(data)
 
 
+@pytest.mark.parametrize("kept", [0, 4, 12, 40])
+def test_a_zero_tail_that_starts_inside_a_frame_is_a_torn_tail(kept: int) -> None:
+    """Group commit, then a power loss: of the unsynced frames only the first bytes of the
+    first reached the disk, the rest of the file reads back as zeros."""
+    records = sample_records()
+    head = log_of(records[:2])
+    unsynced = b"".join(oplog_codec.encode(r) for r in records[2:])
+    decoded = oplog_codec.decode(head + unsynced[:kept] + bytes(len(unsynced) - kept))
+    assert decoded.records == records[:2] and decoded.torn
+    assert decoded.valid_bytes == len(head)
+
+
 def test_a_length_flipped_to_point_past_the_end_is_corruption_not_a_torn_tail() -> None:
     """What the old format did: a length past the end with data after it was taken as a
     torn tail, and every record after it was silently dropped."""
