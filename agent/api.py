@@ -27,6 +27,7 @@ class OfferRequest(msgspec.Struct, frozen=True):
     start: bool = True
     app_uid: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the app's incarnation
     spare: bool = False  # a standby not to start now: accepted without room to run it
+    release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # the app's release it runs
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -51,6 +52,7 @@ class MachineView(msgspec.Struct, frozen=True):
     guest: Guest
     events: list[EventView]
     app_uid: str = ""  # the incarnation of the app it belongs to
+    release: int = 0  # the app's release it was made for
 
 
 class PullRequest(msgspec.Struct, frozen=True):

@@ -132,7 +132,7 @@ def machine_view(agent: Agent, machine: Machine) -> MachineView:
         address=agent.address(machine), pid=machine.process.pid if machine.process else 0,
         created_at=machine.created_at, updated_at=machine.updated_at, guest=machine.spec.guest,
         events=[EventView(e.state.value, e.event, e.at, e.reason) for e in machine.events],
-        app_uid=machine.spec.app_uid,
+        app_uid=machine.spec.app_uid, release=machine.spec.release,
     )
 
 
@@ -143,5 +143,5 @@ def machine_record(agent: Agent, machine: Machine) -> MachineRecord:
         created_at=machine.created_at, updated_at=machine.updated_at,
         address=agent.address(machine), epoch=agent.state.epoch,
         events=[RegistryEvent(e.state.value, e.at, e.reason) for e in machine.events],
-        app_uid=machine.spec.app_uid,
+        app_uid=machine.spec.app_uid, release=machine.spec.release,
     )

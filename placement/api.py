@@ -3,7 +3,7 @@ takes and answers. The OpenAPI document is generated from these (placement/opena
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -76,16 +76,55 @@ class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
     holder: str | None = None
 
 
+ReleaseStatus = Literal["pending", "rolling", "complete", "failed", "rolled_back"]
+Strategy = Literal["rolling", "immediate", "canary"]
+
+
+class Release(msgspec.Struct, frozen=True):
+    """One immutable release of an app: what its machines are made from. Only `status`
+    and `reason` change, as its rollout goes (pending -> rolling -> complete | failed;
+    a release rolled back from is rolled_back)."""
+
+    app: str
+    version: int
+    image: str
+    image_digest: str
+    config: AppConfig
+    strategy: Strategy
+    status: ReleaseStatus
+    created_at: float
+    reason: str = ""  # why it was made, failed or rolled back
+
+
 class DeployRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`POST /v1/apps/{app}/deploy`: optionally a new image reference, resolved now."""
+    """`POST /v1/apps/{app}/deploy`: optionally a new image reference, resolved now, and
+    a strategy for this rollout (default: the app's `deploy.strategy`)."""
 
     image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    strategy: Strategy | None = None
 
 
 class DeployResult(msgspec.Struct, frozen=True):
     app: AppConfig
-    machines: list[MachineView]
+    machines: list[MachineView]  # machines the first reconcile pass made
     shortfall: str = ""
+    release: Release | None = None  # the new release; None: nothing changed
+
+
+class RollbackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /v1/apps/{app}/rollback`: a new release made from release `version`."""
+
+    version: Annotated[int, msgspec.Meta(ge=1, le=2**53)]
+
+
+class AppEvent(msgspec.Struct, frozen=True):
+    """What the reconciler did to an app (or found), and why."""
+
+    at: float
+    action: str  # start | create | replace | destroy | fence | release
+    reason: str
+    machine: str = ""
+    outcome: str = "ok"  # ok, or what went wrong
 
 
 class CreateMachineRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

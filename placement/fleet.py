@@ -105,7 +105,7 @@ class Fleet:
         Advisory: a stale entry costs a refused start, never a wrong result."""
         return [
             {"id": r.id, "worker": r.worker, "state": r.state, "address": r.address,
-             "created_at": r.created_at}
+             "created_at": r.created_at, "release": r.release, "image_digest": r.image_digest}
             for r in await self.registry.machines(config.name) if r.app_uid == config.uid
         ]
 

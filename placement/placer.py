@@ -208,7 +208,7 @@ def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) ->
         "env": config.env,
         "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
         "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
-        "start": start, "spare": spare,
+        "start": start, "spare": spare, "release": config.release,
     }
 
 

@@ -71,6 +71,7 @@ class PlacementRuntime:
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
                                    self._waker, config.domain)
         published = await self.placement.publish_all()
+        self.placement.reconciler.start()
         verifier = Verifier(config.cluster_keys, not_before=time.time())
         auth = Authenticator(tokens.store, config.admin_token, verifier)
         self._runner = web.AppRunner(build_app(self.placement, metrics, auth), access_log=None)
@@ -85,6 +86,8 @@ class PlacementRuntime:
         return self.url
 
     async def stop(self) -> None:
+        if self.placement is not None:
+            await self.placement.reconciler.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._waker is not None:

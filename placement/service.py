@@ -24,25 +24,37 @@ from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.adapters.store import AppStore
 from placement.api import (
     AppDeleted,
+    AppEvent,
     CreateMachineRequest,
+    Release,
     WakeRequest,
     WakeResponse,
     WorkerView,
 )
 from placement.applocks import AppLocks, TooMany
 from placement.core.offers import NoCapacity
-from placement.core.wake import GONE, MachineState, deploy_shortfall
-from placement.errors import AgentReplied, Conflict, Unavailable
+from placement.core.wake import GONE
+from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.reconciler import Reconciler
 from placement.tokens import Tokens
 from placement.waker import Waker
-from thaw.appconfig import AppConfig, InvalidConfig, check, parse, patched
+from thaw.appconfig import (
+    MACHINE_FIELDS,
+    AppConfig,
+    InvalidConfig,
+    check,
+    machine_spec,
+    parse,
+    patched,
+)
 from thaw.hostnames import within_domain
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
-READ_ONLY_FIELDS = ("version", "image_digest", "uid")  # kept by placement, never patched
+READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release")  # placement's own
+DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
 MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 
 
@@ -68,6 +80,7 @@ class Placement:
         self.domain = domain
         self.locks = AppLocks()
         self._waits: Counter[str] = Counter()
+        self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry)
 
     # -- apps ------------------------------------------------------------------
 
@@ -84,10 +97,31 @@ class Placement:
                 raise Conflict(f"app {config.name} exists", code="exists")
             await self._clear_leftovers(config.name)
             config = await self._pinned(
-                msgspec.structs.replace(config, uid=secrets.token_hex(8)))
-            config = self.store.create(config)
+                msgspec.structs.replace(config, uid=secrets.token_hex(8), release=1))
+            config = self.store.create(config, self._release(config, 1, "created"))
             await self.registry.put_app(config)
+        self.reconciler.poke(config.name)
         return config
+
+    def _release(self, config: AppConfig, version: int, reason: str,
+                 strategy: str | None = None) -> Release:
+        return Release(app=config.name, version=version, image=config.image,
+                       image_digest=config.image_digest, config=config,
+                       strategy=strategy or config.deploy.strategy,  # type: ignore[arg-type]
+                       status="pending", created_at=self.fleet.clock(), reason=reason)
+
+    def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
+                      strategy: str | None = None) -> tuple[AppConfig, Release | None]:
+        """Store `config` over `current`; a change of what machines are made from is a new
+        release (the next version), made in the same transaction."""
+        release = None
+        if machine_spec(config) != machine_spec(current) or not current.release:
+            version = self.store.last_release(current.uid) + 1
+            config = msgspec.structs.replace(config, release=version)
+            release = self._release(config, version, reason, strategy)
+        stored = self.store.update(config, release)
+        return stored, None if release is None else msgspec.structs.replace(
+            release, config=stored)
 
     async def _clear_leftovers(self, name: str) -> None:
         """Machines an earlier app of this name left (an agent away when it was deleted):
@@ -111,8 +145,11 @@ class Placement:
             config = self._routable(patched(current, patch))
             if config.image != current.image:
                 config = await self._pinned(config)
-            config = self.store.update(config)
+            if config == current:
+                return current  # nothing changed: no version, no release
+            config, _ = self._store_change(current, config, "updated")
             await self.registry.put_app(config)
+        self.reconciler.poke(name)
         return config
 
     def _routable(self, config: AppConfig) -> AppConfig:
@@ -156,43 +193,54 @@ class Placement:
 
     # -- deploy ----------------------------------------------------------------
 
-    async def deploy(self, name: str, image: str | None) -> dict[str, Any]:
-        """Resolve the image (it may have moved) and pin it, then create the missing
-        running machines and spares."""
+    async def deploy(self, name: str, image: str | None, strategy: str | None = None
+                     ) -> dict[str, Any]:
+        """Resolve the image (it may have moved) and pin it; a change of what machines are
+        made from is a new release, rolled out by the reconciler. Answers once the first
+        reconcile pass is done (the machines it made, and why any could not be)."""
         async with self.locks.hold(name):
             current = self.store.get(name)
             config = check(msgspec.structs.replace(current, image=image)) if image else current
             config = await self._pinned(config)
-            if config != current:
-                config = self.store.update(config)
+            release = None
+            if config != current or not current.release:
+                config, release = self._store_change(current, config, "deployed", strategy)
                 await self.registry.put_app(config)
             region = config.regions[0]
             if not await self.fleet.live_workers(region):
                 raise Unavailable(f"no live worker in region {region}", code="no_capacity")
-            created, shortfall = await self._fill(config, region)
-        return {"app": msgspec.to_builtins(config), "machines": created, "shortfall": shortfall}
+        await self.reconciler.reconcile_app(name)
+        made, shortfall = await self.reconciler.settle(name, DEPLOY_SETTLE_S)
+        return {"app": msgspec.to_builtins(config), "machines": made, "shortfall": shortfall,
+                "release": None if release is None else msgspec.to_builtins(release)}
 
-    async def _fill(self, config: AppConfig, region: str) -> tuple[list[dict[str, Any]], str]:
-        views = await self.fleet.own_machines(config)
-        states = [MachineState(v["id"], v["worker"], v["state"]) for v in views]
-        add_running, add_spares = deploy_shortfall(config, states)
-        if not add_running and not add_spares:
-            return [], ""
-        rnd = await self.placer.round(config, region, views)
-        running = {v["worker"] for v in views if v["state"] in ("starting", "started")}
-        created: list[dict[str, Any]] = []
-        for _ in range(add_running):
-            placed = await self.placer.place(rnd, start=True)
-            if isinstance(placed, NoCapacity):
-                return created, placed.reason
-            running.add(placed.worker)
-            created.append(placed.view)
-        for _ in range(add_spares):
-            spare = await self._spare(rnd, frozenset(running))
-            if isinstance(spare, NoCapacity):
-                return created, spare.reason
-            created.append(spare.view)
-        return created, ""
+    async def rollback(self, name: str, version: int) -> Release:
+        """A new release made from release `version`'s machine fields (image, env, guest,
+        health, ...); the release it replaces is marked rolled_back."""
+        async with self.locks.hold(name):
+            current = self.store.get(name)
+            old = self.store.release(current.uid, version)
+            if old is None:
+                raise NotFound(f"release {version} of app {name} not found")
+            fields = {field: getattr(old.config, field) for field in MACHINE_FIELDS}
+            config = msgspec.structs.replace(current, **fields)
+            was = self.store.release(current.uid, current.release)
+            stored, release = self._store_change(current, config, f"rollback to {version}")
+            if release is None:
+                raise Conflict(f"app {name} already runs what release {version} ran",
+                               code="conflict")
+            if was is not None and was.status != "failed":
+                self.store.set_release_status(current.uid, was.version, "rolled_back",
+                                              f"rolled back to {version}")
+            await self.registry.put_app(stored)
+        self.reconciler.poke(name)
+        return release
+
+    def releases(self, name: str) -> list[Release]:
+        return self.store.releases(self.store.get(name).uid)
+
+    def events(self, name: str) -> list[AppEvent]:
+        return self.store.events(self.store.get(name).uid)
 
     async def _spare(self, rnd: Round, avoid: frozenset[str]) -> NewMachine | NoCapacity:
         """A stopped machine, preferably on a worker without a running one, image pulled."""

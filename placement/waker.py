@@ -68,7 +68,7 @@ class NewMachines:
         """`views`: the app's machines the wake was planned from; `live_workers`: every
         live worker then, in any region (as `plan_wake` counts machines)."""
         self.placer, self.config, self.region, self.views = placer, config, region, views
-        self.machines = states_of(views)
+        self.machines = states_of(views, config)
         self.live_workers = live_workers
         self.placed = 0  # placed by this wake, not destroyed since: not in `views`
         self.lock = asyncio.Lock()  # one offer at a time: each sees the last's reservations
@@ -145,7 +145,7 @@ class Waker:
             raise PlacementError("no answer from the workers before the deadline",
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None
         here = {wid for wid, w in everywhere.items() if w.region == region}
-        states = states_of(views)
+        states = states_of(views, config)
         claimed = self.claimed.get(config.name, set())
         placing = self.placing.get(config.name, 0)
         plan = plan_wake(config, states, everywhere.keys(), request.count, claimed, placing,
@@ -347,7 +347,7 @@ class Waker:
     async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
         url = await self.fleet.locate(config, machine_id)
         views = await self.fleet.own_machines(config)
-        states = states_of(views)
+        states = states_of(views, config)
         decision = decide_autostop(config, states, machine_id)
         if isinstance(decision, Refuse):
             raise Conflict(decision.message, code=decision.code)
@@ -372,8 +372,18 @@ def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     return isinstance(outcome, Failed) and outcome.code == "declined"
 
 
-def states_of(views: list[dict[str, Any]]) -> list[MachineState]:
-    return [MachineState(v["id"], v["worker"], v["state"]) for v in views]
+def states_of(views: list[dict[str, Any]], config: AppConfig) -> list[MachineState]:
+    return [MachineState(v["id"], v["worker"], v["state"], machine_release(v, config))
+            for v in views]
+
+
+def machine_release(view: dict[str, Any], config: AppConfig) -> int:
+    """The release a machine (view or registry record) was made for. One made before
+    releases existed counts as the app's current release while it runs its image."""
+    release = int(view.get("release") or 0)
+    if release == 0 and view.get("image_digest", "") in ("", config.image_digest):
+        return config.release
+    return release
 
 
 def woken(view: dict[str, Any]) -> WokenMachine:

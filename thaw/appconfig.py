@@ -66,6 +66,13 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=HOUR_S)] = 1.0
 
 
+class DeployConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    # rolling: one replacement (or max_unavailable) at a time, each healthy before the old
+    # one goes; immediate: all at once; canary: one, then the rest once it is healthy
+    strategy: Literal["rolling", "immediate", "canary"] = "rolling"
+    max_unavailable: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+
+
 class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: AppName
     image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
@@ -90,12 +97,25 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     health: HealthConfig = HealthConfig()
     kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
     kill_timeout_s: Annotated[float, msgspec.Meta(ge=MIN_S, le=300)] = 5.0
+    deploy: DeployConfig = DeployConfig()
     # pinned at create and deploy; "" only before the first resolution
     image_digest: Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
     version: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # bumped on every stored change
     # this incarnation of the name: set at create, never changed (a new app of a deleted
     # app's name is another app, and nothing of the old one is its)
     uid: Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?$")] = ""
+    # the release machines are to run (placement's; 0 before the app's first release)
+    release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
+
+
+# What a machine is made from: a change of any of these is a new release.
+MACHINE_FIELDS = ("image", "image_digest", "env", "guest", "port", "health", "kill_signal",
+                  "kill_timeout_s")
+
+
+def machine_spec(config: AppConfig) -> tuple[object, ...]:
+    """The part of the config its machines are made from (see MACHINE_FIELDS)."""
+    return tuple(getattr(config, name) for name in MACHINE_FIELDS)
 
 
 def check(config: AppConfig) -> AppConfig:

@@ -60,6 +60,14 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         p.add_argument("id")
 
     sub.add_parser("status", parents=[common], help="workers, apps and machines as tables")
+    sub.add_parser("releases", parents=[common],
+                   help="an app's releases, newest first").add_argument("app")
+    rollback = sub.add_parser("rollback", parents=[common],
+                              help="a new release made from an earlier one")
+    rollback.add_argument("app")
+    rollback.add_argument("version", type=int)
+    sub.add_parser("events", parents=[common],
+                   help="what the reconciler did to an app, and why").add_argument("app")
 
     tokens = sub.add_parser("tokens", help="create, list and revoke API tokens (admin)")
     t_sub = tokens.add_subparsers(dest="action", required=True)
@@ -99,6 +107,8 @@ def run_client_command(args: argparse.Namespace) -> int:
             return _deploy(client, args)
         if args.command == "machines":
             return _machines(client, args)
+        if args.command in ("releases", "rollback", "events"):
+            return _releases(client, args)
         return _status(client)
     except InvalidConfig as exc:
         what = "invalid config" if args.command in ("apps", "deploy") else "invalid value"
@@ -187,6 +197,21 @@ def _machines(client: ApiClient, args: argparse.Namespace) -> int:
         print(f"destroying {args.id}")
     else:
         _print(client.post(f"{base}/{args.id}/{args.action}"))
+    return 0
+
+
+def _releases(client: ApiClient, args: argparse.Namespace) -> int:
+    base = f"/v1/apps/{args.app}"
+    if args.command == "rollback":
+        made = client.post(f"{base}/rollback", {"version": args.version})
+        print(f"release {made['version']} of {args.app}: {made['image']} "
+              f"(from release {args.version}), {made['status']}")
+    elif args.command == "releases":
+        rows = [{**r, "created": _when(r["created_at"])} for r in client.get(f"{base}/releases")]
+        print(table(rows, ["version", "status", "image", "strategy", "created", "reason"]))
+    else:
+        rows = [{**e, "when": _when(e["at"])} for e in client.get(f"{base}/events")]
+        print(table(rows, ["when", "action", "machine", "outcome", "reason"]))
     return 0
 
 

@@ -249,5 +249,5 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
     return MachineSpec(
         app=offer.app, image=offer.image, guest=offer.guest, env=dict(offer.env),
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
-        app_uid=offer.app_uid,
+        app_uid=offer.app_uid, release=offer.release,
     )

@@ -33,6 +33,7 @@ class MachineSpec(msgspec.Struct, frozen=True):
     # The incarnation of the app (placement's AppConfig.uid): a machine is an app's only
     # while they match, so a new app of a deleted one's name never takes its machines.
     app_uid: str = ""
+    release: int = 0  # the app's release (placement's) the machine was made for
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):

@@ -1,7 +1,8 @@
 """hello: the smallest thaw app. Standard library only.
 
 Listens on 127.0.0.1:$PORT (default 8080). `GET /` answers
-"hello from <THAW_MACHINE_ID>", `GET /healthz` answers "ok". SIGTERM shuts the
+"<GREETING> from <THAW_MACHINE_ID>" (GREETING defaults to "hello"), `GET /healthz`
+answers "ok". SIGTERM shuts the
 server down cleanly (in-flight requests finish, exit status 0).
 """
 
@@ -13,6 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MACHINE_ID = os.environ.get("THAW_MACHINE_ID", "unknown")
+GREETING = os.environ.get("GREETING", "hello")
 
 
 class Hello(BaseHTTPRequestHandler):
@@ -22,7 +24,7 @@ class Hello(BaseHTTPRequestHandler):
         if self.path == "/healthz":
             self._answer(200, b"ok\n")
         elif self.path == "/" or self.path.startswith("/?"):
-            self._answer(200, f"hello from {MACHINE_ID}\n".encode())
+            self._answer(200, f"{GREETING} from {MACHINE_ID}\n".encode())
         else:
             self._answer(404, b"not found\n")
 

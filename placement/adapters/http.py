@@ -24,6 +24,7 @@ from placement.api import (
     AutostopRequest,
     CreateMachineRequest,
     DeployRequest,
+    RollbackRequest,
     TokenRequest,
     WakeRequest,
 )
@@ -96,7 +97,7 @@ def build_app(placement: Placement, metrics: PlacementMetrics, auth: Authenticat
 async def decoded(request: web.Request, kind: type[T]) -> T:
     """The body as `kind` (an empty body: its defaults); 422 naming the field otherwise."""
     raw = await request.read()
-    return body_as(raw, kind) if raw.strip() else kind()
+    return body_as(raw if raw.strip() else b"{}", kind)
 
 
 async def json_object(request: web.Request) -> dict[str, Any]:
@@ -130,7 +131,19 @@ class Routes:
 
     async def deploy(self, request: web.Request) -> web.Response:
         body = await decoded(request, DeployRequest)
-        return json_response(await self.p.deploy(request.match_info["app"], body.image))
+        return json_response(await self.p.deploy(request.match_info["app"], body.image,
+                                                 body.strategy))
+
+    async def releases(self, request: web.Request) -> web.Response:
+        return json_response(self.p.releases(request.match_info["app"]))
+
+    async def rollback(self, request: web.Request) -> web.Response:
+        body = await decoded(request, RollbackRequest)
+        release = await self.p.rollback(request.match_info["app"], body.version)
+        return json_response(release, status=201)
+
+    async def events(self, request: web.Request) -> web.Response:
+        return json_response(self.p.events(request.match_info["app"]))
 
     # -- machines ----------------------------------------------------------------------------
 

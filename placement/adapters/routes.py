@@ -12,6 +12,7 @@ from agent.api import MachineView
 from agent.core.machine import MachineState
 from placement.api import (
     AppDeleted,
+    AppEvent,
     AutostopRequest,
     CreateMachineRequest,
     DecisionView,
@@ -19,6 +20,8 @@ from placement.api import (
     DeployResult,
     Health,
     MachineWaited,
+    Release,
+    RollbackRequest,
     TokenCreated,
     TokenRequest,
     TokenView,
@@ -58,8 +61,14 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", APP, "delete_app", Access.APP,
           "Delete an app, destroy its machines, revoke tokens scoped to it", None, AppDeleted),
     Route("POST", APP + "/deploy", "deploy", Access.APP,
-          "Resolve and pin the image; create min_machines_running machines and spares",
-          DeployRequest, DeployResult),
+          "Resolve and pin the image; a change of what machines are made from is a new "
+          "release, rolled out by its strategy", DeployRequest, DeployResult),
+    Route("GET", APP + "/releases", "releases", Access.APP,
+          "The app's releases, newest first", None, list[Release]),
+    Route("POST", APP + "/rollback", "rollback", Access.APP,
+          "A new release made from an earlier one", RollbackRequest, Release, 201),
+    Route("GET", APP + "/events", "events", Access.APP,
+          "What the reconciler did to the app and why, newest first", None, list[AppEvent]),
     Route("GET", APP + "/machines", "list_machines", Access.APP,
           "The app's machines, as their agents report them", None, list[MachineView]),
     Route("POST", APP + "/machines", "create_machine", Access.APP,

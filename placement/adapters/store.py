@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from placement.api import AppEvent, Release
 from placement.errors import Conflict, NotFound
 from thaw.appconfig import AppConfig
 from thaw.hostnames import BadHost, normalize_host
@@ -35,7 +36,24 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS images (
         digest TEXT PRIMARY KEY,
         layers BLOB NOT NULL)""",
+    # an app's releases, by incarnation (a new app of a deleted one's name starts at 1)
+    """CREATE TABLE IF NOT EXISTS releases (
+        uid     TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        record  BLOB NOT NULL,
+        PRIMARY KEY (uid, version))""",
+    """CREATE TABLE IF NOT EXISTS events (
+        seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+        uid    TEXT NOT NULL,
+        record BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS events_by_app ON events (uid, seq)",
+    # machines lost with their worker: never counted again, destroyed once it is back
+    """CREATE TABLE IF NOT EXISTS fenced (
+        machine TEXT PRIMARY KEY,
+        uid     TEXT NOT NULL,
+        at      REAL NOT NULL)""",
 )
+EVENTS_KEPT = 500  # per app
 
 
 class HostTaken(Conflict):
@@ -89,7 +107,8 @@ class AppStore:
         row = self._db.execute("SELECT app FROM hosts WHERE host = ?", (host,)).fetchone()
         return str(row[0]) if row else None
 
-    def create(self, config: AppConfig) -> AppConfig:
+    def create(self, config: AppConfig, release: Release | None = None) -> AppConfig:
+        """Store a new app (version 1) and, in the same transaction, its first release."""
         stored = msgspec.structs.replace(config, version=1)
         with self._database.transaction():
             try:
@@ -100,6 +119,8 @@ class AppStore:
             except sqlite3.IntegrityError:
                 raise Conflict(f"app {config.name} exists", code="exists") from None
             self._claim(stored.name, stored.hosts)
+            if release is not None:
+                self._add_release(stored.uid, msgspec.structs.replace(release, config=stored))
         return stored
 
     def is_current(self, config: AppConfig) -> bool:
@@ -108,33 +129,110 @@ class AppStore:
                                (config.name,)).fetchone()
         return row is not None and msgspec.json.decode(row[0], type=AppConfig).uid == config.uid
 
-    def update(self, config: AppConfig) -> AppConfig:
+    def update(self, config: AppConfig, release: Release | None = None) -> AppConfig:
         """Replace the stored config, which must still be the one `config` was made from
-        (same uid and version: no change came between); the version becomes + 1."""
+        (same uid and version: no change came between); the version becomes + 1. A
+        `release` made from it is added in the same transaction."""
         with self._database.transaction():
-            row = self._db.execute(
-                "SELECT config FROM apps WHERE name = ?", (config.name,)
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"app {config.name} not found")
-            found = msgspec.json.decode(row[0], type=AppConfig)
-            if (found.uid, found.version) != (config.uid, config.version):
-                raise Conflict(f"app {config.name} changed meanwhile; retry", code="conflict")
-            stored = msgspec.structs.replace(config, version=found.version + 1)
-            self._db.execute(
-                "UPDATE apps SET version = ?, config = ? WHERE name = ?",
-                (stored.version, msgspec.json.encode(stored), stored.name),
-            )
+            stored = self._write_over(config)
             self._db.execute("DELETE FROM hosts WHERE app = ?", (stored.name,))
             self._claim(stored.name, stored.hosts)
+            if release is not None:
+                self._add_release(stored.uid, msgspec.structs.replace(release, config=stored))
         return stored
+
+    # -- releases, events, fenced machines (by the app's incarnation) ------------------
+
+    def _add_release(self, uid: str, release: Release) -> None:
+        try:
+            self._db.execute("INSERT INTO releases (uid, version, record) VALUES (?, ?, ?)",
+                             (uid, release.version, msgspec.json.encode(release)))
+        except sqlite3.IntegrityError:
+            raise Conflict(f"release {release.version} of {release.app} exists",
+                           code="conflict") from None
+
+    def releases(self, uid: str) -> list[Release]:
+        """Newest first."""
+        rows = self._db.execute("SELECT record FROM releases WHERE uid = ? ORDER BY version "
+                                "DESC", (uid,)).fetchall()
+        return [msgspec.json.decode(row[0], type=Release) for row in rows]
+
+    def release(self, uid: str, version: int) -> Release | None:
+        row = self._db.execute("SELECT record FROM releases WHERE uid = ? AND version = ?",
+                               (uid, version)).fetchone()
+        return None if row is None else msgspec.json.decode(row[0], type=Release)
+
+    def last_release(self, uid: str) -> int:
+        row = self._db.execute("SELECT MAX(version) FROM releases WHERE uid = ?",
+                               (uid,)).fetchone()
+        return int(row[0] or 0)
+
+    def set_release_status(self, uid: str, version: int, status: str, reason: str = "",
+                           config: AppConfig | None = None) -> AppConfig | None:
+        """Mark a release's status; with `config`, also store that config (written over the
+        one it was made from, as `update`) in the same transaction, and return it."""
+        with self._database.transaction():
+            found = self.release(uid, version)
+            if found is None:
+                raise NotFound(f"release {version} not found")
+            changed = msgspec.structs.replace(found, status=status,  # type: ignore[arg-type]
+                                              reason=reason or found.reason)
+            self._db.execute("UPDATE releases SET record = ? WHERE uid = ? AND version = ?",
+                             (msgspec.json.encode(changed), uid, version))
+            if config is None:
+                return None
+            return self._write_over(config)
+
+    def _write_over(self, config: AppConfig) -> AppConfig:
+        row = self._db.execute("SELECT config FROM apps WHERE name = ?",
+                               (config.name,)).fetchone()
+        if row is None:
+            raise NotFound(f"app {config.name} not found")
+        found = msgspec.json.decode(row[0], type=AppConfig)
+        if (found.uid, found.version) != (config.uid, config.version):
+            raise Conflict(f"app {config.name} changed meanwhile; retry", code="conflict")
+        stored = msgspec.structs.replace(config, version=found.version + 1)
+        self._db.execute("UPDATE apps SET version = ?, config = ? WHERE name = ?",
+                         (stored.version, msgspec.json.encode(stored), stored.name))
+        return stored
+
+    def add_event(self, uid: str, event: AppEvent) -> None:
+        with self._database.transaction():
+            cursor = self._db.execute("INSERT INTO events (uid, record) VALUES (?, ?)",
+                                      (uid, msgspec.json.encode(event)))
+            self._db.execute("DELETE FROM events WHERE uid = ? AND seq <= ?",
+                             (uid, (cursor.lastrowid or 0) - EVENTS_KEPT))
+
+    def events(self, uid: str, limit: int = EVENTS_KEPT) -> list[AppEvent]:
+        """Newest first."""
+        rows = self._db.execute("SELECT record FROM events WHERE uid = ? ORDER BY seq DESC "
+                                "LIMIT ?", (uid, limit)).fetchall()
+        return [msgspec.json.decode(row[0], type=AppEvent) for row in rows]
+
+    def fence(self, uid: str, machine: str, at: float) -> None:
+        with self._database.transaction():
+            self._db.execute("INSERT OR IGNORE INTO fenced (machine, uid, at) VALUES (?, ?, ?)",
+                             (machine, uid, at))
+
+    def fenced(self, uid: str) -> frozenset[str]:
+        rows = self._db.execute("SELECT machine FROM fenced WHERE uid = ?", (uid,)).fetchall()
+        return frozenset(str(row[0]) for row in rows)
+
+    def unfence(self, machine: str) -> None:
+        with self._database.transaction():
+            self._db.execute("DELETE FROM fenced WHERE machine = ?", (machine,))
 
     def delete(self, name: str) -> None:
         with self._database.transaction():
-            cursor = self._db.execute("DELETE FROM apps WHERE name = ?", (name,))
-            if cursor.rowcount == 0:
+            row = self._db.execute("SELECT config FROM apps WHERE name = ?",
+                                   (name,)).fetchone()
+            if row is None:
                 raise NotFound(f"app {name} not found")
+            uid = msgspec.json.decode(row[0], type=AppConfig).uid
+            self._db.execute("DELETE FROM apps WHERE name = ?", (name,))
             self._db.execute("DELETE FROM hosts WHERE app = ?", (name,))
+            for table in ("releases", "events", "fenced"):
+                self._db.execute(f"DELETE FROM {table} WHERE uid = ?", (uid,))
 
     def _claim(self, app: str, hosts: list[str]) -> None:
         """Inside a transaction: take `hosts` for `app`, or raise (rolling it all back)."""

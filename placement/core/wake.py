@@ -34,6 +34,7 @@ class MachineState:
     id: str
     worker: str
     state: str
+    release: int = 0  # the app's release it was made for
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def plan_wake(
     wanted = max(0, min(count, config.max_machines - active))
     reusable = sorted(
         (m for m in present
-         if m.state in REUSABLE_ORDER and m.id not in claimed and m.worker in here),
+         if m.state in REUSABLE_ORDER and m.id not in claimed and m.worker in here
+        and m.release == config.release),  # never an older release: the reconciler replaces it
         key=lambda m: (REUSABLE_ORDER.index(m.state), m.id),
     )
     reuse = tuple(reusable[:wanted])

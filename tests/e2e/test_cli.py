@@ -56,6 +56,17 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
     status = thaw(up, "status")
     assert status.returncode == 0 and "WORKERS" in status.stdout and "APP greeter" in status.stdout
 
+    again = thaw(up, "deploy", "-c", str(toml))  # nothing changed: no release, no version
+    assert again.returncode == 0, again.stderr
+    _, same = call("GET", f"{up.api}/v1/apps/greeter", token=up.token)
+    assert (same["version"], same["release"]) == (app["version"], 1)
+    releases = thaw(up, "releases", "greeter")
+    assert releases.returncode == 0 and len(releases.stdout.strip().splitlines()) == 2
+    events = thaw(up, "events", "greeter")
+    assert events.returncode == 0 and "min_machines_running=1" in events.stdout
+    rollback = thaw(up, "rollback", "greeter", "1")
+    assert rollback.returncode == 1 and "already runs" in rollback.stderr
+
 
 def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent(
     up: ThawUp, tmp_path: Path

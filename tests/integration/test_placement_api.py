@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
 
-from tests.support.placement_helpers import HELLO, Platform
+from tests.support.placement_helpers import HELLO, Platform, eventually
 from thaw.imagebuild import BuildOverrides, build_image
 from thaw.registry.memory import MemoryRegistry
 
@@ -166,17 +167,29 @@ async def test_autostop_stops_an_idle_machine_but_never_below_min_machines_runni
     tmp_path: Path, images: dict[str, str]
 ) -> None:
     async with Platform(tmp_path) as p:
-        await p.create_app(**hello_app(images, min_machines_running=1))
+        await p.create_app(**hello_app(images, min_machines_running=1, max_machines=2))
+
+        async def started() -> list[str]:
+            _, machines = await p.call("GET", "/v1/apps/hello/machines")
+            return [m["id"] for m in machines if m["state"] == "started"]
+
+        await eventually(lambda: _truthy(started()))  # the reconciler keeps one running
+        (second,) = await started()
         status, woke = await p.call("POST", "/internal/apps/hello/wake",
-                                    {"count": 2, "deadline_ms": 20_000})
-        assert status == 200 and len(woke["machines"]) == 2, woke
-        first, second = (m["id"] for m in woke["machines"])
+                                    {"count": 1, "deadline_ms": 20_000})
+        assert status == 200 and len(woke["machines"]) == 1, woke
+        first = woke["machines"][0]["id"]
+        assert first != second
         status, body = await p.call("POST", f"/internal/apps/hello/machines/{first}/autostop",
                                     {"idle_s": 300})
         assert status == 200 and body["state"] in ("stopping", "stopped"), body
         status, body = await p.call("POST", f"/internal/apps/hello/machines/{second}/autostop",
                                     {"idle_s": 300})
         assert status == 409 and body["error"] == "min_machines_running"
+
+
+async def _truthy(value: Awaitable[list[str]]) -> bool:
+    return bool(await value)
 
 
 async def test_deploy_pins_the_digest_and_keeps_the_spare_on_another_worker(
@@ -187,8 +200,9 @@ async def test_deploy_pins_the_digest_and_keeps_the_spare_on_another_worker(
         status, deployed = await p.call("POST", "/v1/apps/hello/deploy")
         assert status == 200, deployed
         assert deployed["app"]["image_digest"].startswith("sha256:")
-        running, spare = deployed["machines"]
-        assert spare["state"] == "created" and running["worker"] != spare["worker"]
+        running, spare = sorted(deployed["machines"], key=lambda m: m["state"] == "created")
+        assert running["state"] == "started" and spare["state"] == "created"
+        assert running["worker"] != spare["worker"]
         status, machines = await p.call("GET", "/v1/apps/hello/machines")
         assert status == 200 and {m["id"] for m in machines} == {running["id"], spare["id"]}
 
@@ -205,8 +219,14 @@ async def test_deploy_pins_the_digest_and_keeps_the_spare_on_another_worker(
                                     {"count": 1, "deadline_ms": 20_000})
         assert status == 200 and woke["machines"][0]["id"] == spare["id"], woke
 
+        async def new_spare() -> bool:  # the reconciler replaces the spare the wake took
+            _, machines = await p.call("GET", "/v1/apps/hello/machines")
+            return any(m["state"] == "created" for m in machines)
+
+        await eventually(new_spare)
         status, body = await p.call("DELETE", "/v1/apps/hello")
-        assert status == 200 and set(body["machines"]) == {running["id"], spare["id"]}
+        assert status == 200 and len(body["machines"]) == 3
+        assert {running["id"], spare["id"]} <= set(body["machines"])
         assert await p.registry.app("hello") is None
 
 

@@ -48,6 +48,7 @@ class MachineRecord(msgspec.Struct, frozen=True):
     epoch: int = 0
     events: list[MachineEvent] = msgspec.field(default_factory=list)
     app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
+    release: int = 0  # the app's release the machine was made for
 
 
 class Change(msgspec.Struct, frozen=True):

@@ -1,0 +1,276 @@
+"""The reconciler's decision: what an app declares and what its agents report -> actions.
+
+Level-triggered and pure (no IO, no clock, no asyncio): given the app's declared
+shape (its current release, `min_machines_running`, `spares`, `max_machines`, the
+release's rollout strategy) and the machines as observed (their worker alive or
+not, what the shell is already doing to them), it returns the actions that move
+the app towards its shape, each with the reason the shell logs and keeps as an
+app event. The shell carries them out and marks what it works on as busy: a
+second pass over the same observation issues nothing.
+
+Rules, in order:
+1. A machine on a worker that is not alive is lost: it is fenced (never counted,
+   started or routed to again) and, once its worker is back, destroyed.
+2. A release being rolled out fails when one of its machines failed; it is complete
+   when no machine of an older release is left.
+3. Machines of an older release are replaced (a new one like it, started if it ran,
+   then the old one destroyed), as many at a time as the strategy allows:
+   `rolling` `max_unavailable`, `immediate` all, `canary` one until a machine of the
+   release has started, then all.
+4. `min_machines_running` machines of the current release run: a standby is started
+   (on a worker without a running machine of the app, where there is one), else
+   one is created.
+5. `spares` standbys of the current release exist (created, stopped or suspended).
+6. Never more than `max_machines` (a rollout may pass it by the replacements in
+   flight): creates are capped, and a surplus is destroyed, standbys first.
+
+New machines are placed by the market with `avoid` (the workers already holding
+one of the app's machines that must run or stand by): a hard preference the shell
+drops only when no other worker fits, and says so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+GONE = frozenset({"destroying", "destroyed"})
+RUNNING = frozenset({"starting", "started"})
+# Best standby to start first: resuming a frozen process is fastest, then a stopped
+# machine (image and rootfs ready), then a spare never started.
+STANDBY_ORDER = ("suspended", "stopped", "created")
+STANDBY = frozenset(STANDBY_ORDER)
+
+Strategy = Literal["rolling", "immediate", "canary"]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One machine of the app as observed."""
+
+    id: str
+    worker: str
+    state: str
+    release: int  # the release it was created for
+    live: bool = True  # its worker has a fresh heartbeat and is not failed
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The app's declared shape (its config and current release)."""
+
+    release: int
+    min_running: int = 0
+    spares: int = 0
+    max_machines: int = 3
+    strategy: Strategy = "rolling"
+    max_unavailable: int = 1
+    rolling_out: bool = False  # the current release is not yet complete
+
+
+@dataclass(frozen=True)
+class Busy:
+    """What the shell (or a wake) is already doing for the app."""
+
+    machines: frozenset[str] = frozenset()  # being started, replaced or destroyed
+    starting: frozenset[str] = frozenset()  # of those, being started: they count as running
+    destroying: frozenset[str] = frozenset()  # of those, being destroyed: they count no more
+    creating_running: int = 0  # new machines being placed to run
+    creating_standby: int = 0  # new standbys being placed
+    replacing: int = 0  # replacements in flight (counted in `machines` by their old one)
+
+
+@dataclass(frozen=True)
+class Start:
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Create:
+    start: bool
+    reason: str
+    avoid: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Replace:
+    machine: str
+    start: bool  # the new one runs (the old one did) or stands by
+    reason: str
+    avoid: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Destroy:
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fence:
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CompleteRelease:
+    release: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class FailRelease:
+    release: int
+    reason: str
+
+
+Action = Start | Create | Replace | Destroy | Fence | CompleteRelease | FailRelease
+
+
+def reconcile(
+    declared: Declared,
+    machines: Sequence[Seen],
+    busy: Busy = Busy(),
+    fenced: Collection[str] = frozenset(),
+    workers: Collection[str] = (),
+) -> list[Action]:
+    """The actions that move the app towards `declared` (empty: it has its shape).
+
+    `workers`: the live workers of the app's region (where a new machine could go)."""
+    actions: list[Action] = []
+    present = [m for m in machines if m.state not in GONE]
+    for m in present:
+        if not m.live and m.id not in fenced:
+            actions.append(Fence(m.id, f"worker {m.worker} is down: machine {m.id} is lost"))
+        elif m.live and m.id in fenced and m.id not in busy.machines:
+            actions.append(Destroy(m.id, f"worker {m.worker} is back: machine {m.id} was "
+                                         "lost and is not used again"))
+    counted = [m for m in present
+               if m.live and m.id not in fenced and m.id not in busy.destroying]
+    current = [m for m in counted if m.release == declared.release]
+    old = [m for m in counted if m.release != declared.release]
+
+    failed_new = [m for m in current if m.state == "failed"]
+    if declared.rolling_out and failed_new:
+        actions.append(FailRelease(declared.release, f"machine {failed_new[0].id} of release "
+                                   f"{declared.release} failed"))
+        return actions  # the shell goes back to the previous release; no more for now
+    for m in old:
+        if m.state == "failed" and m.id not in busy.machines:
+            actions.append(Destroy(m.id, f"machine {m.id} of release {m.release} failed; "
+                                         f"release {declared.release} replaces it"))
+    old = [m for m in old if m.state != "failed" or m.id in busy.machines]
+    old = [m for m in old if not (m.state == "failed" and m.id in busy.destroying)]
+    actions += _replace_old(declared, current, old, busy)
+    if declared.rolling_out and not old and busy.replacing == 0:
+        actions.append(CompleteRelease(declared.release,
+                                       f"every machine runs release {declared.release}"))
+    actions += _shape(declared, current, old, busy, workers)
+    return actions
+
+
+def _replace_old(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
+                 busy: Busy) -> list[Action]:
+    idle_old = sorted((m for m in old if m.id not in busy.machines),
+                      key=lambda m: (m.state not in RUNNING, m.id))
+    if not idle_old:
+        return []
+    if declared.strategy == "immediate":
+        allowed = len(idle_old)
+    elif declared.strategy == "canary" and not any(m.state == "started" for m in current):
+        allowed = 1 - busy.replacing
+    elif declared.strategy == "canary":
+        allowed = len(idle_old)
+    else:
+        allowed = max(1, declared.max_unavailable) - busy.replacing
+    holding = _holding(current, busy)
+    actions: list[Action] = []
+    for m in idle_old[:max(0, allowed)]:
+        start = m.state in RUNNING
+        actions.append(Replace(m.id, start, f"release {declared.release} replaces machine "
+                                            f"{m.id} of release {m.release}", holding))
+    return actions
+
+
+def _holding(current: Sequence[Seen], busy: Busy) -> frozenset[str]:
+    """Workers that already hold one of the app's machines of the current release that
+    run or stand by (new ones go elsewhere where they can)."""
+    return frozenset(m.worker for m in current if m.state in RUNNING | STANDBY)
+
+
+def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
+           busy: Busy, workers: Collection[str]) -> list[Action]:
+    """Min running, spares, and the max_machines cap. Machines of an older release still
+    count while they serve or stand by: each is replaced one for one (rule 3)."""
+    actions: list[Action] = []
+    serving = [m for m in (*current, *old) if m.state in RUNNING or m.id in busy.starting]
+    standby = sorted((m for m in current if m.state in STANDBY and m.id not in busy.machines),
+                     key=lambda m: (STANDBY_ORDER.index(m.state), m.id))
+    old_standby = sum(1 for m in old if m.state in STANDBY)
+    # What exists or is on its way counts against max_machines (a replacement in flight
+    # is the one surge a rollout may take).
+    exists = len(current) + len(old) + busy.creating_running + busy.creating_standby
+    room = max(0, declared.max_machines - exists)
+    holding = set(_holding(current, busy))
+
+    running_workers = {m.worker for m in serving}
+    running = len(serving) + busy.creating_running
+    short = declared.min_running - running
+    free = len(set(workers) - running_workers)  # workers where none of the app's runs
+    reason = f"min_machines_running={declared.min_running}: {running} running"
+    while short > 0:
+        # a standby on a worker where none of the app's machines runs; failing that, a
+        # new machine on such a worker; only then a start beside a running machine
+        pick = next((m for m in standby if m.worker not in running_workers), None)
+        if pick is None and (room == 0 or free == 0) and standby:
+            pick = standby[0]
+        if pick is not None:
+            standby.remove(pick)
+            free -= pick.worker not in running_workers and pick.worker in workers
+            running_workers.add(pick.worker)
+            actions.append(Start(pick.id, reason))
+        elif room > 0:
+            actions.append(Create(True, reason, frozenset(holding)))
+            room -= 1
+            free -= 1
+        else:
+            break
+        short -= 1
+
+    spares = len(standby) + old_standby + busy.creating_standby
+    for _ in range(min(room, max(0, declared.spares - spares))):
+        actions.append(Create(False, f"spares={declared.spares}: {spares} standing by",
+                              frozenset(holding)))
+        room -= 1
+
+    # Only machines seen make a surplus: one being created may already be among them
+    # (an agent reports it before its creator hears back), and a count twice is a
+    # machine destroyed for nothing.
+    seen = len(current) + len(old)
+    surplus = seen - declared.max_machines
+    if surplus > 0 and not old and busy.replacing == 0:
+        started = {a.machine for a in actions if isinstance(a, Start)}
+        running_left = len(serving) + len(started)
+        idle = (m for m in current if m.id not in busy.machines and m.id not in started)
+        crowd = Counter(m.worker for m in current)  # a crowded worker's machines go first
+        for m in sorted(idle, key=lambda m: (*_surplus_order(m)[:1], -crowd[m.worker], m.id)):
+            if surplus == 0:
+                break
+            if m.state in RUNNING:
+                if running_left <= declared.min_running:
+                    break
+                running_left -= 1
+            actions.append(Destroy(m.id, f"max_machines={declared.max_machines}: "
+                                         f"{seen} machines"))
+            surplus -= 1
+    return actions
+
+
+def _surplus_order(m: Seen) -> tuple[int, str]:
+    """Which machines go first when there are too many: failed, never-started spares,
+    stopped, suspended, then running ones (newest id last is arbitrary but stable)."""
+    rank = {"failed": 0, "created": 1, "stopped": 2, "suspended": 3}.get(m.state, 4)
+    return rank, m.id

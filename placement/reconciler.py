@@ -1,0 +1,417 @@
+"""The reconciler's shell: observe an app, ask `core.reconcile`, carry the actions out.
+
+One entry point per app, `reconcile_app(app)` (a later issue wraps it in a per-app
+lease when several placements share Redis). A pass observes (the app's config and
+current release from the store, its machines from the agents of live workers, the
+registry's records of machines on workers that are gone), decides, and launches the
+actions as tasks; what they work on is busy until they end, so a pass never issues an
+action twice. Every action ends by asking for another pass: the loop is
+level-triggered and converges. Passes are asked for by app changes, deploys, the
+registry's change feed (a worker or machine change) and a timer (`period_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.adapters.store import AppStore
+from placement.api import AppEvent
+from placement.applocks import AppLocks
+from placement.core import reconcile as core
+from placement.core.offers import NoCapacity
+from placement.errors import NotFound, PlacementError
+from placement.fleet import Fleet
+from placement.placer import NewMachine, Placer, Round
+from placement.waker import Waker, machine_release
+from thaw.appconfig import MACHINE_FIELDS, AppConfig
+from thaw.registry import Registry
+
+log = logging.getLogger("thaw.placement")
+DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
+ROLLING_OUT = ("pending", "rolling")
+
+
+@dataclass
+class AppWork:
+    """What the reconciler is doing for one app."""
+
+    busy: dict[str, str] = field(default_factory=dict)  # machine -> start|destroy|replace
+    creating: Counter[bool] = field(default_factory=Counter)  # start? -> new machines
+    declined: dict[str, float] = field(default_factory=dict)  # machine -> until (monotonic)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    made: list[dict[str, Any]] = field(default_factory=list)  # views of machines made
+    shortfall: str = ""
+    passing: bool = False
+    again: bool = False
+
+
+class Reconciler:
+    def __init__(
+        self, store: AppStore, fleet: Fleet, agents: AgentClient, placer: Placer,
+        waker: Waker, locks: AppLocks, registry: Registry, *, period_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.fleet, self.agents, self.placer = store, fleet, agents, placer
+        self.waker, self.locks, self.registry = waker, locks, registry
+        self.period_s = period_s
+        self.clock = clock
+        self.work: dict[str, AppWork] = {}
+        self._workers_seen: set[str] = set()  # live at the last pass: a new one asks for all
+        self._loops: list[asyncio.Task[None]] = []
+
+    # -- triggers ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loops = [asyncio.create_task(self._timer()), asyncio.create_task(self._feed())]
+
+    async def close(self) -> None:
+        tasks = list(self._loops)
+        for work in self.work.values():
+            tasks += work.tasks
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def poke(self, app: str) -> None:
+        """Ask for a pass over `app` (one at a time per app; a pass asked for while one runs
+        runs after it)."""
+        work = self.work.setdefault(app, AppWork())
+        if work.passing:
+            work.again = True
+            return
+        work.passing = True
+        task = asyncio.create_task(self._passes(app, work))
+        work.tasks.add(task)
+        task.add_done_callback(work.tasks.discard)
+
+    async def _passes(self, app: str, work: AppWork) -> None:
+        try:
+            while True:
+                work.again = False
+                try:
+                    await self.reconcile_app(app)
+                except NotFound:
+                    self.work.pop(app, None)
+                    return
+                except Exception:
+                    log.exception("reconcile pass over app %s failed", app)
+                if not work.again:
+                    return
+        finally:
+            work.passing = False
+
+    async def _timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            for config in self.store.list():
+                self.poke(config.name)
+
+    async def _feed(self) -> None:
+        """A machine's change asks for a pass over its app; a worker's, over every app."""
+        while True:
+            try:
+                async for change in self.registry.changes():
+                    if change.kind == "machine":
+                        self.poke(change.key.split("/", 1)[0])
+                    elif change.kind == "worker" and change.key not in self._workers_seen:
+                        for config in self.store.list():
+                            self.poke(config.name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the registry is away: the timer goes on
+                log.warning("reconciler: change feed unavailable: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def settle(self, app: str, timeout_s: float) -> tuple[list[dict[str, Any]], str]:
+        """Wait (at most `timeout_s`) for what the reconciler is doing to `app`; the views
+        of the machines it made meanwhile and why any could not be made."""
+        work = self.work.get(app)
+        if work is None:
+            return [], ""
+        work.made, work.shortfall = [], ""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while work.tasks:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            await asyncio.wait(list(work.tasks), timeout=remaining)
+        return list(work.made), work.shortfall
+
+    # -- one pass ----------------------------------------------------------------------
+
+    async def reconcile_app(self, app: str) -> list[core.Action]:
+        """Observe `app`, decide, and launch the actions (not waiting for them)."""
+        config = self.store.get(app)
+        work = self.work.setdefault(app, AppWork())
+        release = self.store.release(config.uid, config.release) if config.release else None
+        live = await self.fleet.live_workers()
+        self._workers_seen = set(live)
+        views = [v for v in await self.fleet.app_machines(app, live)
+                 if v.get("app_uid", "") == config.uid]
+        seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config))
+                for v in views]
+        known = {v["id"] for v in views}
+        for record in await self.fleet.registry.machines(app):
+            if record.app_uid == config.uid and record.id not in known \
+                    and record.worker not in live:
+                seen.append(core.Seen(record.id, record.worker, record.state,
+                                      machine_release(msgspec.to_builtins(record), config),
+                                      live=False))
+        now = asyncio.get_running_loop().time()
+        work.declined = {m: t for m, t in work.declined.items() if t > now}
+        claimed = self.waker.claimed.get(app, set())
+        busy = core.Busy(
+            machines=frozenset(work.busy) | frozenset(work.declined) | frozenset(claimed),
+            starting=frozenset(m for m, k in work.busy.items() if k == "start")
+            | frozenset(claimed),
+            destroying=frozenset(m for m, k in work.busy.items() if k == "destroy"),
+            creating_running=work.creating[True] + self.waker.placing.get(app, 0),
+            creating_standby=work.creating[False],
+            replacing=sum(1 for k in work.busy.values() if k == "replace"),
+        )
+        region = config.regions[0]
+        declared = core.Declared(
+            release=config.release, min_running=config.min_machines_running,
+            spares=config.spares, max_machines=config.max_machines,
+            strategy=release.strategy if release else config.deploy.strategy,
+            max_unavailable=config.deploy.max_unavailable,
+            rolling_out=release is not None and release.status in ROLLING_OUT,
+        )
+        region_workers = [w for w, s in live.items() if s.region == region]
+        actions = core.reconcile(declared, seen, busy, self.store.fenced(config.uid),
+                                 region_workers)
+        if actions:
+            self._launch(config, views, actions, work)
+        return actions
+
+    def _launch(self, config: AppConfig, views: list[dict[str, Any]],
+                actions: list[core.Action], work: AppWork) -> None:
+        creates: list[core.Create | core.Replace] = []
+        for action in actions:
+            if isinstance(action, core.Fence):
+                self.store.fence(config.uid, action.machine, self.clock())
+                self._event(config, "fence", action.reason, action.machine)
+            elif isinstance(action, core.CompleteRelease):
+                self.store.set_release_status(config.uid, action.release, "complete",
+                                              action.reason)
+                self._event(config, "release", action.reason)
+            elif isinstance(action, core.FailRelease):
+                self._spawn(config.name, work, self._fail_release(config, action.reason))
+            elif isinstance(action, core.Start):
+                work.busy[action.machine] = "start"
+                self._spawn(config.name, work, self._start(config, views, action))
+            elif isinstance(action, core.Destroy):
+                work.busy[action.machine] = "destroy"
+                self._spawn(config.name, work, self._destroy(config, views, action))
+            else:
+                if isinstance(action, core.Replace):
+                    work.busy[action.machine] = "replace"
+                else:
+                    work.creating[action.start] += 1
+                creates.append(action)
+        if any(isinstance(a, core.Replace) for a in actions):
+            release = self.store.release(config.uid, config.release)
+            if release is not None and release.status == "pending":
+                self.store.set_release_status(config.uid, config.release, "rolling")
+        if creates:
+            self._spawn(config.name, work, self._create_all(config, views, creates, work))
+
+    def _spawn(self, app: str, work: AppWork, coro: Any) -> None:
+        async def run() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("reconcile action for app %s failed", app)
+            finally:
+                self.poke(app)  # level-triggered: look again once something changed
+
+        task = asyncio.create_task(run())
+        work.tasks.add(task)
+        task.add_done_callback(work.tasks.discard)
+
+    # -- actions -----------------------------------------------------------------------
+
+    async def _start(self, config: AppConfig, views: list[dict[str, Any]],
+                     action: core.Start) -> None:
+        work = self.work[config.name]
+        try:
+            url = await self.fleet.worker_url(_worker_of(views, action.machine))
+            status, body = await self._start_call(config, url, action.machine)
+            if status == 409 and _code(body) == "no_capacity":
+                work.declined[action.machine] = asyncio.get_running_loop().time() \
+                    + DECLINED_FOR_S
+            self._event(config, "start", action.reason, action.machine, _outcome(status, body))
+        except PlacementError as exc:
+            self._event(config, "start", action.reason, action.machine, exc.message)
+        finally:
+            work.busy.pop(action.machine, None)
+
+    async def _start_call(self, config: AppConfig, url: str, mid: str) -> tuple[int, Any]:
+        wait_s = config.health.timeout_s
+        try:
+            return await self.agents.call("POST", url, f"/v1/machines/{mid}/start",
+                                          params={"wait_s": f"{wait_s:.3f}"},
+                                          timeout_s=wait_s + 5)
+        except AgentUnreachable as exc:
+            return 0, {"message": exc.message}
+
+    async def _destroy(self, config: AppConfig, views: list[dict[str, Any]],
+                       action: core.Destroy) -> None:
+        work = self.work[config.name]
+        try:
+            status, body = await self._destroy_call(_worker_of(views, action.machine),
+                                                    action.machine, config)
+            if status < 300 or status == 404:
+                self.store.unfence(action.machine)
+            self._event(config, "destroy", action.reason, action.machine,
+                        _outcome(status, body))
+        finally:
+            work.busy.pop(action.machine, None)
+
+    async def _destroy_call(self, worker: str, mid: str, config: AppConfig
+                            ) -> tuple[int, Any]:
+        if not worker:  # a fenced machine the agent reports under another worker? ask
+            worker = next((r.worker for r in await self.registry.machines(config.name)
+                           if r.id == mid), "")
+        try:
+            url = await self.fleet.worker_url(worker)
+            return await self.agents.call("DELETE", url, f"/v1/machines/{mid}")
+        except AgentUnreachable as exc:
+            return 0, {"message": exc.message}
+        except PlacementError as exc:
+            return 0, {"message": exc.message}
+
+    async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
+                          actions: list[core.Create | core.Replace], work: AppWork) -> None:
+        """New machines, placed one after another in one market round (each avoiding the
+        workers the earlier ones went to), then pulled and started side by side."""
+        region = config.regions[0]
+        placed_on: set[str] = set()
+        starts: list[Any] = []
+        try:
+            rnd: Round | None = await self.placer.round(config, region, views)
+        except PlacementError as exc:
+            rnd = None
+            work.shortfall = exc.message
+        for action in actions:
+            placed: NewMachine | NoCapacity | None = None
+            if rnd is not None:
+                avoid = frozenset(action.avoid | placed_on)
+                placed = await self.placer.place(rnd, start=False, avoid=avoid,
+                                                 spare=not action.start)
+            if not isinstance(placed, NewMachine):
+                reason = placed.reason if isinstance(placed, NoCapacity) else work.shortfall
+                work.shortfall = reason
+                self._done_creating(work, action)
+                self._event(config, _verb(action), action.reason, _old(action),
+                            f"no capacity: {reason}")
+                continue
+            placed_on.add(placed.worker)
+            note = (f"; shares worker {placed.worker}: no other worker fits"
+                    if placed.worker in action.avoid else "")
+            starts.append(self._bring_up(config, placed, action, note, rnd))
+        await asyncio.gather(*starts)
+
+    async def _bring_up(self, config: AppConfig, placed: NewMachine,
+                        action: core.Create | core.Replace, note: str, rnd: Round | None
+                        ) -> None:
+        """Pull the image on the new machine's worker, start it if it is to run; a
+        replacement that comes up takes its old machine's place (destroyed), one that
+        does not fails the release."""
+        work = self.work[config.name]
+        mid = placed.view["id"]
+        try:
+            outcome, view = "ok", placed.view
+            try:
+                await self.fleet.pull(placed.url, rnd.image.ref if rnd else config.image)
+            except PlacementError as exc:
+                outcome = f"pull failed: {exc.message}"
+            if outcome == "ok" and action.start:
+                status, body = await self._start_call(config, placed.url, mid)
+                outcome = _outcome(status, body)
+                view = body if outcome == "ok" and isinstance(body, dict) else view
+            work.made.append(view)
+            self._event(config, _verb(action), action.reason + note, mid, outcome)
+            if isinstance(action, core.Replace):
+                if outcome == "ok":
+                    await self._destroy_call(_worker_of_view(self.fleet, action.machine),
+                                             action.machine, config)
+                    self._event(config, "destroy", f"replaced by {mid}", action.machine)
+                else:
+                    await self._destroy_call(placed.worker, mid, config)
+                    await self._fail_release(config, f"replacement {mid} of {action.machine}:"
+                                                     f" {outcome}")
+        finally:
+            self._done_creating(work, action)
+
+    def _done_creating(self, work: AppWork, action: core.Create | core.Replace) -> None:
+        if isinstance(action, core.Replace):
+            work.busy.pop(action.machine, None)
+        else:
+            work.creating[action.start] -= 1
+
+    async def _fail_release(self, config: AppConfig, reason: str) -> None:
+        """The release being rolled out failed: the app goes back to the last complete
+        release before it (its machine fields; no new release), and keeps serving on it."""
+        async with self.locks.hold(config.name):
+            current = self.store.get(config.name)
+            if current.uid != config.uid or current.release != config.release:
+                return  # changed meanwhile (a new deploy, a rollback): nothing to undo
+            back = next((r for r in self.store.releases(current.uid)
+                         if r.version < current.release and r.status == "complete"), None)
+            restored = None
+            if back is not None:
+                fields = {name: getattr(back.config, name) for name in MACHINE_FIELDS}
+                restored = msgspec.structs.replace(current, **fields, release=back.version)
+            stored = self.store.set_release_status(current.uid, current.release, "failed",
+                                                   reason, config=restored)
+            if stored is not None:
+                await self.registry.put_app(stored)
+        where = f"back to release {back.version}" if back else "no earlier release to go to"
+        self._event(config, "release", f"release {config.release} failed ({reason}); {where}")
+
+    def _event(self, config: AppConfig, action: str, reason: str, machine: str = "",
+               outcome: str = "ok") -> None:
+        log.info("reconcile %s: %s %s: %s (%s)", config.name, action, machine or "-", reason,
+                 outcome)
+        self.store.add_event(config.uid, AppEvent(self.clock(), action, reason, machine,
+                                                  outcome))
+
+
+def _worker_of(views: list[dict[str, Any]], mid: str) -> str:
+    return next((v["worker"] for v in views if v["id"] == mid), "")
+
+
+def _worker_of_view(fleet: Fleet, mid: str) -> str:
+    return fleet.known.get(mid, ("", "", ""))[1]
+
+
+def _verb(action: core.Create | core.Replace) -> str:
+    return "replace" if isinstance(action, core.Replace) else "create"
+
+
+def _old(action: core.Create | core.Replace) -> str:
+    return action.machine if isinstance(action, core.Replace) else ""
+
+
+def _code(body: Any) -> str:
+    return str(body.get("error", "")) if isinstance(body, dict) else ""
+
+
+def _outcome(status: int, body: Any) -> str:
+    if 200 <= status < 300:
+        return "ok"
+    message = body.get("message", body) if isinstance(body, dict) else body
+    return f"{status or 'unreachable'}: {message}"

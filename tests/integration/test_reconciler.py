@@ -1,0 +1,144 @@
+"""The reconciler with real agents and machine processes: min machines kept on distinct
+workers without a deploy, spares replaced, releases rolled out, failed and rolled back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.placement_helpers import HELLO, Platform, eventually
+from thaw.imagebuild import BuildOverrides, build_image
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("images")
+    build_image(HELLO, "hello:v1", layout=root / "v1")
+    build_image(HELLO, "hello:v2", layout=root / "v2",
+                overrides=BuildOverrides(env={"GREETING": "hi"}))
+    mute = root / "mute-src"
+    mute.mkdir()
+    (mute / "thaw-image.toml").write_text(
+        'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n')
+    build_image(mute, "mute:v1", layout=root / "mute")
+    return {"v1": f"oci:{root / 'v1'}:v1", "v2": f"oci:{root / 'v2'}:v2",
+            "mute": f"oci:{root / 'mute'}:v1"}
+
+
+def app(images: dict[str, str], **fields: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "name": "hello", "image": images["v1"], "guest": {"cpus": 0.25, "memory_mb": 64},
+        "health": {"path": "/healthz", "timeout_s": 3},
+    }
+    config.update(fields)
+    return config
+
+
+async def machines(p: Platform, state: str | None = None) -> list[dict[str, Any]]:
+    _, found = await p.call("GET", "/v1/apps/hello/machines")
+    return [m for m in found if state is None or m["state"] == state]
+
+
+async def release(p: Platform, version: int) -> dict[str, Any]:
+    _, releases = await p.call("GET", "/v1/apps/hello/releases")
+    return next(r for r in releases if r["version"] == version)
+
+
+async def test_raising_min_machines_starts_another_on_a_different_worker_without_a_deploy(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=2) as p:
+        await p.create_app(**app(images, min_machines_running=1))
+
+        async def started(n: int) -> bool:
+            return len(await machines(p, "started")) == n
+
+        await eventually(lambda: started(1))
+        status, _ = await p.call("PATCH", "/v1/apps/hello", {"min_machines_running": 2})
+        assert status == 200
+        await eventually(lambda: started(2))
+        running = await machines(p, "started")
+        assert len({m["worker"] for m in running}) == 2
+        _, events = await p.call("GET", "/v1/apps/hello/events")
+        assert any(e["action"] in ("create", "start")
+                   and "min_machines_running=2" in e["reason"] for e in events), events
+
+        # lowered to 0, auto-stop may act again (it was refused below the minimum)
+        status, _ = await p.call("PATCH", "/v1/apps/hello", {"min_machines_running": 0})
+        for m in running:
+            status, body = await p.call(
+                "POST", f"/internal/apps/hello/machines/{m['id']}/autostop", {"idle_s": 300})
+            assert status == 200, body
+        status, _ = await p.call("GET", "/v1/apps/hello/releases")
+        _, releases = await p.call("GET", "/v1/apps/hello/releases")
+        assert [r["version"] for r in releases] == [1]  # scaling is no release
+
+
+async def test_a_new_image_replaces_every_machine_spares_too_and_a_rollback_returns(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=3) as p:
+        created = await p.create_app(**app(images, min_machines_running=2, spares=1,
+                                           max_machines=4))
+        v1_digest = created["image_digest"]
+
+        async def shaped(version: int) -> bool:
+            found = await machines(p)
+            return (sum(m["state"] == "started" for m in found) == 2
+                    and sum(m["state"] == "created" for m in found) == 1
+                    and all(m["release"] == version for m in found)
+                    and (await release(p, version))["status"] == "complete")
+
+        await eventually(lambda: shaped(1), timeout_s=30)
+        assert len({m["worker"] for m in await machines(p)}) == 3  # spread
+        status, again = await p.call("POST", "/v1/apps/hello/deploy")
+        assert status == 200 and again["release"] is None  # nothing changed: no release
+        status, deployed = await p.call("POST", "/v1/apps/hello/deploy", {"image": images["v2"]})
+        assert status == 200 and deployed["release"]["version"] == 2, deployed
+        await eventually(lambda: shaped(2), timeout_s=60)
+        v2_digest = deployed["app"]["image_digest"]
+        assert v2_digest != v1_digest
+        for m in await machines(p):
+            assert m["image_digest"] in ("", v2_digest)  # a spare pins at first start
+            if m["state"] == "started":
+                assert (await p.get_text(m["address"])).startswith("hi from ")
+
+        status, rolled = await p.call("POST", "/v1/apps/hello/rollback", {"version": 1})
+        assert status == 201 and rolled["version"] == 3 and rolled["image"] == images["v1"]
+        assert (await release(p, 2))["status"] == "rolled_back"
+        await eventually(lambda: shaped(3), timeout_s=60)
+        for m in await machines(p, "started"):
+            assert (await p.get_text(m["address"])).startswith("hello from ")
+
+
+async def test_a_release_that_never_becomes_healthy_fails_and_the_app_keeps_the_last(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=2) as p:
+        await p.create_app(**app(images, min_machines_running=1, max_machines=2))
+
+        async def serving(version: int) -> bool:
+            found = await machines(p, "started")
+            return len(found) == 1 and found[0]["release"] == version
+
+        await eventually(lambda: serving(1), timeout_s=20)
+        before = (await machines(p, "started"))[0]
+        status, deployed = await p.call("POST", "/v1/apps/hello/deploy",
+                                        {"image": images["mute"]})
+        assert status == 200, deployed
+
+        async def failed() -> bool:
+            return (await release(p, 2))["status"] == "failed"
+
+        await eventually(failed, timeout_s=30)
+        _, config = await p.call("GET", "/v1/apps/hello")
+        assert config["release"] == 1 and config["image"] == images["v1"]
+        await eventually(lambda: serving(1), timeout_s=20)
+        assert (await machines(p, "started"))[0]["id"] == before["id"]  # never stopped
+        assert (await p.get_text(before["address"])).startswith("hello from ")
+        _, events = await p.call("GET", "/v1/apps/hello/events")
+        assert any(e["action"] == "release" and "failed" in e["reason"] for e in events)
