@@ -193,6 +193,15 @@ class Fleet:
             self._images.pop(next(iter(self._images)))  # the oldest
         self._images[key] = info
 
+    async def destroy(self, mid: str, *, worker: str = "", url: str = "") -> tuple[int, Any]:
+        """DELETE machine `mid` at its agent (by `url`, or the live `worker`'s): the agent's
+        (status, body), or (0, {"message": ...}) when no agent answers."""
+        try:
+            url = url or await self.worker_url(worker)
+            return await self.agents.call("DELETE", url, f"/v1/machines/{mid}")
+        except (AgentUnreachable, Unavailable) as exc:
+            return 0, {"message": exc.message}
+
     async def pull(self, url: str, ref: str) -> ImageInfo:
         try:
             status, body = await self.agents.call(

@@ -29,10 +29,11 @@ from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core.offers import NoCapacity
+from placement.core.wake import machine_release
 from placement.errors import NotFound, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
-from placement.waker import Waker, machine_release
+from placement.waker import Waker
 from thaw.appconfig import MACHINE_FIELDS, AppConfig
 from thaw.registry import Registry
 
@@ -163,7 +164,7 @@ class Reconciler:
         seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config))
                 for v in views]
         known = {v["id"] for v in views}
-        for record in await self.fleet.registry.machines(app):
+        for record in await self.registry.machines(app):
             if record.app_uid == config.uid and record.id not in known \
                     and record.worker not in live:
                 seen.append(core.Seen(record.id, record.worker, record.state,
@@ -271,27 +272,14 @@ class Reconciler:
                        action: core.Destroy) -> None:
         work = self.work[config.name]
         try:
-            status, body = await self._destroy_call(_worker_of(views, action.machine),
-                                                    action.machine, config)
+            status, body = await self.fleet.destroy(action.machine,
+                                                    worker=_worker_of(views, action.machine))
             if status < 300 or status == 404:
                 self.store.unfence(action.machine)
             self._event(config, "destroy", action.reason, action.machine,
                         _outcome(status, body))
         finally:
             work.busy.pop(action.machine, None)
-
-    async def _destroy_call(self, worker: str, mid: str, config: AppConfig
-                            ) -> tuple[int, Any]:
-        if not worker:  # a fenced machine the agent reports under another worker? ask
-            worker = next((r.worker for r in await self.registry.machines(config.name)
-                           if r.id == mid), "")
-        try:
-            url = await self.fleet.worker_url(worker)
-            return await self.agents.call("DELETE", url, f"/v1/machines/{mid}")
-        except AgentUnreachable as exc:
-            return 0, {"message": exc.message}
-        except PlacementError as exc:
-            return 0, {"message": exc.message}
 
     async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
                           actions: list[core.Create | core.Replace], work: AppWork) -> None:
@@ -321,12 +309,12 @@ class Reconciler:
             placed_on.add(placed.worker)
             note = (f"; shares worker {placed.worker}: no other worker fits"
                     if placed.worker in action.avoid else "")
-            starts.append(self._bring_up(config, placed, action, note, rnd))
+            starts.append(self._bring_up(config, views, placed, action, note, rnd))
         await asyncio.gather(*starts)
 
-    async def _bring_up(self, config: AppConfig, placed: NewMachine,
-                        action: core.Create | core.Replace, note: str, rnd: Round | None
-                        ) -> None:
+    async def _bring_up(self, config: AppConfig, views: list[dict[str, Any]],
+                        placed: NewMachine, action: core.Create | core.Replace, note: str,
+                        rnd: Round | None) -> None:
         """Pull the image on the new machine's worker, start it if it is to run; a
         replacement that comes up takes its old machine's place (destroyed), one that
         does not fails the release."""
@@ -346,11 +334,11 @@ class Reconciler:
             self._event(config, _verb(action), action.reason + note, mid, outcome)
             if isinstance(action, core.Replace):
                 if outcome == "ok":
-                    await self._destroy_call(_worker_of_view(self.fleet, action.machine),
-                                             action.machine, config)
+                    await self.fleet.destroy(action.machine,
+                                             worker=_worker_of(views, action.machine))
                     self._event(config, "destroy", f"replaced by {mid}", action.machine)
                 else:
-                    await self._destroy_call(placed.worker, mid, config)
+                    await self.fleet.destroy(mid, url=placed.url)
                     await self._fail_release(config, f"replacement {mid} of {action.machine}:"
                                                      f" {outcome}")
         finally:
@@ -392,10 +380,6 @@ class Reconciler:
 
 def _worker_of(views: list[dict[str, Any]], mid: str) -> str:
     return next((v["worker"] for v in views if v["id"] == mid), "")
-
-
-def _worker_of_view(fleet: Fleet, mid: str) -> str:
-    return fleet.known.get(mid, ("", "", ""))[1]
 
 
 def _verb(action: core.Create | core.Replace) -> str:

@@ -184,11 +184,7 @@ class Placement:
         return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
     async def _destroy(self, app: str, view: dict[str, Any]) -> str:
-        try:
-            url = await self.fleet.worker_url(view["worker"])
-            status, _ = await self.agents.call("DELETE", url, f"/v1/machines/{view['id']}")
-        except (AgentUnreachable, Unavailable):
-            return ""
+        status, _ = await self.fleet.destroy(view["id"], worker=view["worker"])
         return view["id"] if status in (200, 202) else ""
 
     # -- deploy ----------------------------------------------------------------

@@ -27,6 +27,7 @@ from placement.core.wake import (
     decide_autostop,
     plan_wake,
     room_for_new,
+    states_of,
     wake_failure,
 )
 from placement.errors import AgentReplied, Conflict, PlacementError
@@ -335,11 +336,8 @@ class Waker:
 
     async def _release(self, url: str, machine_id: str) -> bool:
         """Destroy a machine this placement made; False if it may still be there."""
-        try:
-            status, body = await self.agents.call("DELETE", url, f"/v1/machines/{machine_id}")
-        except AgentUnreachable:
-            status, body = 0, "no answer"
-        if status < 300 or status == 404:
+        status, body = await self.fleet.destroy(machine_id, url=url)
+        if 0 < status < 300 or status == 404:
             return True
         log.warning("machine %s could not be destroyed now: %s", machine_id, message_of(body))
         return False
@@ -370,20 +368,6 @@ def outcome_of(task: asyncio.Task[Outcome]) -> Outcome:
 def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     """A worker refused to start the machine: no room for it there now."""
     return isinstance(outcome, Failed) and outcome.code == "declined"
-
-
-def states_of(views: list[dict[str, Any]], config: AppConfig) -> list[MachineState]:
-    return [MachineState(v["id"], v["worker"], v["state"], machine_release(v, config))
-            for v in views]
-
-
-def machine_release(view: dict[str, Any], config: AppConfig) -> int:
-    """The release a machine (view or registry record) was made for. One made before
-    releases existed counts as the app's current release while it runs its image."""
-    release = int(view.get("release") or 0)
-    if release == 0 and view.get("image_digest", "") in ("", config.image_digest):
-        return config.release
-    return release
 
 
 def woken(view: dict[str, Any]) -> WokenMachine:

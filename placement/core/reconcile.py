@@ -163,7 +163,6 @@ def reconcile(
             actions.append(Destroy(m.id, f"machine {m.id} of release {m.release} failed; "
                                          f"release {declared.release} replaces it"))
     old = [m for m in old if m.state != "failed" or m.id in busy.machines]
-    old = [m for m in old if not (m.state == "failed" and m.id in busy.destroying)]
     actions += _replace_old(declared, current, old, busy)
     if declared.rolling_out and not old and busy.replacing == 0:
         actions.append(CompleteRelease(declared.release,
@@ -186,7 +185,7 @@ def _replace_old(declared: Declared, current: Sequence[Seen], old: Sequence[Seen
         allowed = len(idle_old)
     else:
         allowed = max(1, declared.max_unavailable) - busy.replacing
-    holding = _holding(current, busy)
+    holding = _holding(current)
     actions: list[Action] = []
     for m in idle_old[:max(0, allowed)]:
         start = m.state in RUNNING
@@ -195,7 +194,7 @@ def _replace_old(declared: Declared, current: Sequence[Seen], old: Sequence[Seen
     return actions
 
 
-def _holding(current: Sequence[Seen], busy: Busy) -> frozenset[str]:
+def _holding(current: Sequence[Seen]) -> frozenset[str]:
     """Workers that already hold one of the app's machines of the current release that
     run or stand by (new ones go elsewhere where they can)."""
     return frozenset(m.worker for m in current if m.state in RUNNING | STANDBY)
@@ -214,7 +213,7 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
     # is the one surge a rollout may take).
     exists = len(current) + len(old) + busy.creating_running + busy.creating_standby
     room = max(0, declared.max_machines - exists)
-    holding = set(_holding(current, busy))
+    holding = set(_holding(current))
 
     running_workers = {m.worker for m in serving}
     running = len(serving) + busy.creating_running
@@ -256,7 +255,7 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
         running_left = len(serving) + len(started)
         idle = (m for m in current if m.id not in busy.machines and m.id not in started)
         crowd = Counter(m.worker for m in current)  # a crowded worker's machines go first
-        for m in sorted(idle, key=lambda m: (*_surplus_order(m)[:1], -crowd[m.worker], m.id)):
+        for m in sorted(idle, key=lambda m: (_surplus_rank(m), -crowd[m.worker], m.id)):
             if surplus == 0:
                 break
             if m.state in RUNNING:
@@ -269,8 +268,7 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
     return actions
 
 
-def _surplus_order(m: Seen) -> tuple[int, str]:
+def _surplus_rank(m: Seen) -> int:
     """Which machines go first when there are too many: failed, never-started spares,
-    stopped, suspended, then running ones (newest id last is arbitrary but stable)."""
-    rank = {"failed": 0, "created": 1, "stopped": 2, "suspended": 3}.get(m.state, 4)
-    return rank, m.id
+    stopped, suspended, then running ones."""
+    return {"failed": 0, "created": 1, "stopped": 2, "suspended": 3}.get(m.state, 4)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from thaw.appconfig import AppConfig
 
@@ -165,3 +166,17 @@ def wake_failure(failures: Sequence[str], pending: int) -> str:
     if "start_failed" in failures:
         return "start_failed"
     return "no_capacity"
+
+
+def states_of(views: list[dict[str, Any]], config: AppConfig) -> list[MachineState]:
+    return [MachineState(v["id"], v["worker"], v["state"], machine_release(v, config))
+            for v in views]
+
+
+def machine_release(view: dict[str, Any], config: AppConfig) -> int:
+    """The release a machine (view or registry record) was made for. One made before
+    releases existed counts as the app's current release while it runs its image."""
+    release = int(view.get("release") or 0)
+    if release == 0 and view.get("image_digest", "") in ("", config.image_digest):
+        return config.release
+    return release
