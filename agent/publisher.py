@@ -17,6 +17,7 @@ from agent.core.machine import MachineState
 from agent.core.state import Machine
 from agent.service import Agent
 from thaw.registry import MachineRecord, Registry, WorkerStatus
+from thaw.registry.generation import GenerationWatch
 from thaw.registry.types import MachineEvent as RegistryEvent
 
 log = logging.getLogger("thaw.agent")
@@ -34,6 +35,8 @@ class Publisher:
         self._apps: dict[str, str] = {}  # machine id -> app, to delete records of destroyed ones
         self._layers_dirty = True
         self._kick = asyncio.Event()
+        self.generation = GenerationWatch()
+        self._republishing: str | None = None  # a generation whose republish is under way
 
     def machine_changed(self, mid: str) -> None:
         machine = self.agent.state.machines.get(mid)
@@ -89,6 +92,7 @@ class Publisher:
                     self._dirty.update(self.agent.state.machines)
                     self._layers_dirty = True
                 await self._guarded(self._heartbeat(interval))
+                await self._guarded(self._watch_generation())
                 beats += 1
                 next_beat = loop.time() + interval
             await self._guarded(self._flush())
@@ -101,6 +105,18 @@ class Publisher:
 
     async def _heartbeat(self, interval: float) -> None:
         await self.registry.publish_worker(self.worker_status(), interval * HEARTBEATS_PER_TTL)
+
+    async def _watch_generation(self) -> None:
+        """A new registry generation: the view was lost; publish everything again."""
+        token = await self.registry.generation()
+        if token == self.generation.known:
+            return
+        if self.generation.lost(token):
+            log.warning("the registry was lost (new generation): publishing this worker, its "
+                        "layers and its %d machines again", len(self.agent.state.machines))
+        self._dirty.update(self.agent.state.machines)
+        self._layers_dirty = True
+        self._republishing = token
 
     async def _flush(self) -> None:
         if self._layers_dirty:
@@ -117,6 +133,9 @@ class Publisher:
                     await self.registry.delete_machine(app, mid)
                 continue
             await self.registry.put_machine(machine_record(self.agent, machine))
+        if self._republishing is not None:  # every record is out again
+            self.generation.published(self._republishing)
+            self._republishing = None
 
     async def _guarded(self, work: Awaitable[None]) -> None:
         try:

@@ -32,7 +32,7 @@ class EdgeConfig:
     wake_retry_after_s: int = 1  # Retry-After on 503 answers
     body_buffer_bytes: int = 256 * 1024  # request body buffered while held before pausing
     write_buffer_high_bytes: int = 256 * 1024  # transport write buffer high-water mark
-    max_connect_attempts: int = 3  # machines tried per request before 502
+    max_connect_attempts: int = 3  # machines tried per request before it is held
     shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required

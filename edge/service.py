@@ -53,7 +53,8 @@ class Edge:
         self.waker = waker_factory(self)
         self.closing = False
         self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(4).hex().encode()
+        self.instance_id = os.urandom(4).hex()  # names this edge (request ids, reports)
+        self._id_prefix = self.instance_id.encode()
         self._sweeper: asyncio.TimerHandle | None = None
         view.on_machine_removed = self._machine_removed
 
@@ -128,18 +129,20 @@ class Edge:
 
     def _connect_failed(self, exchange: Exchange, app: AppEntry, slot: MachineSlot,
                         exc: BaseException) -> None:
-        """Nothing was delivered: try another machine or hold and wake, whatever the method."""
+        """Nothing was delivered, whatever the method: try another machine; after
+        `max_connect_attempts`, hold it and wake (never a 502 while a machine may yet
+        come: the hold's deadline bounds the wait). The worker is reported as suspect."""
         self.metrics.connect_errors.labels(app.name).inc()
         log.warning("connect to machine %s (%s) of app %s failed (request %s): %r", slot.id,
                     slot.address, app.name, _request_id(exchange), exc)
         self.view.mark(slot, "gone")
+        self.waker.suspect(slot, exc)
         if exchange.state == DONE:
             return
         self._unslot(exchange)
         exchange.attempts += 1
         if exchange.attempts >= self.config.max_connect_attempts:
-            self.fail(exchange, "bad_gateway",
-                      f"no machine took the connection in {exchange.attempts} attempts")
+            self._hold(exchange, app)
         else:
             self.dispatch(exchange)
 
@@ -160,6 +163,9 @@ class Edge:
             exchange.upstream = None
             if exchange.attempts < self.config.max_connect_attempts:
                 self.dispatch(exchange)
+                return
+            if exchange.app is not None:
+                self._hold(exchange, exchange.app)  # wait for a machine rather than 502
                 return
         machine = f"machine {slot.id} ({slot.address})" if slot is not None else "the machine"
         self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")

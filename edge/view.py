@@ -22,11 +22,13 @@ from collections.abc import Callable
 
 from thaw.appconfig import AppConfig
 from thaw.registry import MachineRecord, Registry
+from thaw.registry.generation import GenerationWatch
 
 log = logging.getLogger("thaw.edge.view")
 
 STARTED = "started"
 FEED_RETRY_S = 1.0
+REBUILD_GRACE_S = 10.0  # after the registry was lost: time for everyone to publish again
 
 
 MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
@@ -36,11 +38,13 @@ class MachineSlot:
     """One machine as the edge sees it. `last_start` is loop time of the last request start."""
 
     __slots__ = ("address", "app", "draining", "host", "id", "in_flight", "known_wall",
-                 "last_start", "port", "seen", "state")
+                 "last_start", "port", "seen", "state", "worker")
 
-    def __init__(self, app: str, machine_id: str, address: str, state: str, now: float) -> None:
+    def __init__(self, app: str, machine_id: str, address: str, state: str, now: float,
+                 worker: str = "") -> None:
         self.app = app
         self.id = machine_id
+        self.worker = worker
         self.address = address
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
@@ -109,10 +113,11 @@ class View:
         self._put_app(name, config)
         self._rebuild_hosts()
 
-    def set_apps(self, configs: list[AppConfig]) -> None:
-        """Every app at once (a full load): those not in `configs` are deleted."""
+    def set_apps(self, configs: list[AppConfig], *, prune: bool = True) -> None:
+        """Every app at once (a full load): those not in `configs` are deleted, unless
+        `prune` is false (the registry is being filled again after it was lost)."""
         names = {config.name for config in configs}
-        for name in [name for name in self.apps if name not in names]:
+        for name in [name for name in self.apps if prune and name not in names]:
             self._put_app(name, None)
         for config in configs:
             self._put_app(config.name, config)
@@ -176,20 +181,22 @@ class View:
             self._drop(entry, machine_id, record.state if record else "destroyed")
             return
         if slot is None or slot.address != record.address:
-            slot = MachineSlot(app, machine_id, record.address, STARTED, self.clock())
+            slot = MachineSlot(app, machine_id, record.address, STARTED, self.clock(),
+                               record.worker)
             entry.machines[machine_id] = slot
         slot.state = STARTED
         slot.seen = True
         entry.rebuild()
 
-    def add_started(self, app: str, machine_id: str, address: str) -> MachineSlot | None:
+    def add_started(self, app: str, machine_id: str, address: str,
+                    worker: str = "") -> MachineSlot | None:
         """A machine placement just reported started (a wake answer)."""
         entry = self.apps.get(app)
         if entry is None:
             return None
         slot = entry.machines.get(machine_id)
         if slot is None or slot.address != address:
-            slot = MachineSlot(app, machine_id, address, STARTED, self.clock())
+            slot = MachineSlot(app, machine_id, address, STARTED, self.clock(), worker)
             entry.machines[machine_id] = slot
         slot.state = STARTED
         slot.draining = False
@@ -209,6 +216,15 @@ class View:
             self.tombstones.pop(next(iter(self.tombstones)))  # the oldest
         self.tombstones[(slot.app, slot.id)] = slot.known_wall
 
+    def worker_failed(self, worker: str) -> int:
+        """Placement counts `worker` failed: none of its machines is routed to (until the
+        registry says otherwise with newer news). How many were dropped."""
+        lost = [slot for entry in self.apps.values() for slot in entry.machines.values()
+                if slot.worker == worker]
+        for slot in lost:
+            self.mark(slot, "lost")
+        return len(lost)
+
     def set_draining(self, slot: MachineSlot, draining: bool) -> None:
         slot.draining = draining
         entry = self.apps.get(slot.app)
@@ -224,36 +240,60 @@ class View:
 
 
 class RegistryFeed:
-    """Loads the view, follows the change feed, resyncs; survives registry errors."""
+    """Loads the view, follows the change feed, resyncs; survives registry errors.
+
+    A registry that was lost (a new generation: Redis restarted empty, or flushed) is
+    being filled again by placement and the agents: for `REBUILD_GRACE_S` a load adds
+    and updates but removes nothing, then one authoritative load prunes what is gone.
+    """
 
     def __init__(self, view: View, registry: Registry, resync_interval_s: float) -> None:
         self.view = view
         self.registry = registry
         self.resync_interval_s = resync_interval_s
         self.position: str | None = None  # of the last change applied
+        self.generation = GenerationWatch()
+        self.rebuilding_until = 0.0  # loop time: until then loads only add
+        self._resync_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def load(self) -> None:
-        if self.position is None:
-            self.position = await self.registry.feed_position()
+        """Read everything first, then apply: a registry lost half-way through a load
+        never empties the view."""
+        position = await self.registry.feed_position()
+        token = await self.registry.generation()
         configs = await self.registry.apps()
-        self.view.set_apps(configs)
+        records = {c.name: await self.registry.machines(c.name) for c in configs}
+        after = await self.registry.generation()
+        loop = asyncio.get_running_loop()
+        if after != token or self.generation.lost(token):
+            log.warning("the registry was lost (new generation): keeping the view while "
+                        "placement and the agents publish theirs again")
+            self.rebuilding_until = loop.time() + REBUILD_GRACE_S
+            loop.call_later(REBUILD_GRACE_S, self._resync_now.set)
+            self.position = None if after != token else position  # the old feed is gone
+        elif self.position is None:
+            self.position = position
+        self.generation.published(after)
+        prune = loop.time() >= self.rebuilding_until
+        self.view.set_apps(configs, prune=prune)
         for config in configs:
-            await self._load_machines(config.name)
+            self._apply_machines(config.name, records[config.name], prune=prune)
 
-    async def _load_machines(self, app: str) -> None:
-        records = {r.id: r for r in await self.registry.machines(app)}
+    def _apply_machines(self, app: str, records: list[MachineRecord], *, prune: bool) -> None:
         entry = self.view.apps.get(app)
         if entry is None:
             return
-        for machine_id in set(entry.machines) | set(records):
-            self.view.apply_record(app, machine_id, records.get(machine_id))
+        found = {r.id: r for r in records}
+        ids = set(entry.machines) | set(found) if prune else set(found)
+        for machine_id in ids:
+            self.view.apply_record(app, machine_id, found.get(machine_id))
 
     async def refresh(self, kind: str, key: str) -> None:
         if kind == "app":
             self.view.set_app(key, await self.registry.app(key))
             if key in self.view.apps:
-                await self._load_machines(key)
+                self._apply_machines(key, await self.registry.machines(key), prune=True)
         elif kind == "machine":
             app, _, machine_id = key.partition("/")
             if app in self.view.apps:
@@ -290,7 +330,10 @@ class RegistryFeed:
 
     async def _resync(self) -> None:
         while True:
-            await asyncio.sleep(self.resync_interval_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.resync_interval_s):
+                    await self._resync_now.wait()
+            self._resync_now.clear()
             try:
                 await self.load()
             except asyncio.CancelledError:

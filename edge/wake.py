@@ -15,7 +15,7 @@ from edge.adapters.placement import PlacementClient
 from edge.core.autostop import MachineActivity, machines_to_stop
 from edge.errors import EdgeError
 from edge.view import STARTED, AppEntry, MachineSlot
-from placement.api import AutostopRequest, WakeRequest, WakeTimings
+from placement.api import AutostopRequest, SuspectReport, WakeRequest, WakeTimings
 
 if TYPE_CHECKING:
     from edge.exchange import Exchange
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("thaw.edge.wake")
 
 WAKE_BACKOFF_S = 1.0
+SUSPECT_EVERY_S = 1.0  # reports of one worker to placement, at most one per this
+MAX_SUSPECTED = 10_000
 
 
 class Waker:
@@ -31,6 +33,7 @@ class Waker:
         self.edge = edge
         self.placement = PlacementClient(edge.config)
         self.backoff_until: dict[str, float] = {}
+        self._suspected: dict[str, float] = {}  # worker -> loop time of the last report
         self._timings: dict[str, tuple[float, WakeTimings]] = {}
         self._autostop_task: asyncio.Task[None] | None = None
 
@@ -70,7 +73,7 @@ class Waker:
         self._timings[app.name] = (loop.time(), answer.timings)
         current = edge.view.apps.get(app.name, app)
         for machine in answer.machines:
-            edge.view.add_started(app.name, machine.id, machine.address)
+            edge.view.add_started(app.name, machine.id, machine.address, machine.worker)
         if not {m.id for m in answer.machines} - routable_before:
             # Placement had nothing new to start (capped, or its count differs from ours):
             # do not ask again at once, or held requests would drive a tight wake loop.
@@ -89,6 +92,34 @@ class Waker:
         # instead of starting more. Any other failure is final for the held requests.
         if not app.routable and exc.code != "deadline":
             edge.fail_held_by_name(app.name, exc.code, f"wake failed: {exc.message}")
+
+    # -- suspect workers ------------------------------------------------------------------
+
+    def suspect(self, slot: MachineSlot, error: BaseException) -> None:
+        """A connect to `slot` failed: tell placement (at most once per worker per
+        SUSPECT_EVERY_S); if placement counts the worker failed, route to none of its
+        machines."""
+        now = self.edge.loop.time()
+        if not slot.worker or now - self._suspected.get(slot.worker, -SUSPECT_EVERY_S) \
+                < SUSPECT_EVERY_S:
+            return
+        if len(self._suspected) >= MAX_SUSPECTED:
+            self._suspected.clear()
+        self._suspected[slot.worker] = now
+        report = SuspectReport(reporter=self.edge.instance_id, machine=slot.id[:64],
+                               address=slot.address[:300], error=repr(error)[:300])
+        self.edge.spawn(self._report(slot.worker, report))
+
+    async def _report(self, worker: str, report: SuspectReport) -> None:
+        try:
+            answer = await self.placement.suspect(worker, report)
+        except EdgeError as exc:
+            log.warning("could not report worker %s as suspect: %s", worker, exc.message)
+            return
+        if answer.failed:
+            dropped = self.edge.view.worker_failed(worker)
+            log.warning("worker %s is failed (%s): %d machines no longer routed to", worker,
+                        answer.reason, dropped)
 
     # -- auto-stop -----------------------------------------------------------------------
 

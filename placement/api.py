@@ -63,6 +63,24 @@ class AutostopRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     idle_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = 0.0
 
 
+class SuspectReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /internal/workers/{worker}/suspect`: an edge could not connect to a machine
+    there. `reporter` names the edge (two edges' reports are independent evidence)."""
+
+    reporter: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    machine: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    address: Annotated[str, msgspec.Meta(max_length=300)] = ""
+    error: Annotated[str, msgspec.Meta(max_length=300)] = ""
+
+
+class SuspectAnswer(msgspec.Struct, frozen=True):
+    """Whether placement now counts the worker as failed, and why."""
+
+    worker: str
+    failed: bool
+    reason: str
+
+
 # -- the public API ----------------------------------------------------------------------
 
 
@@ -162,6 +180,7 @@ class WorkerView(msgspec.Struct, frozen=True):
     disk_full: bool = False
     machines_running: int = 0  # starting or started: what reserved_* are held for
     machines: int = 0
+    failed: str = ""  # why placement counts it failed although it heartbeats ("": it does not)
 
 
 class RankedWorker(msgspec.Struct, frozen=True):

@@ -20,12 +20,14 @@ from typing import Any, Protocol
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.core.failures import WorkerFailures
 from placement.errors import AgentReplied, NotFound, PlacementError, Unavailable
 from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.registry import Registry, WorkerStatus
 
 REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
 MAX_IMAGES_KEPT = 4096
+PROBE_TIMEOUT_S = 1.0  # placement's own look at an agent an edge reported
 log = logging.getLogger("thaw.placement")
 
 
@@ -73,18 +75,39 @@ class Fleet:
         # machine id -> (app, worker id, app uid): machines this placement made or saw
         self.known: dict[str, tuple[str, str, str]] = {}
         self._images: dict[tuple[str, str], ImageInfo] = {}  # bounded: MAX_IMAGES_KEPT
+        self.failures = WorkerFailures(time.monotonic)
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
         return await self.registry.workers(region)
 
     async def live_workers(self, region: str | None = None) -> dict[str, WorkerStatus]:
-        """Workers with a fresh heartbeat, not draining, by id."""
-        now = self.clock()
-        return {
-            w.id: w
-            for w in await self.registry.workers(region)
-            if now - w.updated_at <= self.freshness_s and not w.draining
-        }
+        """Workers with a fresh heartbeat, not draining, not failed, by id."""
+        return {w.id: w for w in await self.registry.workers(region) if self._live(w)}
+
+    def _live(self, w: WorkerStatus) -> bool:
+        return (self.clock() - w.updated_at <= self.freshness_s and not w.draining
+                and self.failures.failed(w.id, w.epoch) is None)
+
+    async def suspect(self, worker_id: str, reporter: str) -> tuple[bool, bool, str]:
+        """An edge could not connect to a machine on `worker_id`: (failed, newly, why).
+        A second edge's report, or placement's own probe of the agent failing, confirms
+        it (core/failures)."""
+        status = next((w for w in await self.registry.workers() if w.id == worker_id), None)
+        if status is None or self.clock() - status.updated_at > self.freshness_s:
+            return True, False, "its heartbeat lapsed"
+        mark = self.failures.failed(status.id, status.epoch)
+        if mark is not None:
+            return True, False, mark.reason
+        if self.failures.report(worker_id, reporter) >= 2:
+            reason = "two edges could not connect to it"
+        else:
+            try:
+                code, _ = await self.agents.call("GET", status.url, "/healthz",
+                                                 timeout_s=PROBE_TIMEOUT_S)
+                return False, False, f"its agent answers ({code})"
+            except AgentUnreachable as exc:
+                reason = f"its agent does not answer either: {exc.message}"
+        return True, self.failures.fail(status.id, status.epoch, reason), reason
 
     async def worker_url(self, worker_id: str) -> str:
         for worker in await self.registry.workers():

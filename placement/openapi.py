@@ -28,6 +28,7 @@ SECURITY = {
 PATH_PARAMETERS = {
     "app": {"type": "string", "pattern": APP_NAME_PATTERN},
     "id": {"type": "string", "minLength": 1, "maxLength": 64},
+    "worker": {"type": "string", "minLength": 1, "maxLength": 64},
 }
 
 

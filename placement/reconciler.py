@@ -33,6 +33,7 @@ from placement.core.wake import machine_release
 from placement.errors import NotFound, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.republish import Republisher
 from placement.waker import Waker
 from thaw.appconfig import MACHINE_FIELDS, AppConfig
 from thaw.registry import Registry
@@ -40,6 +41,7 @@ from thaw.registry import Registry
 log = logging.getLogger("thaw.placement")
 DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
 ROLLING_OUT = ("pending", "rolling")
+LOST_RECORD_AT = 2.0**53  # a lost machine's record: newer than any its agent may publish
 
 
 @dataclass
@@ -59,12 +61,15 @@ class AppWork:
 class Reconciler:
     def __init__(
         self, store: AppStore, fleet: Fleet, agents: AgentClient, placer: Placer,
-        waker: Waker, locks: AppLocks, registry: Registry, *, period_s: float = 5.0,
+        waker: Waker, locks: AppLocks, registry: Registry, republisher: Republisher, *,
+        period_s: float = 5.0, drain_s: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store, self.fleet, self.agents, self.placer = store, fleet, agents, placer
         self.waker, self.locks, self.registry = waker, locks, registry
+        self.republisher = republisher
         self.period_s = period_s
+        self.drain_s = drain_s
         self.clock = clock
         self.work: dict[str, AppWork] = {}
         self._workers_seen: set[str] = set()  # live at the last pass: a new one asks for all
@@ -193,6 +198,9 @@ class Reconciler:
         region_workers = [w for w, s in live.items() if s.region == region]
         actions = core.reconcile(declared, seen, busy, self.store.fenced(config.uid),
                                  region_workers)
+        if actions and not await self.republisher.trusted():
+            log.info("reconcile %s: the registry was just lost; waiting for the agents", app)
+            return []
         if actions:
             self._launch(config, views, actions, work)
         return actions
@@ -204,6 +212,7 @@ class Reconciler:
             if isinstance(action, core.Fence):
                 self.store.fence(config.uid, action.machine, self.clock())
                 self._event(config, "fence", action.reason, action.machine)
+                self._spawn(config.name, work, self._publish_lost(config, action.machine))
             elif isinstance(action, core.CompleteRelease):
                 self.store.set_release_status(config.uid, action.release, "complete",
                                               action.reason)
@@ -281,6 +290,25 @@ class Reconciler:
         finally:
             work.busy.pop(action.machine, None)
 
+    async def _publish_lost(self, config: AppConfig, mid: str) -> None:
+        """Edges stop routing to a lost machine: its registry record says `lost`, and
+        outranks anything its agent may still publish, until the machine is destroyed
+        (its record deleted) when the worker comes back."""
+        await self._mark(config, mid, "lost", LOST_RECORD_AT)
+
+    async def _retire(self, config: AppConfig, mid: str) -> None:
+        """A replaced machine takes no new request (its record says so; edges follow it)
+        and has `drain_s` to finish the ones it has before it is destroyed."""
+        await self._mark(config, mid, "replaced", self.clock())
+        await asyncio.sleep(self.drain_s)
+
+    async def _mark(self, config: AppConfig, mid: str, state: str, at: float) -> None:
+        with contextlib.suppress(Exception):  # advisory: the destroy follows anyway
+            for record in await self.registry.machines(config.name):
+                if record.id == mid:
+                    await self.registry.put_machine(msgspec.structs.replace(
+                        record, state=state, address="", updated_at=at))
+
     async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
                           actions: list[core.Create | core.Replace], work: AppWork) -> None:
         """New machines, placed one after another in one market round (each avoiding the
@@ -330,10 +358,14 @@ class Reconciler:
                 status, body = await self._start_call(config, placed.url, mid)
                 outcome = _outcome(status, body)
                 view = body if outcome == "ok" and isinstance(body, dict) else view
+            if not self.store.is_current(config):  # deleted (or made again) meanwhile
+                await self.fleet.destroy(mid, url=placed.url)
+                return
             work.made.append(view)
             self._event(config, _verb(action), action.reason + note, mid, outcome)
             if isinstance(action, core.Replace):
                 if outcome == "ok":
+                    await self._retire(config, action.machine)
                     await self.fleet.destroy(action.machine,
                                              worker=_worker_of(views, action.machine))
                     self._event(config, "destroy", f"replaced by {mid}", action.machine)

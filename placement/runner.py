@@ -69,8 +69,10 @@ class PlacementRuntime:
         self._placer = placer
         self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms, store.is_current)
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
-                                   self._waker, config.domain)
-        published = await self.placement.publish_all()
+                                   self._waker, config.domain,
+                                   registry_grace_s=2 * market.heartbeat_freshness_s)
+        published = await self.placement.republisher.check()
+        self.placement.republisher.start()
         self.placement.reconciler.start()
         verifier = Verifier(config.cluster_keys, not_before=time.time())
         auth = Authenticator(tokens.store, config.admin_token, verifier)
@@ -87,6 +89,7 @@ class PlacementRuntime:
 
     async def stop(self) -> None:
         if self.placement is not None:
+            await self.placement.republisher.close()
             await self.placement.reconciler.close()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -27,6 +27,8 @@ from placement.api import (
     AppEvent,
     CreateMachineRequest,
     Release,
+    SuspectAnswer,
+    SuspectReport,
     WakeRequest,
     WakeResponse,
     WorkerView,
@@ -38,6 +40,7 @@ from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from placement.reconciler import Reconciler
+from placement.republish import Republisher
 from placement.tokens import Tokens
 from placement.waker import Waker
 from thaw.appconfig import (
@@ -69,6 +72,8 @@ class Placement:
         placer: Placer,
         waker: Waker,
         domain: str,
+        *,
+        registry_grace_s: float = 6.0,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -80,15 +85,11 @@ class Placement:
         self.domain = domain
         self.locks = AppLocks()
         self._waits: Counter[str] = Counter()
-        self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry)
+        self.republisher = Republisher(registry, store, self.locks, registry_grace_s)
+        self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry,
+                                     self.republisher)
 
     # -- apps ------------------------------------------------------------------
-
-    async def publish_all(self) -> int:
-        apps = self.store.list()
-        for config in apps:
-            await self.registry.put_app(config)
-        return len(apps)
 
     async def create_app(self, body: bytes) -> AppConfig:
         config = self._routable(parse(body))
@@ -303,6 +304,18 @@ class Placement:
     async def autostop(self, app: str, mid: str) -> dict[str, Any]:
         return await self.waker.autostop(self.store.get(app), mid)
 
+    async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:
+        """An edge could not connect to `report.machine` on `worker`; a worker that is
+        newly failed gets every app looked at again (its machines are lost)."""
+        failed, newly, reason = await self.fleet.suspect(worker, report.reporter)
+        if newly:
+            log.warning("worker %s failed: %s (reported by %s: %s to machine %s)", worker,
+                        reason, report.reporter, report.error or "connect failed",
+                        report.machine or "-")
+            for config in self.store.list():
+                self.reconciler.poke(config.name)
+        return SuspectAnswer(worker=worker, failed=failed, reason=reason)
+
     def placements(self, app: str) -> list[dict[str, Any]]:
         self.store.get(app)
         return list(reversed(self.placer.decisions.get(app, [])))
@@ -316,9 +329,10 @@ class Placement:
                 memory_mb=w.memory_mb, reserved_cpus=w.reserved_cpus,
                 reserved_memory_mb=w.reserved_memory_mb, machines_starting=w.machines_starting,
                 draining=w.draining, layers=len(w.layers), layer_bytes=sum(w.layers.values()),
-                updated_at=w.updated_at, healthy=now - w.updated_at <= self.fleet.freshness_s,
-                disk_full=w.disk_full, machines_running=w.machines_running,
-                machines=w.machines,
+                updated_at=w.updated_at, healthy=now - w.updated_at <= self.fleet.freshness_s
+                and mark is None, disk_full=w.disk_full, machines_running=w.machines_running,
+                machines=w.machines, failed=mark.reason if mark is not None else "",
             )
             for w in workers
+            for mark in [self.fleet.failures.failed(w.id, w.epoch)]
         ]

@@ -15,8 +15,17 @@ import yarl
 
 from edge.config import EdgeConfig
 from edge.errors import EdgeError
-from placement.api import WAKE_ERRORS, AutostopRequest, WakeRequest, WakeResponse
+from placement.api import (
+    WAKE_ERRORS,
+    AutostopRequest,
+    SuspectAnswer,
+    SuspectReport,
+    WakeRequest,
+    WakeResponse,
+)
 from thaw.auth.aiohttp_glue import Signer
+
+SUSPECT_TIMEOUT_S = 5.0
 
 
 class PlacementClient:
@@ -70,6 +79,21 @@ class PlacementClient:
             raise EdgeError("wake_failed", "placement did not answer an autostop") from None
         except aiohttp.ClientError as exc:
             raise EdgeError("wake_failed", f"placement unreachable: {exc}") from None
+
+    async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:
+        try:
+            async with self._post(f"/internal/workers/{worker}/suspect",
+                                  msgspec.json.encode(report), SUSPECT_TIMEOUT_S) as response:
+                body = await response.read()
+                if response.status == 200:
+                    return msgspec.json.decode(body, type=SuspectAnswer)
+                raise _error_from(response.status, body)
+        except TimeoutError:
+            raise EdgeError("wake_failed", "placement did not answer a report") from None
+        except aiohttp.ClientError as exc:
+            raise EdgeError("wake_failed", f"placement unreachable: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise EdgeError("wake_failed", f"placement sent a bad answer: {exc}") from None
 
     async def close(self) -> None:
         if self._session is not None:

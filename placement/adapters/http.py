@@ -25,10 +25,11 @@ from placement.api import (
     CreateMachineRequest,
     DeployRequest,
     RollbackRequest,
+    SuspectReport,
     TokenRequest,
     WakeRequest,
 )
-from placement.errors import BadRequest, PlacementError
+from placement.errors import BadRequest, NotFound, PlacementError
 from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
@@ -227,6 +228,13 @@ class Routes:
         await decoded(request, AutostopRequest)  # idle_s is informational
         view = await self.p.autostop(request.match_info["app"], request.match_info["id"])
         return json_response(view)
+
+    async def suspect(self, request: web.Request) -> web.Response:
+        report = await decoded(request, SuspectReport)
+        worker = request.match_info["worker"]
+        if len(worker) > 64:
+            raise NotFound(f"worker {worker[:64]}… not found")
+        return json_response(await self.p.suspect(worker, report))
 
     # -- public ------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from placement.api import (
     MachineWaited,
     Release,
     RollbackRequest,
+    SuspectAnswer,
+    SuspectReport,
     TokenCreated,
     TokenRequest,
     TokenView,
@@ -106,6 +108,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/internal/apps/{app}/machines/{id}/autostop", "autostop", Access.SIGNED,
           "The edge saw a machine idle: stop or suspend it per auto_stop", AutostopRequest,
           MachineView),
+    Route("POST", "/internal/workers/{worker}/suspect", "suspect", Access.SIGNED,
+          "The edge could not connect to a machine on this worker: placement checks and "
+          "may count the worker failed", SuspectReport, SuspectAnswer),
     Route("GET", "/healthz", "healthz", Access.PUBLIC, "Liveness", None, Health),
     Route("GET", "/metrics", "metrics_text", Access.PUBLIC, "Prometheus metrics (text)"),
     Route("GET", "/openapi.json", "openapi", Access.PUBLIC, "This document"),

@@ -145,3 +145,12 @@ async def test_app_configs_are_stored_whole_and_never_go_back_a_version(backend)
     assert [a.name for a in await registry.apps()] == ["hello"]
     await registry.delete_app("hello")
     assert await registry.app("hello") is None and await registry.apps() == []
+
+
+async def test_the_generation_names_the_view_and_stays_while_the_view_lives(backend) -> None:
+    registry = backend.registry
+    first = await registry.generation()
+    assert first and len(first) <= 64
+    await registry.put_machine(machine("m1"))
+    await registry.publish_worker(worker("w1"), ttl_s=3)
+    assert await registry.generation() == first  # writes keep it; only a loss changes it

@@ -2,70 +2,26 @@
 
 from __future__ import annotations
 
-import http.client
-import os
-import subprocess
-import sys
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
-from tests.support.credentials import ADMIN_TOKEN, ENV
-from tests.support.ports import free_port, wait_for_port
+from edge.view import REBUILD_GRACE_S
+from tests.support.agent_process import call, kill_group, wait_until
+from tests.support.credentials import ADMIN_TOKEN
+from tests.support.load import SteadyLoad
 from tests.support.redis_server import RedisServer, start_redis_server
-from thaw.imagebuild import build_image
+from tests.support.services import Services, app_machines, edge_get
+from thaw.imagebuild import BuildOverrides, build_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
-
-
-class Services:
-    def __init__(self, tmp: Path, redis_url: str) -> None:
-        self.tmp = tmp
-        self.redis_url = redis_url
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.api_port, self.edge_port, self.admin_port = free_port(), free_port(), free_port()
-        self.api = f"http://127.0.0.1:{self.api_port}"
-
-    def spawn(self, name: str, *args: str, port: int) -> None:
-        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
-                                 self.redis_url, "--log-level", "warning"],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
-        log.close()
-        self.procs.append(proc)
-        wait_for_port("127.0.0.1", port, timeout_s=20)
-
-    def start(self) -> Services:
-        layouts = ("--allow-layout", str(self.tmp))
-        self.spawn("placement", "placement", "--port", str(self.api_port),
-                   "--state-dir", str(self.tmp / "placement"), *layouts, port=self.api_port)
-        for i in range(2):
-            port = free_port()
-            self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
-                       "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", "2",
-                       "--memory-mb", "1024", "--heartbeat-s", "0.5",
-                       "--stop-machines-on-exit", *layouts, port=port)
-        self.spawn("edge", "edge", "--port", str(self.edge_port), "--admin-port",
-                   str(self.admin_port), "--placement", self.api, port=self.edge_port)
-        return self
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        ids = {p.name for p in (self.tmp).glob("agent-*/machines/*")}
-        for pid in find_machine_processes(ids):
-            kill_group(pid)
 
 
 @pytest.fixture
@@ -84,14 +40,14 @@ def services(tmp_path: Path, redis_own: RedisServer) -> Iterator[Services]:
         running.stop()
 
 
-def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
-    conn = http.client.HTTPConnection("127.0.0.1", services.edge_port, timeout=30)
+@pytest.fixture
+def services3(tmp_path: Path, redis_own: RedisServer) -> Iterator[Services]:
+    """Three workers: a lost host still leaves two to spread the app over."""
+    running = Services(tmp_path, redis_own.url, agents=3).start()
     try:
-        conn.request("GET", "/", headers={"Host": host})
-        response = conn.getresponse()
-        return response.status, response.read().decode(), dict(response.getheaders())
+        yield running
     finally:
-        conn.close()
+        running.stop()
 
 
 def deploy_hello(services: Services, tmp_path: Path) -> str:
@@ -140,13 +96,143 @@ def test_when_a_host_dies_the_next_request_is_served_by_a_machine_on_another_wor
     machine_id = deploy_hello(services, tmp_path)
     _, machines = call("GET", f"{services.api}/v1/apps/hello/machines", token=ADMIN_TOKEN)
     [machine] = [m for m in machines if m["id"] == machine_id]
-    index = int(machine["worker"][1:])
-    services.procs[1 + index].kill()  # kill -9 of the agent...
-    services.procs[1 + index].wait()
-    kill_group(machine["pid"])  # ...and of its machine: the host is gone
+    services.kill_host(int(machine["worker"][1:]))  # the agent and its machine: a host lost
     status, body, _ = edge_get(services, "hello.localhost")
     assert status == 200 and body.startswith("hello from "), body
     assert body.split()[-1] != machine_id
     _, machines = call("GET", f"{services.api}/v1/apps/hello/machines", token=ADMIN_TOKEN)
     [survivor] = [m for m in machines if m["state"] == "started"]
     assert survivor["worker"] != machine["worker"]
+
+
+def test_redis_restarted_empty_under_warm_load_loses_no_app_and_no_request(
+    services: Services, tmp_path: Path, redis_own: RedisServer
+) -> None:
+    machine_id = deploy_hello(services, tmp_path)
+    with SteadyLoad(services.edge_port, "hello.localhost", rate=40) as load:
+        time.sleep(1.0)
+        kill_group(redis_own.pid)
+        time.sleep(2.0)
+        with start_redis_server(port=redis_own.port):
+            back = time.monotonic()
+            fresh = redis.Redis.from_url(redis_own.url)
+            wait_until(lambda: fresh.hexists("thaw:apps", "hello"), 5)
+            wait_until(lambda: fresh.hlen("thaw:machines:hello") == 1, 5)
+            fresh.close()
+            republished_s = time.monotonic() - back
+            # past the edge's rebuild grace, so that one authoritative reload happened too
+            time.sleep(REBUILD_GRACE_S + 2)
+            _, machines = call("GET", f"{services.api}/v1/apps/hello/machines",
+                               token=ADMIN_TOKEN)
+    answers = load.answers
+    codes = Counter(a.status for a in answers)
+    assert 404 not in codes, codes
+    assert codes[200] / len(answers) >= 0.999, codes
+    assert {a.body.split()[-1] for a in answers if a.status == 200} == {machine_id}
+    assert [(m["id"], m["state"]) for m in machines] == [(machine_id, "started")]
+    assert republished_s < 5
+
+
+def shaped(machines: list[dict[str, Any]], avoid: str = "") -> bool:
+    """One started machine and one spare, on two workers, none on `avoid`."""
+    states = sorted(m["state"] for m in machines)
+    workers = {m["worker"] for m in machines}
+    return states == ["created", "started"] and len(workers) == 2 and avoid not in workers
+
+
+def test_with_a_spare_a_host_killed_under_load_fails_no_request_and_the_shape_returns(
+    services3: Services, tmp_path: Path
+) -> None:
+    services = services3
+    build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
+    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers", token=ADMIN_TOKEN)[1]) == 3,
+               20)
+    status, body = call("POST", f"{services.api}/v1/apps", token=ADMIN_TOKEN, body={
+        "name": "hello", "image": f"oci:{tmp_path / 'layout'}:v1", "idle_timeout_s": 300,
+        "min_machines_running": 1, "spares": 1, "guest": {"cpus": 0.5, "memory_mb": 128},
+    })
+    assert status == 201, body
+    wait_until(lambda: shaped(app_machines(services)), 30)
+    wait_until(lambda: edge_get(services, "hello.localhost")[0] == 200, 10)
+    [victim] = [m for m in app_machines(services) if m["state"] == "started"]
+    [spare] = [m for m in app_machines(services) if m["state"] == "created"]
+    lost = victim["worker"]
+    with SteadyLoad(services.edge_port, "hello.localhost", rate=40) as load:
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        services.kill_host(int(lost[1:]))
+        wait_until(lambda: shaped(app_machines(services), avoid=lost), 15)
+        restored_s = time.monotonic() - killed_at
+        time.sleep(1.5)
+    codes = Counter(a.status for a in load.answers)
+    assert codes == Counter({200: len(load.answers)}), codes
+    # every request sent after the kill was served by the spare, started on its worker
+    assert {a.body.split()[-1] for a in load.between(killed_at + 0.05)} == {spare["id"]}
+    assert restored_s < 15
+    print(f"restored in {restored_s:.2f}s; {len(load.answers)} requests, all 200; slowest "
+          f"{max(a.seconds for a in load.answers) * 1000:.0f} ms")
+
+    # the dead host's agent comes back: its machine was replaced, so it is destroyed
+    services.restart(f"agent-{lost[1:]}")
+    wait_until(lambda: services.destroyed_on(lost, "hello", victim["id"]), 20)
+    assert shaped(app_machines(services), avoid=lost)
+    status, _, _ = edge_get(services, "hello.localhost")
+    assert status == 200
+
+
+def test_killing_the_only_machine_under_load_answers_no_502(
+    services: Services, tmp_path: Path
+) -> None:
+    machine_id = deploy_hello(services, tmp_path)
+    [machine] = [m for m in app_machines(services) if m["id"] == machine_id]
+    with SteadyLoad(services.edge_port, "hello.localhost", rate=40) as load:
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        kill_group(machine["pid"])
+        wait_until(lambda: any(a.status == 200 for a in load.between(killed_at + 0.5)), 20)
+        time.sleep(2.0)
+    codes = Counter(a.status for a in load.answers)
+    assert 502 not in codes and codes[200] == len(load.answers), codes
+
+
+def test_a_rolling_deploy_under_load_fails_no_request_and_leaves_only_the_new_release(
+    services3: Services, tmp_path: Path
+) -> None:
+    services = services3
+    build_image(HELLO, "hello:v1", layout=tmp_path / "v1")
+    build_image(HELLO, "hello:v2", layout=tmp_path / "v2",
+                overrides=BuildOverrides(env={"GREETING": "hi"}))
+    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers", token=ADMIN_TOKEN)[1]) == 3,
+               20)
+    status, body = call("POST", f"{services.api}/v1/apps", token=ADMIN_TOKEN, body={
+        "name": "hello", "image": f"oci:{tmp_path / 'v1'}:v1", "idle_timeout_s": 300,
+        "min_machines_running": 2, "spares": 1, "max_machines": 5,
+        "health": {"path": "/healthz", "timeout_s": 5},
+        "guest": {"cpus": 0.25, "memory_mb": 64},
+    })
+    assert status == 201, body
+
+    def on_release(version: int) -> bool:
+        found = app_machines(services)
+        _, releases = call("GET", f"{services.api}/v1/apps/hello/releases", token=ADMIN_TOKEN)
+        return (sorted(m["state"] for m in found) == ["created", "started", "started"]
+                and all(m["release"] == version for m in found)
+                and releases[0]["version"] == version and releases[0]["status"] == "complete")
+
+    wait_until(lambda: on_release(1), 30)
+    wait_until(lambda: edge_get(services, "hello.localhost")[0] == 200, 10)
+    with SteadyLoad(services.edge_port, "hello.localhost", rate=40) as load:
+        time.sleep(1.0)
+        status, deployed = call("POST", f"{services.api}/v1/apps/hello/deploy",
+                                token=ADMIN_TOKEN, body={"image": f"oci:{tmp_path / 'v2'}:v2"})
+        assert status == 200 and deployed["release"]["version"] == 2, deployed
+        wait_until(lambda: on_release(2), 60)
+        done_at = time.monotonic()
+        time.sleep(1.5)
+    codes = Counter(a.status for a in load.answers)
+    assert codes == Counter({200: len(load.answers)}), codes
+    greetings = [a.body.split()[0] for a in load.answers]
+    assert greetings[0] == "hello" and greetings[-1] == "hi"
+    assert {a.body.split()[0] for a in load.between(done_at + 0.5)} == {"hi"}
+    digest = deployed["app"]["image_digest"]
+    assert all(m["image_digest"] in ("", digest) for m in app_machines(services))

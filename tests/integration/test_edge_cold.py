@@ -233,6 +233,35 @@ async def test_a_request_to_a_machine_that_refuses_connects_is_woken_elsewhere_n
         await edge.close()
 
 
+async def test_more_dead_machines_than_connect_attempts_hold_and_wake_never_502(
+    session: aiohttp.ClientSession,
+) -> None:
+    """Four machines refuse connects (the edge tries three): the request is held, a wake
+    starts one elsewhere, and every dead machine's worker is reported as suspect once."""
+    edge = await start_edge([{"name": "dead"}])
+    edge.placement.fail_suspects = True
+    try:
+        for i in range(4):
+            await edge.add_machine("dead", f"gone-{i}", start=False, worker=f"w-dead{i % 2}")
+        await eventually(lambda: _machines(edge, "dead", 4))
+        status, body, _ = await get(session, edge, "dead.localhost")
+        assert status == 200 and body == "hello from dead-m1", body  # the woken machine
+        await eventually(lambda: _suspects(edge, 2))
+        assert sorted(w for w, _ in edge.placement.suspects) == ["w-dead0", "w-dead1"]
+        report = edge.placement.suspects[0][1]
+        assert report.reporter and report.machine.startswith("gone-") and report.error
+        # placement counted both workers failed: none of their machines is routed to
+        state = await edge.state()
+        ids = [m["id"] for m in state["apps"]["dead"]["machines"]]  # type: ignore[index]
+        assert ids == ["dead-m1"], ids
+    finally:
+        await edge.close()
+
+
+async def _suspects(edge: EdgeHarness, count: int) -> bool:
+    return len(edge.placement.suspects) >= count
+
+
 async def _machines(edge: EdgeHarness, app: str, count: int) -> bool:
     state = await edge.state()
     return len(state["apps"][app]["machines"]) == count  # type: ignore[index]

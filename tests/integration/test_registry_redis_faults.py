@@ -24,3 +24,20 @@ async def test_calls_fail_with_registry_unavailable_when_redis_is_killed() -> No
     with pytest.raises(RegistryUnavailable):
         await registry.publish_worker(status, ttl_s=5)
     await registry.close()
+
+
+async def test_a_redis_flushed_or_restarted_empty_answers_a_new_generation() -> None:
+    with start_redis_server() as server:
+        registry = RedisRegistry(server.url, timeout_s=0.5)
+        other = RedisRegistry(server.url, timeout_s=0.5)
+        first = await registry.generation()
+        assert await other.generation() == first  # one view, one name, whoever asks
+        await registry._r.flushall()
+        flushed = await other.generation()
+        assert flushed != first and await registry.generation() == flushed
+    with start_redis_server(port=server.port):  # the same address, empty
+        restarted = await registry.generation()
+        assert restarted not in (first, flushed)
+        assert await other.generation() == restarted
+    await registry.close()
+    await other.close()

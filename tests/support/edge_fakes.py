@@ -26,7 +26,15 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from aiohttp import web
 
-from placement.api import AutostopRequest, WakeRequest, WakeResponse, WakeTimings, WokenMachine
+from placement.api import (
+    AutostopRequest,
+    SuspectAnswer,
+    SuspectReport,
+    WakeRequest,
+    WakeResponse,
+    WakeTimings,
+    WokenMachine,
+)
 from tests.support.credentials import RING
 from tests.support.ports import free_port
 from thaw.auth.aiohttp_glue import refusal
@@ -188,6 +196,8 @@ class FakePlacement:
     wakes_in_flight: int = 0
     max_wakes_in_flight: int = 0
     autostops: list[str] = field(default_factory=list)
+    suspects: list[tuple[str, SuspectReport]] = field(default_factory=list)
+    fail_suspects: bool = False  # answer that a reported worker is failed
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     url: str = ""
     unsigned: int = 0  # calls refused for want of a valid signature
@@ -200,6 +210,7 @@ class FakePlacement:
         app.add_routes([
             web.post("/internal/apps/{app}/wake", self._wake),
             web.post("/internal/apps/{app}/machines/{id}/autostop", self._autostop),
+            web.post("/internal/workers/{worker}/suspect", self._suspect),
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -247,6 +258,13 @@ class FakePlacement:
         self.procs[machine_id] = proc
         await wait_port_async(port)
         return WokenMachine(id=machine_id, address=f"127.0.0.1:{port}", worker="w-fake")
+
+    async def _suspect(self, request: web.Request) -> web.Response:
+        report = msgspec.json.decode(await request.read(), type=SuspectReport)
+        worker = request.match_info["worker"]
+        self.suspects.append((worker, report))
+        answer = SuspectAnswer(worker=worker, failed=self.fail_suspects, reason="fake")
+        return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
 
     async def _autostop(self, request: web.Request) -> web.Response:
         msgspec.json.decode(await request.read(), type=AutostopRequest)
@@ -300,7 +318,7 @@ class EdgeHarness:
         return json.loads(data.split(b"\r\n\r\n", 1)[1])  # type: ignore[no-any-return]
 
     async def add_machine(self, app: str, machine_id: str, port: int | None = None,
-                          start: bool = True) -> int:
+                          start: bool = True, worker: str = "w-test") -> int:
         """Publish a started machine to the registry (a real backend unless start=False)."""
         from thaw.registry.types import MachineRecord
 
@@ -311,7 +329,7 @@ class EdgeHarness:
         port = port or free_port()
         now = time.time()
         await self.registry.put_machine(MachineRecord(  # type: ignore[attr-defined]
-            id=machine_id, app=app, worker="w-test", region="local", state="started",
+            id=machine_id, app=app, worker=worker, region="local", state="started",
             image_digest="", created_at=now, updated_at=now, address=f"127.0.0.1:{port}",
         ))
         return port

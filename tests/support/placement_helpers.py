@@ -21,6 +21,7 @@ from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
 from tests.support.credentials import ADMIN_TOKEN, RING, bearer, signed_headers
+from thaw.registry import Registry
 from thaw.registry.memory import MemoryRegistry
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
@@ -44,7 +45,7 @@ class Platform:
     and internal ones are signed with the test cluster key."""
 
     def __init__(self, root: Path, agents: int = 2, cpus: float = 2, memory_mb: int = 1024,
-                 registry: MemoryRegistry | None = None, offer_timeout_s: float = 5.0,
+                 registry: Registry | None = None, offer_timeout_s: float = 5.0,
                  egress: EgressPolicy | None = None, domain: str = "localhost",
                  lookup: Lookup | None = None, agent_connections: int = 256) -> None:
         self.root = root

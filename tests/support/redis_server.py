@@ -25,10 +25,11 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def start_redis_server() -> Iterator[RedisServer]:
+def start_redis_server(port: int | None = None) -> Iterator[RedisServer]:
+    """`port`: where to listen (a free one unless given: a Redis restarted in place)."""
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     workdir = tempfile.mkdtemp(prefix="thaw-redis-")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", workdir, "--enable-debug-command", "local", "--logfile", ""],

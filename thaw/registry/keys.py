@@ -36,3 +36,8 @@ def changes() -> str:
 def worker_epochs() -> str:
     """Highest epoch seen per worker; outlives the heartbeat TTL so fencing survives it."""
     return f"{PREFIX}:worker-epochs"
+
+
+def generation() -> str:
+    """A random name set once per incarnation of the registry: gone with the data."""
+    return f"{PREFIX}:generation"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,7 @@ class MemoryRegistry:
         self._feed: deque[Change] = deque(maxlen=FEED_LENGTH)
         self._seq = 0
         self._wakeup = asyncio.Event()
+        self._generation = secrets.token_hex(8)  # the process's memory is never lost alone
 
     def _emit(self, kind: str, key: str) -> None:
         self._seq += 1
@@ -97,6 +99,9 @@ class MemoryRegistry:
     async def delete_app(self, name: str) -> None:
         if self._apps.pop(name, None) is not None:
             self._emit("app", name)
+
+    async def generation(self) -> str:
+        return self._generation
 
     async def feed_position(self) -> str:
         return str(self._seq)

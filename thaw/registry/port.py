@@ -47,6 +47,12 @@ class Registry(Protocol):
 
     async def delete_app(self, name: str) -> None: ...
 
+    async def generation(self) -> str:
+        """The name of this incarnation of the shared view, created by the first call that
+        finds none. It changes when the view was lost (a Redis restarted empty, or
+        flushed): whoever sees a new one publishes again what it owns."""
+        ...
+
     async def feed_position(self) -> str:
         """The position of the newest change: take it *before* a full load, then follow
         `changes(after=position)` so that nothing written in between is missed."""

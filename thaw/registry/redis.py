@@ -8,6 +8,7 @@ time. Timeouts are short: the registry is advisory and callers carry on.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -63,6 +64,14 @@ return 1
 """
 
 
+_GENERATION = """
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"""
+
+
 class RegistryUnavailable(Exception):
     """Redis could not be reached in time (translated from redis-py's errors)."""
 
@@ -83,6 +92,7 @@ class RedisRegistry:
         self._set_layers = self._r.register_script(_SET_LAYERS)
         self._put_guarded = self._r.register_script(_PUT_GUARDED)
         self._delete = self._r.register_script(_DELETE)
+        self._generation = self._r.register_script(_GENERATION)
 
     async def _call(self, awaitable):  # type: ignore[no-untyped-def]
         try:
@@ -167,6 +177,10 @@ class RedisRegistry:
                 for entry_id, fields in entries:
                     last = entry_id
                     yield Change(seq=entry_id, kind=fields["kind"], key=fields["key"])
+
+    async def generation(self) -> str:
+        return str(await self._call(self._generation(keys=[keys.generation()],
+                                                     args=[secrets.token_hex(8)])))
 
     async def feed_position(self) -> str:
         newest = await self._call(self._r.xrevrange(keys.changes(), count=1))

@@ -1,0 +1,72 @@
+"""Which workers placement counts as failed beyond a lapsed heartbeat (pure: no IO).
+
+An edge that cannot connect to a machine reports its worker as suspect. One report
+is one observer's word (its own network may be at fault), so it needs a second,
+independent one: another edge's report within `window_s`, or placement's own probe
+of the worker's agent failing (the shell probes). A failed worker is not live for
+anything placement does (wakes, placements, the reconciler, which fences its
+machines) until it heartbeats under a new epoch (its agent restarted) or `failed_for_s`
+passes: a worker whose heartbeat is still fresh then is trusted again, and the
+machines fenced meanwhile are destroyed, never routed to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+MAX_TRACKED = 10_000  # workers with reports or marks kept (oldest dropped first)
+
+
+@dataclass(frozen=True)
+class Mark:
+    epoch: int
+    until: float
+    reason: str
+
+
+class WorkerFailures:
+    def __init__(self, clock: Callable[[], float], *, window_s: float = 10.0,
+                 failed_for_s: float = 30.0) -> None:
+        self.clock = clock
+        self.window_s = window_s
+        self.failed_for_s = failed_for_s
+        self.marks: dict[str, Mark] = {}
+        self.reports: dict[str, dict[str, float]] = {}  # worker -> reporter -> when
+
+    def failed(self, worker: str, epoch: int) -> Mark | None:
+        """The mark of `worker` running under `epoch`, if it still holds."""
+        mark = self.marks.get(worker)
+        if mark is None:
+            return None
+        if epoch > mark.epoch or self.clock() >= mark.until:
+            del self.marks[worker]
+            return None
+        return mark
+
+    def report(self, worker: str, reporter: str) -> int:
+        """Record a report; how many distinct reporters spoke within the window."""
+        now = self.clock()
+        seen = {r: at for r, at in self.reports.pop(worker, {}).items()
+                if now - at <= self.window_s}
+        seen[reporter] = now
+        self.reports[worker] = seen  # re-inserted: newest last
+        _bound(self.reports)
+        return len(seen)
+
+    def fail(self, worker: str, epoch: int, reason: str) -> bool:
+        """Mark `worker` failed; True when it was not already."""
+        fresh = self.failed(worker, epoch) is None
+        if fresh:
+            self.marks[worker] = Mark(epoch, self.clock() + self.failed_for_s, reason)
+            _bound(self.marks)
+        self.reports.pop(worker, None)
+        return fresh
+
+
+def _bound(table: dict[str, T]) -> None:
+    while len(table) > MAX_TRACKED:
+        table.pop(next(iter(table)))

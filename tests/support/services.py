@@ -1,0 +1,99 @@
+"""Every service as its own process (placement, agents, edge) meeting in a real Redis, as
+an operator runs them: for the end-to-end tests and the failover benchmark."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.agent_process import call, find_machine_processes, kill_group
+from tests.support.credentials import ADMIN_TOKEN, ENV
+from tests.support.ports import free_port, wait_for_port
+
+
+class Services:
+    def __init__(self, tmp: Path, redis_url: str, agents: int = 2) -> None:
+        self.tmp = tmp
+        self.redis_url = redis_url
+        self.agents = agents
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.args: dict[str, tuple[list[str], int]] = {}
+        self.api_port, self.edge_port, self.admin_port = free_port(), free_port(), free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+
+    def spawn(self, name: str, *args: str, port: int) -> None:
+        self.args[name] = (list(args), port)
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
+                                 self.redis_url, "--log-level", "warning"],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+        log.close()
+        self.procs[name] = proc
+        wait_for_port("127.0.0.1", port, timeout_s=20)
+
+    def start(self) -> Services:
+        layouts = ("--allow-layout", str(self.tmp))
+        self.spawn("placement", "placement", "--port", str(self.api_port),
+                   "--state-dir", str(self.tmp / "placement"), *layouts, port=self.api_port)
+        for i in range(self.agents):
+            port = free_port()
+            self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
+                       "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", "2",
+                       "--memory-mb", "1024", "--heartbeat-s", "0.5",
+                       "--stop-machines-on-exit", *layouts, port=port)
+        self.spawn("edge", "edge", "--port", str(self.edge_port), "--admin-port",
+                   str(self.admin_port), "--placement", self.api, port=self.edge_port)
+        return self
+
+    def kill_host(self, index: int) -> None:
+        """kill -9 of agent `index` and of every machine process it started: a host lost."""
+        proc = self.procs[f"agent-{index}"]
+        proc.kill()
+        proc.wait()
+        ids = {p.name for p in (self.tmp / f"agent-{index}").glob("machines/*")}
+        for pid in find_machine_processes(ids):
+            kill_group(pid)
+
+    def destroyed_on(self, worker: str, app: str, machine_id: str) -> bool:
+        """Whether the agent of `worker` (w0, w1…) no longer runs `machine_id` of `app`."""
+        port = self.args[f"agent-{worker[1:]}"][1]
+        _, views = call("GET", f"http://127.0.0.1:{port}/v1/machines?app={app}")
+        return all(v["id"] != machine_id or v["state"] == "destroyed" for v in views)
+
+    def restart(self, name: str) -> None:
+        args, port = self.args[name]
+        self.spawn(name, *args, port=port)
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        ids = {p.name for p in (self.tmp).glob("agent-*/machines/*")}
+        for pid in find_machine_processes(ids):
+            kill_group(pid)
+
+
+def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", services.edge_port, timeout=30)
+    try:
+        conn.request("GET", "/", headers={"Host": host})
+        response = conn.getresponse()
+        return response.status, response.read().decode(), dict(response.getheaders())
+    finally:
+        conn.close()
+
+
+def app_machines(services: Services, app: str = "hello") -> list[dict[str, Any]]:
+    status, machines = call("GET", f"{services.api}/v1/apps/{app}/machines", token=ADMIN_TOKEN)
+    assert status == 200, machines
+    return machines  # type: ignore[no-any-return]

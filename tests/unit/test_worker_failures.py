@@ -1,0 +1,51 @@
+"""When placement counts a worker failed beyond its heartbeat (placement/core/failures)."""
+
+from __future__ import annotations
+
+from placement.core.failures import MAX_TRACKED, WorkerFailures
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_report_is_one_observer_two_within_the_window_are_independent_evidence() -> None:
+    clock = Clock()
+    failures = WorkerFailures(clock, window_s=10)
+    assert failures.report("w1", "edge-a") == 1
+    assert failures.report("w1", "edge-a") == 1  # the same edge again is no new evidence
+    clock.now += 5
+    assert failures.report("w1", "edge-b") == 2
+    clock.now += 11
+    assert failures.report("w1", "edge-c") == 1  # the earlier ones are out of the window
+
+
+def test_a_mark_holds_for_its_epoch_until_it_lapses_and_a_new_epoch_clears_it() -> None:
+    clock = Clock()
+    failures = WorkerFailures(clock, failed_for_s=30)
+    assert failures.failed("w1", 3) is None
+    assert failures.fail("w1", 3, "agent unreachable") is True
+    assert failures.fail("w1", 3, "again") is False  # already failed: not news
+    mark = failures.failed("w1", 3)
+    assert mark is not None and mark.reason == "agent unreachable"
+    assert failures.failed("w1", 2) is not None  # an older epoch's heartbeat changes nothing
+    assert failures.failed("w1", 4) is None  # its agent restarted: trusted again
+    assert failures.fail("w1", 4, "down again") is True
+    clock.now += 30
+    assert failures.failed("w1", 4) is None  # lapsed: trusted again if it heartbeats
+
+
+def test_failing_a_worker_forgets_its_reports_and_the_tables_are_bounded() -> None:
+    clock = Clock()
+    failures = WorkerFailures(clock)
+    failures.report("w1", "edge-a")
+    failures.fail("w1", 1, "x")
+    assert failures.report("w1", "edge-b") == 1
+    for i in range(MAX_TRACKED + 5):
+        failures.report(f"w{i}", "edge-a")
+        failures.fail(f"v{i}", 1, "x")
+    assert len(failures.reports) <= MAX_TRACKED and len(failures.marks) <= MAX_TRACKED

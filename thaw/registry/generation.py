@@ -1,0 +1,25 @@
+"""Noticing that the shared view was lost: the registry's generation changed.
+
+Every service that publishes something of its own (placement its apps, an agent its
+worker, layers and machines) keeps the generation it last published under; when the
+registry answers another one, the view was lost (Redis restarted empty, or flushed)
+and it publishes everything again. The edge keeps its view instead of trusting an
+empty registry.
+"""
+
+from __future__ import annotations
+
+
+class GenerationWatch:
+    """The generation last published under. `lost(token)` says whether `token` is a new
+    one after a known one; `published(token)` records it once everything is out again
+    (a republish that failed half-way is tried again at the next check)."""
+
+    def __init__(self) -> None:
+        self.known: str | None = None
+
+    def lost(self, token: str) -> bool:
+        return self.known is not None and token != self.known
+
+    def published(self, token: str) -> None:
+        self.known = token
