@@ -130,9 +130,18 @@ class Publisher:
             if machine is None:
                 app = self._apps.pop(mid, None)
                 if app is not None:
-                    await self.registry.delete_machine(app, mid)
+                    try:
+                        await self.registry.delete_machine(app, mid)
+                    except Exception:
+                        self._apps[mid] = app  # deleted again at the next flush
+                        self._dirty.add(mid)
+                        raise
                 continue
-            await self.registry.put_machine(machine_record(self.agent, machine))
+            try:
+                await self.registry.put_machine(machine_record(self.agent, machine))
+            except Exception:
+                self._dirty.add(mid)  # sent again at the next flush
+                raise
         if self._republishing is not None:  # every record is out again
             self.generation.published(self._republishing)
             self._republishing = None

@@ -292,8 +292,8 @@ class RegistryFeed:
     async def refresh(self, kind: str, key: str) -> None:
         if kind == "app":
             self.view.set_app(key, await self.registry.app(key))
-            if key in self.view.apps:
-                self._apply_machines(key, await self.registry.machines(key), prune=True)
+            if key in self.view.apps:  # machines that went come as their own changes
+                self._apply_machines(key, await self.registry.machines(key), prune=False)
         elif kind == "machine":
             app, _, machine_id = key.partition("/")
             if app in self.view.apps:

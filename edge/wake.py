@@ -72,9 +72,12 @@ class Waker:
             edge.metrics.wake_phase_seconds.labels(phase).observe(ms / 1000.0)
         self._timings[app.name] = (loop.time(), answer.timings)
         current = edge.view.apps.get(app.name, app)
+        # machines this edge saw refuse connects: placement may not know yet; trying them
+        # again is fine, asking again at once for the same would loop
+        seen_dead = {m.id for m in answer.machines if (app.name, m.id) in edge.view.tombstones}
         for machine in answer.machines:
             edge.view.add_started(app.name, machine.id, machine.address, machine.worker)
-        if not {m.id for m in answer.machines} - routable_before:
+        if not {m.id for m in answer.machines} - routable_before - seen_dead:
             # Placement had nothing new to start (capped, or its count differs from ours):
             # do not ask again at once, or held requests would drive a tight wake loop.
             self.backoff_until[app.name] = loop.time() + WAKE_BACKOFF_S

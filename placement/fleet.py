@@ -88,25 +88,26 @@ class Fleet:
         return (self.clock() - w.updated_at <= self.freshness_s and not w.draining
                 and self.failures.failed(w.id, w.epoch) is None)
 
-    async def suspect(self, worker_id: str, reporter: str) -> tuple[bool, bool, str]:
-        """An edge could not connect to a machine on `worker_id`: (failed, newly, why).
-        A second edge's report, or placement's own probe of the agent failing, confirms
-        it (core/failures)."""
+    async def suspect(self, worker_id: str, reporter: str,
+                      machine: str) -> tuple[bool, bool, str]:
+        """An edge could not connect to `machine` on `worker_id`: (failed, newly, why).
+        Placement's own probe of the agent failing, or two edges' reports about two
+        machines, confirm it (core/failures)."""
         status = next((w for w in await self.registry.workers() if w.id == worker_id), None)
         if status is None or self.clock() - status.updated_at > self.freshness_s:
             return True, False, "its heartbeat lapsed"
         mark = self.failures.failed(status.id, status.epoch)
         if mark is not None:
             return True, False, mark.reason
-        if self.failures.report(worker_id, reporter) >= 2:
-            reason = "two edges could not connect to it"
+        try:
+            code, _ = await self.agents.call("GET", status.url, "/healthz",
+                                             timeout_s=PROBE_TIMEOUT_S)
+        except AgentUnreachable as exc:
+            reason = f"its agent does not answer either: {exc.message}"
         else:
-            try:
-                code, _ = await self.agents.call("GET", status.url, "/healthz",
-                                                 timeout_s=PROBE_TIMEOUT_S)
+            if not self.failures.report(worker_id, reporter, machine):
                 return False, False, f"its agent answers ({code})"
-            except AgentUnreachable as exc:
-                reason = f"its agent does not answer either: {exc.message}"
+            reason = "two edges could not connect to two of its machines"
         return True, self.failures.fail(status.id, status.epoch, reason), reason
 
     async def worker_url(self, worker_id: str) -> str:

@@ -169,12 +169,15 @@ class Reconciler:
         seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config))
                 for v in views]
         known = {v["id"] for v in views}
+        fenced = self.store.fenced(config.uid)
         for record in await self.registry.machines(app):
             if record.app_uid == config.uid and record.id not in known \
                     and record.worker not in live:
                 seen.append(core.Seen(record.id, record.worker, record.state,
                                       machine_release(msgspec.to_builtins(record), config),
                                       live=False))
+                if record.id in fenced and record.state != "lost":  # a write that failed,
+                    self._spawn(app, work, self._publish_lost(config, record.id))  # or lost
         now = asyncio.get_running_loop().time()
         work.declined = {m: t for m, t in work.declined.items() if t > now}
         claimed = self.waker.claimed.get(app, set())
@@ -196,8 +199,7 @@ class Reconciler:
             rolling_out=release is not None and release.status in ROLLING_OUT,
         )
         region_workers = [w for w, s in live.items() if s.region == region]
-        actions = core.reconcile(declared, seen, busy, self.store.fenced(config.uid),
-                                 region_workers)
+        actions = core.reconcile(declared, seen, busy, fenced, region_workers)
         if actions and not await self.republisher.trusted():
             log.info("reconcile %s: the registry was just lost; waiting for the agents", app)
             return []

@@ -307,7 +307,11 @@ class Placement:
     async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:
         """An edge could not connect to `report.machine` on `worker`; a worker that is
         newly failed gets every app looked at again (its machines are lost)."""
-        failed, newly, reason = await self.fleet.suspect(worker, report.reporter)
+        if not await self.republisher.trusted():
+            return SuspectAnswer(worker=worker, failed=False,
+                                 reason="the registry is being filled again: not judged now")
+        failed, newly, reason = await self.fleet.suspect(worker, report.reporter,
+                                                         report.machine)
         if newly:
             log.warning("worker %s failed: %s (reported by %s: %s to machine %s)", worker,
                         reason, report.reporter, report.error or "connect failed",

@@ -1,9 +1,11 @@
 """Which workers placement counts as failed beyond a lapsed heartbeat (pure: no IO).
 
 An edge that cannot connect to a machine reports its worker as suspect. One report
-is one observer's word (its own network may be at fault), so it needs a second,
-independent one: another edge's report within `window_s`, or placement's own probe
-of the worker's agent failing (the shell probes). A failed worker is not live for
+is one observer's word (its own network may be at fault), and one machine refusing
+connects may have died alone, so it needs a second, independent observation:
+placement's own probe of the worker's agent failing (the shell probes on every
+report), or reports from two edges about two machines of the worker within
+`window_s`. A failed worker is not live for
 anything placement does (wakes, placements, the reconciler, which fences its
 machines) until it heartbeats under a new epoch (its agent restarted) or `failed_for_s`
 passes: a worker whose heartbeat is still fresh then is trusted again, and the
@@ -35,7 +37,8 @@ class WorkerFailures:
         self.window_s = window_s
         self.failed_for_s = failed_for_s
         self.marks: dict[str, Mark] = {}
-        self.reports: dict[str, dict[str, float]] = {}  # worker -> reporter -> when
+        self.reports: dict[str, dict[tuple[str, str], float]] = {}  # worker -> (reporter,
+        # machine) -> when
 
     def failed(self, worker: str, epoch: int) -> Mark | None:
         """The mark of `worker` running under `epoch`, if it still holds."""
@@ -47,15 +50,17 @@ class WorkerFailures:
             return None
         return mark
 
-    def report(self, worker: str, reporter: str) -> int:
-        """Record a report; how many distinct reporters spoke within the window."""
+    def report(self, worker: str, reporter: str, machine: str) -> bool:
+        """Record a report; whether the reports within the window are independent
+        evidence against the host: two reporters, about two machines (one machine that
+        died is not its host)."""
         now = self.clock()
-        seen = {r: at for r, at in self.reports.pop(worker, {}).items()
+        seen = {key: at for key, at in self.reports.pop(worker, {}).items()
                 if now - at <= self.window_s}
-        seen[reporter] = now
+        seen[(reporter, machine)] = now
         self.reports[worker] = seen  # re-inserted: newest last
         _bound(self.reports)
-        return len(seen)
+        return len({r for r, _ in seen}) >= 2 and len({m for _, m in seen}) >= 2
 
     def fail(self, worker: str, epoch: int, reason: str) -> bool:
         """Mark `worker` failed; True when it was not already."""

@@ -31,11 +31,15 @@ async def test_a_report_is_checked_by_a_probe_and_a_dead_agent_is_failed(tmp_pat
         live = await p.placement.placement.fleet.live_workers()
         assert set(live) == {"w0"}
 
-        # two edges' reports are two independent observers, even of an agent that answers
+        # two edges about one machine: that machine died, not its host (the agent answers)
         await p.call("POST", "/internal/workers/w0/suspect", report)
         status, answer = await p.call("POST", "/internal/workers/w0/suspect",
                                       {**report, "reporter": "edge-b"})
-        assert answer["failed"] is True and "two edges" in answer["reason"]
+        assert answer["failed"] is False, answer
+        # two edges about two machines: independent evidence against the host
+        status, answer = await p.call("POST", "/internal/workers/w0/suspect",
+                                      {**report, "reporter": "edge-c", "machine": "m2"})
+        assert answer["failed"] is True and "two edges" in answer["reason"], answer
 
         status, answer = await p.call("POST", "/internal/workers/w0/suspect",
                                       {**report, "reporter": "x" * 65})

@@ -13,15 +13,18 @@ class Clock:
         return self.now
 
 
-def test_one_report_is_one_observer_two_within_the_window_are_independent_evidence() -> None:
+def test_independent_evidence_is_two_reporters_about_two_machines_within_the_window() -> None:
     clock = Clock()
     failures = WorkerFailures(clock, window_s=10)
-    assert failures.report("w1", "edge-a") == 1
-    assert failures.report("w1", "edge-a") == 1  # the same edge again is no new evidence
-    clock.now += 5
-    assert failures.report("w1", "edge-b") == 2
+    assert failures.report("w1", "edge-a", "m1") is False
+    assert failures.report("w1", "edge-a", "m2") is False  # one observer, however often
+    assert failures.report("w1", "edge-b", "m1") is True  # two observers, two machines
     clock.now += 11
-    assert failures.report("w1", "edge-c") == 1  # the earlier ones are out of the window
+    assert failures.report("w1", "edge-c", "m3") is False  # the earlier ones are out
+    clock.now += 1
+    failures.reports.clear()
+    failures.report("w1", "edge-a", "m1")
+    assert failures.report("w1", "edge-b", "m1") is False  # one machine died, not its host
 
 
 def test_a_mark_holds_for_its_epoch_until_it_lapses_and_a_new_epoch_clears_it() -> None:
@@ -42,10 +45,10 @@ def test_a_mark_holds_for_its_epoch_until_it_lapses_and_a_new_epoch_clears_it() 
 def test_failing_a_worker_forgets_its_reports_and_the_tables_are_bounded() -> None:
     clock = Clock()
     failures = WorkerFailures(clock)
-    failures.report("w1", "edge-a")
+    failures.report("w1", "edge-a", "m1")
     failures.fail("w1", 1, "x")
-    assert failures.report("w1", "edge-b") == 1
+    assert failures.report("w1", "edge-b", "m2") is False  # the earlier report is forgotten
     for i in range(MAX_TRACKED + 5):
-        failures.report(f"w{i}", "edge-a")
+        failures.report(f"w{i}", "edge-a", "m1")
         failures.fail(f"v{i}", 1, "x")
     assert len(failures.reports) <= MAX_TRACKED and len(failures.marks) <= MAX_TRACKED
