@@ -203,7 +203,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
             "the trial's pre-kill median; *restored* is the time until the app has a started "
             "machine (and its spare) again on live workers, as placement's API reports "
             "them (a spare counts once its agent reports it; after the first trials every "
-            "worker holds the image, so its pull takes milliseconds).\n\n" + table + "\n\nRolling deploys of a new image (3 started machines, "
+            "worker holds the image, so its pull takes milliseconds).\n\n"
+            + table + "\n\nRolling deploys of a new image (3 started machines, "
             "strategy rolling) under the same load; seconds from the deploy call until every "
             "machine runs the new release:\n\n" + roll_table + "\n")
     print(body)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from msgspec.structs import replace as replace_struct
+
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient, AgentUnreachable
@@ -225,6 +227,29 @@ class Fleet:
             return await self.agents.call("DELETE", url, f"/v1/machines/{mid}")
         except (AgentUnreachable, Unavailable) as exc:
             return 0, {"message": exc.message}
+
+    async def start(self, url: str, mid: str, wait_s: float,
+                    slack_s: float = 1.0) -> tuple[int, Any]:
+        """Start machine `mid` at its agent and wait (at most `wait_s`) until it is started
+        — one round trip: the agent answers once it is (or 408/409). The agent's
+        (status, body), or (0, {"message": ...}) when no agent answers in time."""
+        try:
+            return await self.agents.call("POST", url, f"/v1/machines/{mid}/start",
+                                          params={"wait_s": f"{min(wait_s, 300.0):.3f}"},
+                                          timeout_s=wait_s + slack_s)
+        except AgentUnreachable as exc:
+            return 0, {"message": exc.message}
+
+    async def mark(self, app: str, mid: str, state: str, at: float) -> None:
+        """Rewrite the registry's record of `mid` as `state` (no address) as of `at`, so
+        edges stop routing to it; advisory: a failure is logged, the caller goes on."""
+        try:
+            for record in await self.registry.machines(app):
+                if record.id == mid:
+                    await self.registry.put_machine(
+                        replace_struct(record, state=state, address="", updated_at=at))
+        except Exception as exc:
+            log.warning("could not mark machine %s %s in the registry: %s", mid, state, exc)
 
     async def pull(self, url: str, ref: str) -> ImageInfo:
         try:

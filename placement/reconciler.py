@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.adapters.agents import AgentClient
 from placement.adapters.store import AppStore
 from placement.api import AppEvent
 from placement.applocks import AppLocks
@@ -271,13 +271,7 @@ class Reconciler:
             work.busy.pop(action.machine, None)
 
     async def _start_call(self, config: AppConfig, url: str, mid: str) -> tuple[int, Any]:
-        wait_s = config.health.timeout_s
-        try:
-            return await self.agents.call("POST", url, f"/v1/machines/{mid}/start",
-                                          params={"wait_s": f"{wait_s:.3f}"},
-                                          timeout_s=wait_s + 5)
-        except AgentUnreachable as exc:
-            return 0, {"message": exc.message}
+        return await self.fleet.start(url, mid, config.health.timeout_s, slack_s=5.0)
 
     async def _destroy(self, config: AppConfig, views: list[dict[str, Any]],
                        action: core.Destroy) -> None:
@@ -296,20 +290,13 @@ class Reconciler:
         """Edges stop routing to a lost machine: its registry record says `lost`, and
         outranks anything its agent may still publish, until the machine is destroyed
         (its record deleted) when the worker comes back."""
-        await self._mark(config, mid, "lost", LOST_RECORD_AT)
+        await self.fleet.mark(config.name, mid, "lost", LOST_RECORD_AT)
 
     async def _retire(self, config: AppConfig, mid: str) -> None:
         """A replaced machine takes no new request (its record says so; edges follow it)
         and has `drain_s` to finish the ones it has before it is destroyed."""
-        await self._mark(config, mid, "replaced", self.clock())
+        await self.fleet.mark(config.name, mid, "replaced", self.clock())
         await asyncio.sleep(self.drain_s)
-
-    async def _mark(self, config: AppConfig, mid: str, state: str, at: float) -> None:
-        with contextlib.suppress(Exception):  # advisory: the destroy follows anyway
-            for record in await self.registry.machines(config.name):
-                if record.id == mid:
-                    await self.registry.put_machine(msgspec.structs.replace(
-                        record, state=state, address="", updated_at=at))
 
     async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
                           actions: list[core.Create | core.Replace], work: AppWork) -> None:

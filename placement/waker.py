@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from placement.adapters.agents import AgentClient, AgentUnreachable
+from placement.adapters.agents import AgentClient
 from placement.api import WAKE_ERRORS, WakeRequest, WakeResponse, WakeTimings, WokenMachine
 from placement.core.offers import NoCapacity
 from placement.core.wake import (
@@ -316,13 +316,8 @@ class Waker:
         remaining = answer_by - asyncio.get_running_loop().time()
         if remaining <= 0:
             return Failed("deadline", f"{mid}: no time left to start it")
-        # One round trip: the agent answers once the machine is started (or 408/409).
-        params = {"wait_s": f"{min(remaining, 300.0):.3f}"}
-        try:
-            status, body = await self.agents.call(
-                "POST", url, f"/v1/machines/{mid}/start", params=params, timeout_s=remaining + 1
-            )
-        except AgentUnreachable:
+        status, body = await self.fleet.start(url, mid, remaining)
+        if status == 0:
             return Failed("deadline", f"{mid}: no answer from its worker in time")
         if status == 200 and isinstance(body, dict):
             boot = boot_ms(body)
