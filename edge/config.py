@@ -27,7 +27,9 @@ class EdgeConfig:
     upstream_connect_timeout_s: float = 5.0
     upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
     response_timeout_s: float = 60.0  # forwarded request: longest time with no byte moving
+    tunnel_idle_timeout_s: float = 300.0  # a WebSocket tunnel with no byte either way closes
     upstream_pool_per_machine: int = 64  # idle connections kept per machine
+    upstream_quickack: bool = True  # ACK a response split across reads at once (see upstream)
     wake_grace_s: float = 2.0  # extra seconds the wake call may take past its deadline
     wake_retry_after_s: int = 1  # Retry-After on 503 answers
     body_buffer_bytes: int = 256 * 1024  # request body buffered while held before pausing
@@ -51,7 +53,7 @@ class EdgeConfig:
             "max_header_bytes", "max_headers", "max_body_bytes", "header_timeout_s",
             "idle_timeout_s", "resync_interval_s", "autostop_interval_s",
             "upstream_connect_timeout_s", "upstream_idle_timeout_s", "body_buffer_bytes",
-            "response_timeout_s",
+            "response_timeout_s", "tunnel_idle_timeout_s",
             "write_buffer_high_bytes", "max_connect_attempts",
         ):
             if getattr(self, name) <= 0:

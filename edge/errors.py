@@ -57,7 +57,7 @@ MESSAGES: dict[str, str] = {
     "request_timeout": "the request head was not received in time",
     "body_too_large": "the request body is too large",
     "headers_too_large": "the request headers are too large",
-    "upgrade_not_supported": "protocol upgrades and CONNECT are not supported",
+    "upgrade_not_supported": "protocol upgrades other than WebSocket are not supported",
     "transfer_coding_not_supported": "only the chunked transfer coding is supported",
     "version_not_supported": "only HTTP/1.0 and HTTP/1.1 are served",
     "bad_gateway": "the app failed to answer the request",

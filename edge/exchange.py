@@ -1,48 +1,163 @@
-"""One request/response exchange between a client connection and a machine.
+"""One request/response exchange between a client side and a machine, and the three small
+Protocols the data path's pieces meet through.
 
-The client connection feeds the request body in, the upstream connection feeds
-the response out; the Edge decides where it goes (forward, hold, fail). Bodies
-are never buffered whole: while no upstream is attached the request body is
-kept up to `body_buffer_bytes` and the client's reading is paused beyond that.
+    adapters (http1, upstream, …) ──▶ exchange (this module) ◀── service (the shell)
+
+An `Exchange` talks to its client side through `Downstream` (an HTTP/1.1
+connection, or one HTTP/2 stream: it frames the answer for its protocol) and
+to its machine through `Upstream`; it and the adapters report to the shell
+through `Shell`: three small ports, each a base class the other side fills
+in. None of them imports the shell, so the arrows go one way (tests/unit/
+test_edge_imports.py checks there is no cycle). Its phase moves only along
+edge/core/exchange.py's table.
+
+Bodies are never buffered whole: while no upstream is attached the request
+body is kept up to `body_buffer_bytes` and the client's reading is paused
+beyond that.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import Protocol
 
-from edge.core.framing import (
-    BODY_CHUNKED,
-    BODY_LENGTH,
-    BODY_NONE,
-    RequestHead,
-    ResponseHead,
-    status_line,
+from edge.config import EdgeConfig
+from edge.core.appwake import Wake, server_timing
+from edge.core.exchange import (
+    AFTER_END,
+    AFTER_HEAD,
+    AFTER_SEND,
+    FORWARDING,
+    NEW,
+    RESPONDING,
+    TERMINAL,
+    TUNNEL,
+    Event,
+    IllegalTransition,
+    Phase,
+    advance,
+    resendable,
 )
-from edge.errors import error_response, status_of
+from edge.core.framing import BODY_CHUNKED, BODY_NONE, RequestHead, ResponseHead
+from edge.errors import status_of
+from edge.view import AppEntry, MachineSlot
 
-if TYPE_CHECKING:
-    from edge.client import ClientConnection
-    from edge.upstream import UpstreamConnection
-    from edge.view import AppEntry, MachineSlot
-
-NEW, HELD, CONNECTING, FORWARDING, DONE = range(5)
-IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM = 1, 2, 4  # why a client's reading is paused
 CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
 
 
+# The three ports are plain base classes, not typing Protocols, so that compiled (mypyc)
+# calls through them stay native vtable calls on the warm path; each names only what the
+# other side may use, and nothing here imports the classes that fill them in.
+
+
+class Downstream:
+    """The client side of one exchange (an HTTP/1.x connection, or one HTTP/2 stream)."""
+
+    peer: bytes  # the client's address, for X-Forwarded-For
+    scheme: bytes  # b"http" or b"https", for X-Forwarded-Proto
+    write_paused: bool  # the client reads slower than the machine answers
+
+    def send_head(self, exchange: Exchange, status: int, head: ResponseHead) -> None:
+        raise NotImplementedError
+
+    def send_body(self, exchange: Exchange, data: bytes) -> None:
+        raise NotImplementedError
+
+    def send_end(self, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+    def send_error(self, exchange: Exchange, code: str) -> None:
+        raise NotImplementedError
+
+    def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
+        """The machine switched protocols (101): answer so, then carry bytes both ways."""
+        raise NotImplementedError
+
+    def tunnel_data(self, exchange: Exchange, data: bytes) -> None:
+        raise NotImplementedError
+
+    def cut(self, exchange: Exchange) -> None:
+        """An answer begun that cannot end well: the client must see it cut."""
+        raise NotImplementedError
+
+    def pause(self, reason: int) -> None:
+        """Stop reading the request for `reason` (PAUSE_*) until `unpause(reason)`."""
+        raise NotImplementedError
+
+    def unpause(self, reason: int) -> None:
+        raise NotImplementedError
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+
+class Upstream:
+    """A connection to a machine carrying one exchange's request."""
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def writelines(self, parts: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def pause_reading(self) -> None:
+        raise NotImplementedError
+
+    def resume_reading(self) -> None:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        raise NotImplementedError
+
+
+class ClientSide(Protocol):
+    """A client connection, as the shell sees it when it stops."""
+
+    def close_if_idle(self) -> bool: ...
+    def abort_transport(self) -> None: ...
+
+
+class Shell:
+    """What the data path reports to the edge's shell."""
+
+    config: EdgeConfig
+    loop: asyncio.AbstractEventLoop
+
+    def dispatch(self, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+    def exchange_ended(self, exchange: Exchange, answered: bool) -> None:
+        raise NotImplementedError
+
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool) -> None:
+        raise NotImplementedError
+
+    def fail(self, exchange: Exchange, code: str, detail: str) -> None:
+        raise NotImplementedError
+
+    def count_rejected(self, code: str) -> None:
+        raise NotImplementedError
+
+    def connection_opened(self, conn: ClientSide) -> None:
+        raise NotImplementedError
+
+    def connection_closed(self, conn: ClientSide) -> None:
+        raise NotImplementedError
+
+
 class Exchange:
     __slots__ = (
         "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "error",
-        "head", "held_at", "http10", "method", "pending_head", "progress_at", "received",
-        "rechunk",
-        "request_id", "response_started", "sent_all", "slot", "state", "status", "timing",
-        "upstream", "upstream_head",
+        "head", "held_at", "hold_s", "http10", "method", "phase", "progress_at", "received",
+        "request_id", "sent_all", "shell", "slot", "status", "upgrade", "upstream",
+        "upstream_head", "wake",
     )
 
-    def __init__(self, client: ClientConnection, method: bytes, head: RequestHead,
+    def __init__(self, shell: Shell, client: Downstream, method: bytes, head: RequestHead,
                  keep_alive: bool, http10: bool) -> None:
+        self.shell = shell
         self.client = client
         self.method = method
         self.head = head
@@ -50,62 +165,79 @@ class Exchange:
         self.close_after = not keep_alive
         self.app: AppEntry | None = None
         self.slot: MachineSlot | None = None
-        self.upstream: UpstreamConnection | None = None
-        self.state = NEW
+        self.upstream: Upstream | None = None
+        self.phase: Phase = NEW
         self.body_done = head.body == BODY_NONE
         self.sent_all = False
         self.chunks: list[bytes] = []
         self.buffered = 0
         self.received = 0
-        self.response_started = False
-        self.rechunk = False
         self.attempts = 0
-        self.held_at = 0.0
-        self.timing = b""
+        self.held_at = 0.0  # loop time it was first held (0: never)
+        self.hold_s = 0.0  # how long it was held in all, when released
+        self.wake: Wake | None = None  # the wake whose machine took it, for Server-Timing
         self.status = 0
         self.error: tuple[str, str] | None = None
         self.request_id = b""
         self.upstream_head = b""
-        self.pending_head = b""  # response head not yet written: it goes out with the body
         self.progress_at = 0.0  # loop time bytes last moved while forwarding (response timeout)
+        self.upgrade = False  # asks to upgrade to WebSocket: a 101 opens a tunnel
+
+    def timing(self) -> bytes:
+        """The Server-Timing of a request that was held: its hold and its wake's phases."""
+        return server_timing(self.hold_s, self.wake)
+
+    def to(self, event: Event) -> None:
+        self.phase = advance(self.phase, event)
 
     @property
-    def retryable(self) -> bool:
-        """May be sent again after delivery (idempotent, no body, nothing answered yet)."""
-        return (self.method in IDEMPOTENT and self.head.body == BODY_NONE
-                and not self.response_started)
+    def ended(self) -> bool:
+        return self.phase in TERMINAL
 
-    # -- request body, from the client parser --------------------------------------------
+    @property
+    def response_started(self) -> bool:
+        phase = self.phase
+        return phase in (RESPONDING, TUNNEL)
+
+    @property
+    def resendable(self) -> bool:
+        """May be sent again after delivery (see edge/core/exchange.py)."""
+        return resendable(self.method, self.head.body, self.response_started)
+
+    # -- request body, from the client side ----------------------------------------------
 
     def feed_body(self, data: bytes) -> None:
         self.received += len(data)
         upstream = self.upstream
-        if upstream is not None and self.state == FORWARDING:
-            self.progress_at = self.client.loop.time()
+        if upstream is not None and self.phase == FORWARDING:
+            self.progress_at = self.shell.loop.time()
             if self.head.body == BODY_CHUNKED:
                 upstream.writelines([b"%x\r\n" % len(data), data, CRLF])
             else:
                 upstream.write(data)
-        elif self.state != DONE:
+        elif self.phase not in TERMINAL:
             self.chunks.append(data)
             self.buffered += len(data)
-            if self.buffered > self.client.edge.config.body_buffer_bytes:
+            if self.buffered > self.shell.config.body_buffer_bytes:
                 self.client.pause(PAUSE_BUFFER)
 
     def end_body(self) -> None:
         self.body_done = True
         upstream = self.upstream
-        if upstream is not None and self.state == FORWARDING:
+        if upstream is not None and self.phase == FORWARDING:
             if self.head.body == BODY_CHUNKED:
                 upstream.write(CHUNK_END)
             self.sent_all = True
 
-    def attach(self, upstream: UpstreamConnection) -> None:
+    def attach(self, upstream: Upstream) -> None:
         """An upstream connection is ready: send the head and whatever body is buffered."""
+        phase = AFTER_SEND[self.phase]
+        if phase is None:
+            raise IllegalTransition(self.phase, Event.SEND)
+        self.phase = phase
         self.upstream = upstream
-        self.state = FORWARDING
         client = self.client
-        self.progress_at = client.loop.time()
+        self.progress_at = self.shell.loop.time()
         self.sent_all = self.body_done
         if self.head.body == BODY_CHUNKED:
             parts = [self.upstream_head]
@@ -125,62 +257,66 @@ class Exchange:
         if client.write_paused:
             upstream.pause_reading()
 
-    # -- response, from the upstream parser ----------------------------------------------
+    # -- response, from the upstream side ------------------------------------------------
 
     def response_head(self, status: int, head: ResponseHead) -> None:
-        body = head.body
-        if body == BODY_LENGTH:
-            framing = b"Content-Length: %d\r\n" % head.content_length
-        elif body == BODY_NONE:
-            framing = b""
-        elif self.http10:  # chunked or until-close, to a client that cannot take chunks
-            framing = b""
-            self.close_after = True
-        else:
-            framing = b"Transfer-Encoding: chunked\r\n"
-            self.rechunk = True
-        if not self.body_done:
-            self.close_after = True
-        if self.close_after:
-            connection = b"Connection: close\r\n"
-        else:
-            connection = b"Connection: keep-alive\r\n" if self.http10 else b""
-        timing = b"Server-Timing: %s\r\n" % self.timing if self.timing else b""
-        data = b"".join((status_line(status), head.forward, framing, connection, timing, CRLF))
+        phase = AFTER_HEAD[self.phase]
+        if phase is None:
+            raise IllegalTransition(self.phase, Event.HEAD)
+        self.phase = phase
         self.status = status
-        self.response_started = True
-        self.progress_at = self.client.loop.time()
-        if body == BODY_LENGTH:
-            self.pending_head = data  # goes out with the body: one send
-        else:
-            self.client.write(data)  # streams (SSE, long polls) see headers now
+        self.progress_at = self.shell.loop.time()
+        self.client.send_head(self, status, head)
 
     def response_body(self, data: bytes) -> None:
-        self.progress_at = self.client.loop.time()
-        head, self.pending_head = self.pending_head, b""
-        if self.rechunk:
-            self.client.writelines([b"%x\r\n" % len(data), data, CRLF])
-        elif not head:
-            self.client.write(data)
-        elif len(data) < 16384:
-            self.client.write(head + data)  # one send for small answers
-        else:
-            self.client.writelines([head, data])
+        self.progress_at = self.shell.loop.time()
+        self.client.send_body(self, data)
 
     def response_end(self) -> None:
-        head, self.pending_head = self.pending_head, b""
-        if self.rechunk:
-            self.client.write(head + CHUNK_END)
-        elif head:
-            self.client.write(head)
         self.upstream = None
-        self.finish()
+        self.client.send_end(self)
+        phase = AFTER_END[self.phase]
+        if phase is None:
+            raise IllegalTransition(self.phase, Event.END)
+        self._ended(phase)
+
+    # -- a tunnel, after a 101 (WebSocket) ----------------------------------------------------
+
+    def upgraded(self, head: ResponseHead) -> None:
+        self.to(Event.UPGRADE)
+        self.status = 101
+        self.progress_at = self.shell.loop.time()
+        self.close_after = True  # the connection is the tunnel's now
+        self.client.open_tunnel(self, head)
+
+    def to_client(self, data: bytes) -> None:
+        self.progress_at = self.shell.loop.time()
+        self.client.tunnel_data(self, data)
+
+    def to_machine(self, data: bytes) -> None:
+        upstream = self.upstream
+        if upstream is not None and self.phase == TUNNEL:
+            self.progress_at = self.shell.loop.time()
+            upstream.write(data)
+
+    def tunnel_closed(self) -> None:
+        """The machine closed its side: the client's closes after what is written."""
+        self.upstream = None
+        self.finish(Event.END)
+
+    def upstream_busy(self, busy: bool) -> None:
+        """The machine's connection cannot take more now (or can again): stop (resume)
+        reading the request from the client."""
+        if busy:
+            self.client.pause(PAUSE_UPSTREAM)
+        else:
+            self.client.unpause(PAUSE_UPSTREAM)
 
     # -- endings -------------------------------------------------------------------------
 
-    def fail(self, code: str, message: str) -> None:
-        """End with an edge answer (or a cut connection once response bytes went out)."""
-        if self.state == DONE:
+    def fail(self, code: str) -> None:
+        """End with the edge's answer for `code` (or a cut once response bytes went out)."""
+        if self.phase in TERMINAL:
             return
         upstream = self.upstream
         self.upstream = None
@@ -188,38 +324,34 @@ class Exchange:
             upstream.abandon()
         if self.response_started:
             self.close_after = True
-            self.client.abort_transport()
+            self.client.cut(self)
         else:
             if not self.body_done:
                 self.close_after = True
-            edge = self.client.edge
             self.status = status_of(code)
-            self.client.write(error_response(
-                code, message, keep_alive=not self.close_after,
-                retry_after_s=edge.config.wake_retry_after_s,
-                head_request=self.method == b"HEAD",
-            ))
-        self.finish()
+            self.client.send_error(self, code)
+        self.finish(Event.FAIL)
 
-    def finish(self) -> None:
-        if self.state == DONE:
-            return
-        self.state = DONE
+    def finish(self, event: Event) -> None:
+        if self.phase not in TERMINAL:
+            self._ended(advance(self.phase, event))
+
+    def _ended(self, phase: Phase) -> None:
+        self.phase = phase
         client = self.client
         # The machine's backpressure no longer applies once this exchange is over
         # (fail() may have abandoned the upstream before it could unpause the client).
-        if client.pause_reasons & PAUSE_UPSTREAM:
-            client.unpause(PAUSE_UPSTREAM)
-        client.edge.exchange_ended(self, True)
+        client.unpause(PAUSE_UPSTREAM)
+        self.shell.exchange_ended(self, True)
         client.exchange_done(self)
 
     def abort(self) -> None:
         """The client went away: stop everything this exchange holds."""
-        if self.state == DONE:
+        if self.phase in TERMINAL:
             return
         upstream = self.upstream
         self.upstream = None
         if upstream is not None:
             upstream.abandon()
-        self.client.edge.exchange_ended(self, False)
-        self.state = DONE
+        self.phase = advance(self.phase, Event.CLIENT_GONE)
+        self.shell.exchange_ended(self, False)

@@ -14,10 +14,11 @@ from typing import cast
 from aiohttp import web
 
 from edge.adapters.admin import build_admin_app
-from edge.client import ClientConnection
+from edge.adapters.http1 import ClientConnection
+from edge.adapters.registry_feed import RegistryFeed
 from edge.config import EdgeConfig
 from edge.service import Edge
-from edge.view import RegistryFeed, View
+from edge.view import View
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.edge")
@@ -67,7 +68,7 @@ class EdgeRuntime:
         site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
         await site.start()
         self._admin_port = self._admin.addresses[0][1]
-        edge.waker.start_autostop()
+        edge.autostop.start()
         self._janitor = asyncio.create_task(self._sweep_stale())
         log.info("edge proxy on %s:%d, admin on %s:%d", config.host, self._proxy_port,
                  config.admin_host, self._admin_port)
@@ -85,7 +86,7 @@ class EdgeRuntime:
         if edge is not None:
             await edge.stop_serving()
             await self._drain(edge)
-            await edge.waker.stop()
+            await edge.close()
         for task in [self._janitor, *(edge.tasks if edge else ())]:
             if task is not None:
                 task.cancel()

@@ -1,12 +1,15 @@
 """The edge's shell: feeds events to the pure cores and carries out what they decide.
 
 Warm path: route Host -> app, `balance.pick` a machine, forward. Cold path:
-hold (`HoldQueues`), wake through placement (single flight, `scaling`),
-release held requests as machines take them, expire the late ones. Every
-exchange ends in exactly one answer; accounting (in-flight per machine, held
-counts, metrics) happens in `exchange_ended` only. An answer the edge makes
-itself says a code and its fixed message: the detail goes to the log, with
-the app and the request id (`fail`).
+every event that matters to held requests — one found no machine, placement
+answered, a machine appeared or was lost, a request ended and left room, a
+timer fired — goes to `AppWakes` (edge/core/appwake.py), and this is the only
+place its effects (`CallPlacement`, `Release`, `Fail`, `ArmTimer`) are carried
+out. Where a request that lost its machine goes is edge/core/exchange.py's
+rule. Every exchange ends in exactly one answer; accounting (in-flight per
+machine, held counts, metrics) happens in `exchange_ended` only. An answer the
+edge makes itself says a code and its fixed message: the detail goes to the
+log, with the app and the request id (`fail`).
 """
 
 from __future__ import annotations
@@ -16,57 +19,74 @@ import itertools
 import logging
 import os
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any
 
+from edge.adapters.placement import PlacementClient
+from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
+from edge.core.appwake import (
+    AppWakes,
+    ArmTimer,
+    CallPlacement,
+    Effect,
+    Fail,
+    Release,
+    Shape,
+)
+from edge.core.exchange import AGAIN, GIVE_UP, Event, after_connect_failure, after_loss
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
-from edge.core.holdqueue import HoldQueues, Rejected
-from edge.core.scaling import AppLoad, next_wake
-from edge.errors import status_of
-from edge.exchange import CONNECTING, DONE, HELD, Exchange
+from edge.errors import EdgeError, status_of
+from edge.exchange import ClientSide, Exchange, Shell
+from edge.housekeeping import Autostop, Suspects
 from edge.metrics import EdgeMetrics
-from edge.upstream import UpstreamPool
 from edge.view import AppEntry, MachineSlot, View
-from edge.wake import Waker
-from placement.api import WakeTimings
-
-if TYPE_CHECKING:
-    from edge.client import ClientConnection
+from placement.api import WakeRequest
 
 log = logging.getLogger("thaw.edge")
 
-HOLD_SWEEP_S = 0.05
 
-
-class Edge:
-    def __init__(self, config: EdgeConfig, view: View, waker_factory: type[Waker] = Waker) -> None:
+class Edge(Shell):
+    def __init__(self, config: EdgeConfig, view: View) -> None:
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.view = view
         self.metrics = EdgeMetrics()
-        self.holds: HoldQueues[Exchange] = HoldQueues(config.max_held_total)
+        self.wakes: AppWakes[Exchange] = AppWakes(config.max_held_total)
         self.pool = UpstreamPool(self)
-        self.connections: set[ClientConnection] = set()
+        self.connections: set[ClientSide] = set()
         self.random = random.Random()
         self.tasks: set[asyncio.Task[None]] = set()
-        self.waker = waker_factory(self)
         self.closing = False
         self._ids = itertools.count(1)
         self.instance_id = os.urandom(4).hex()  # names this edge (request ids, reports)
         self._id_prefix = self.instance_id.encode()
-        self._sweeper: asyncio.TimerHandle | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.placement = PlacementClient(config)
+        self.suspects = Suspects(view, self.placement, self.spawn, self.loop, self.instance_id)
+        self.autostop = Autostop(view, self.placement, self.metrics, self.spawn, self.loop,
+                                 config.autostop_interval_s, self._room)
         view.on_machine_removed = self._machine_removed
+        view.on_machine_added = self._machine_added
+        view.on_app_removed = self._app_removed
 
-    def spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = self.loop.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def connection_opened(self, conn: ClientSide) -> None:
+        self.connections.add(conn)
+
+    def connection_closed(self, conn: ClientSide) -> None:
+        self.connections.discard(conn)
 
     # -- routing and dispatch ------------------------------------------------------------
 
     def dispatch(self, exchange: Exchange) -> None:
-        """Start an exchange that reached the head of its connection's queue."""
+        """Start an exchange that reached the head of its connection's queue (or that
+        lost its machine and goes out again)."""
         if self.closing:
             self.fail(exchange, "shutting_down", "the edge is shutting down")
             return
@@ -100,8 +120,10 @@ class Edge:
         return b"".join((
             exchange.method, b" ", head.target, b" HTTP/1.1\r\nHost: ", head.authority,
             b"\r\n", head.forward, b"X-Forwarded-For: ", forwarded_for,
-            b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ", head.authority,
-            b"\r\nX-Request-Id: ", request_id, b"\r\n", framing, b"\r\n",
+            b"\r\nX-Forwarded-Proto: ", exchange.client.scheme, b"\r\nX-Forwarded-Host: ",
+            head.authority, b"\r\nX-Request-Id: ", request_id, b"\r\n", framing,
+            b"Connection: Upgrade\r\nUpgrade: websocket\r\n" if exchange.upgrade else b"",
+            b"\r\n",
         ))
 
     def _forward(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
@@ -113,7 +135,7 @@ class Edge:
         if conn is not None:
             conn.send(exchange)
         else:
-            exchange.state = CONNECTING
+            exchange.to(Event.PICK)
             self.spawn(self._connect(exchange, app, slot))
 
     async def _connect(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
@@ -122,53 +144,53 @@ class Edge:
         except (OSError, TimeoutError) as exc:
             self._connect_failed(exchange, app, slot, exc)
             return
-        if exchange.state == DONE:
+        if exchange.ended:
             self.pool.release(conn, True)
         else:
             conn.send(exchange)
 
     def _connect_failed(self, exchange: Exchange, app: AppEntry, slot: MachineSlot,
                         exc: BaseException) -> None:
-        """Nothing was delivered, whatever the method: try another machine; after
-        `max_connect_attempts`, hold it and wake (never a 502 while a machine may yet
-        come: the hold's deadline bounds the wait). The worker is reported as suspect."""
+        """Nothing was delivered, whatever the method: another machine, then a hold (the
+        rule is `after_connect_failure`). The worker is reported as suspect."""
         self.metrics.connect_errors.labels(app.name).inc()
         log.warning("connect to machine %s (%s) of app %s failed (request %s): %r", slot.id,
                     slot.address, app.name, _request_id(exchange), exc)
         self.view.mark(slot, "gone")
-        self.waker.suspect(slot, exc)
-        if exchange.state == DONE:
+        self.suspects.report(slot, exc)
+        if exchange.ended:
             return
         self._unslot(exchange)
+        exchange.to(Event.RETRY)
         exchange.attempts += 1
-        if exchange.attempts >= self.config.max_connect_attempts:
-            self._hold(exchange, app)
-        else:
+        if after_connect_failure(exchange.attempts, self.config.max_connect_attempts) == AGAIN:
             self.dispatch(exchange)
+        else:
+            self._hold(exchange, app)
 
-    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool = False) -> None:
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool) -> None:
         """The machine's connection closed mid-exchange (the request may have been
-        delivered). A *pooled* connection lost before any byte came back says nothing of
-        the machine (an idle keep-alive it closed, or a machine that died since): it does
-        not count as an attempt, and its idle siblings are dropped as likely stale too."""
-        if exchange.state == DONE:
+        delivered): `after_loss` says whether it goes out again, waits, or ends in 502."""
+        if exchange.ended:
             return
         slot = exchange.slot
-        if not got_bytes and exchange.retryable:
-            if reused and slot is not None:
-                self.pool.close_address(slot.address)
-            else:
-                exchange.attempts += 1
-            self._unslot(exchange)
-            exchange.upstream = None
-            if exchange.attempts < self.config.max_connect_attempts:
-                self.dispatch(exchange)
-                return
-            if exchange.app is not None:
-                self._hold(exchange, exchange.app)  # wait for a machine rather than 502
-                return
-        machine = f"machine {slot.id} ({slot.address})" if slot is not None else "the machine"
-        self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")
+        where, counts = after_loss(exchange.resendable, got_bytes, reused, exchange.attempts,
+                                   self.config.max_connect_attempts)
+        if where == GIVE_UP or exchange.app is None:
+            machine = f"machine {slot.id} ({slot.address})" if slot is not None else "a machine"
+            self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")
+            return
+        if reused and slot is not None:
+            self.pool.close_address(slot.address)  # its idle siblings are likely stale too
+        if counts:
+            exchange.attempts += 1
+        self._unslot(exchange)
+        exchange.upstream = None
+        exchange.to(Event.RETRY)
+        if where == AGAIN:
+            self.dispatch(exchange)
+        else:
+            self._hold(exchange, exchange.app)  # wait for a machine rather than 502
 
     def _unslot(self, exchange: Exchange) -> None:
         slot = exchange.slot
@@ -187,16 +209,14 @@ class Edge:
             self.metrics.requests.add(app.name if app else "", exchange.status)
         if app is None:
             return
-        # Not "if state == HELD": finish() marks the exchange DONE before this runs, and a
-        # held request can end early (bad body, client gone). held_at is set on the first
-        # hold and never cleared, so a request never held skips the lookup.
-        holds = self.holds
-        if exchange.held_at:
-            holds.remove(app.name, exchange)
+        if exchange.held_at:  # (set on the first hold and kept: most requests skip this)
+            self.wakes.forget(app.name, exchange)
         if exchange.slot is not None:
+            if exchange.upgrade:  # a tunnel was in flight until now: idle from now on
+                exchange.slot.last_start = self.loop.time()
             self._unslot(exchange)
-            if holds.total and holds.held(app.name):
-                self.release_held(app)
+            if self.wakes.total and self.wakes.held(app.name):
+                self._room(app)
 
     def count_rejected(self, code: str) -> None:
         self.metrics.requests.add("", status_of(code))
@@ -209,136 +229,158 @@ class Edge:
         log.log(logging.INFO if status_of(code) >= 500 else logging.DEBUG,
                 "answered %s to request %s of app %s: %s", code, _request_id(exchange),
                 app.name if app is not None else "-", detail)
-        exchange.fail(code, detail)
+        exchange.fail(code)
 
-    def fail_all(self, app: str, exchanges: list[Exchange], code: str, detail: str) -> None:
-        """`fail` for many requests of `app` at once, in one log line."""
-        exchanges = [e for e in exchanges if e.state != DONE]
-        if exchanges:
-            log.info("answered %s to %d requests of app %s (%s): %s", code, len(exchanges), app,
-                     " ".join(_request_id(e) for e in exchanges), detail)
-        for exchange in exchanges:
-            exchange.fail(code, detail)
+    # -- the cold path: events to AppWakes, its effects carried out -----------------------
 
-    # -- the cold path -------------------------------------------------------------------
+    def shape(self, app: AppEntry) -> Shape:
+        config = app.config
+        concurrency = config.concurrency
+        return Shape(
+            started=len(app.routable), in_flight=app.in_flight,
+            free=balance.free_slots(app.routable, concurrency.hard_limit),
+            soft_limit=concurrency.soft_limit, max_machines=config.max_machines,
+            auto_start=config.auto_start, hold_timeout_s=config.hold_timeout_s,
+            max_pending=config.max_pending,
+        )
 
     def _hold(self, exchange: Exchange, app: AppEntry) -> None:
-        config = app.config
-        if not config.auto_start and not app.routable:
-            self.fail(exchange, "auto_start_off", "auto_start is off and no machine is started")
-            return
         now = self.loop.time()
-        # A request held again (its machine refused it after a wake) keeps its first
-        # deadline: the budget is per request, not per hold.
-        spent_s = now - exchange.held_at if exchange.held_at else 0.0
-        client_s = exchange.head.hold_timeout_s
-        decision = self.holds.enqueue(
-            app.name, exchange, now, max(0.0, config.hold_timeout_s - spent_s),
-            config.max_pending, None if client_s is None else max(0.0, client_s - spent_s),
-        )
-        if isinstance(decision, Rejected):
-            self.fail(exchange, decision.reason, f"{self.holds.held(app.name)} requests held "
-                      f"for the app, {self.holds.total} in all")
-            return
-        exchange.state = HELD
+        since = exchange.held_at or None  # held again: the first deadline stands
         if not exchange.held_at:
             exchange.held_at = now
-        self._arm_sweeper()
-        if config.auto_start:
-            self.maybe_wake(app)
+        exchange.to(Event.HOLD)
+        self.run(self.wakes.hold(app.name, exchange, now, self.shape(app), since,
+                                 exchange.head.hold_timeout_s))
 
-    def maybe_wake(self, app: AppEntry) -> None:
-        load = AppLoad(
-            in_flight=app.in_flight, held=self.holds.held(app.name), started=len(app.routable),
-            starting=app.starting, soft_limit=app.config.concurrency.soft_limit,
-            max_machines=app.config.max_machines, wake_in_flight=app.wake_in_flight,
-        )
-        count = next_wake(load)
-        if count > 0 and self.loop.time() >= self.waker.backoff_until.get(app.name, 0.0):
-            app.wake_in_flight = True
-            app.starting = count
-            self.spawn(self.waker.wake(app, count))
+    def _room(self, app: AppEntry) -> None:
+        """The app's machines may take more now (a request ended, a machine was kept)."""
+        self.run(self.wakes.on_capacity(app.name, self.loop.time(), self.shape(app)))
 
-    def release_held(self, app: AppEntry, timings: WakeTimings | None = None) -> None:
-        """Held requests of `app`, oldest first, as many as its machines can take."""
-        concurrency = app.config.concurrency
-        capacity = balance.free_slots(app.routable, concurrency.hard_limit)
-        if capacity <= 0:
-            return
-        now = self.loop.time()
-        for exchange in self.holds.release(app.name, capacity):
-            if exchange.state == DONE:  # answered while held; never forward it
-                continue
-            slot = balance.pick(app.routable, concurrency.soft_limit, concurrency.hard_limit,
-                                self.random)
-            if slot is None:  # cannot happen: capacity was counted above
-                self.fail(exchange, "no_capacity", "no machine had room on release")
-                continue
-            hold_s = now - exchange.held_at
-            self.metrics.hold_seconds.labels(app.name).observe(hold_s)
-            wake_timings = timings or self.waker.last_timings(app, exchange)
-            exchange.timing = server_timing(hold_s, wake_timings)
-            self._forward(exchange, app, slot)
-
-    def fail_held_by_name(self, app: str, code: str, detail: str) -> None:
-        self.fail_all(app, self.holds.fail_all(app), code, detail)
-
-    def _arm_sweeper(self) -> None:
-        """Next sweep at the earliest hold deadline (a 504 is not late), and at most
-        HOLD_SWEEP_S away (the sweep also releases to machines the registry reported)."""
-        at = self.loop.time() + HOLD_SWEEP_S
-        deadline = self.holds.next_deadline()
-        if deadline is not None:
-            at = min(at, deadline)
-        if self._sweeper is not None:
-            if self._sweeper.when() <= at:
-                return
-            self._sweeper.cancel()
-        self._sweeper = self.loop.call_at(at, self._sweep)
-
-    def _sweep(self) -> None:
-        self._sweeper = None
-        for expired in self.holds.expire(self.loop.time()):
-            self.metrics.hold_seconds.labels(expired.app).observe(expired.waited_s)
-            self.fail(expired.item, "hold_timeout",
-                      f"no machine could take the request within {expired.waited_s:.3f}s")
-        for name in self.holds.apps():
-            entry = self.view.apps.get(name)
-            if entry is None:
-                self.fail_held_by_name(name, "unknown_app", "the app was deleted")
-                continue
-            self.release_held(entry)  # machines may have appeared through the registry
-            if entry.config.auto_start:
-                self.maybe_wake(entry)
-        if self.holds.total:
-            self._arm_sweeper()
+    def _machine_added(self, slot: MachineSlot, boot_ms: float) -> None:
+        entry = self.view.apps.get(slot.app)
+        if entry is not None:
+            self.run(self.wakes.on_machine_added(slot.app, self.loop.time(), self.shape(entry),
+                                                 boot_ms))
 
     def _machine_removed(self, slot: MachineSlot) -> None:
         self.pool.close_address(slot.address)
+        entry = self.view.apps.get(slot.app)
+        if entry is not None and self.wakes.held(slot.app):
+            self.run(self.wakes.on_machine_lost(slot.app, self.loop.time(), self.shape(entry)))
+
+    def _app_removed(self, name: str) -> None:
+        self.run(self.wakes.app_deleted(name, self.loop.time()))
+
+    def _timer(self, token: str) -> None:
+        self._timers.pop(token, None)
+        entry = self.view.apps.get(token)
+        self.run(self.wakes.on_timer(token, self.loop.time(),
+                                     self.shape(entry) if entry is not None else None))
+
+    def run(self, effects: list[Effect[Exchange]]) -> None:
+        """Carry out what AppWakes decided, in order."""
+        for effect in effects:
+            if isinstance(effect, Release):
+                self._release(effect)
+            elif isinstance(effect, Fail):
+                self._fail_held(effect)
+            elif isinstance(effect, CallPlacement):
+                self.spawn(self._wake(effect))
+            elif isinstance(effect, ArmTimer):
+                timer = self._timers.pop(effect.token, None)
+                if timer is not None:
+                    timer.cancel()
+                if effect.at is not None:
+                    self._timers[effect.token] = self.loop.call_at(effect.at, self._timer,
+                                                                   effect.token)
+
+    def _release(self, release: Release[Exchange]) -> None:
+        app = self.view.apps.get(release.app)
+        for released in release.items:
+            exchange = released.item
+            if exchange.ended:
+                continue
+            exchange.hold_s = released.hold_s
+            exchange.wake = released.wake
+            self.metrics.hold_seconds.labels(release.app).observe(released.hold_s)
+            concurrency = app.config.concurrency if app is not None else None
+            slot = None if concurrency is None or app is None else balance.pick(
+                app.routable, concurrency.soft_limit, concurrency.hard_limit, self.random)
+            if app is None or slot is None:  # cannot happen: the core counted the room
+                self.fail(exchange, "no_capacity", "no machine had room on release")
+                continue
+            self._forward(exchange, app, slot)
+
+    def _fail_held(self, fail: Fail[Exchange]) -> None:
+        live = [(e, waited) for e, waited in zip(fail.items, fail.waits, strict=True)
+                if not e.ended]
+        if not live:
+            return
+        if fail.code == "hold_timeout":
+            for _, waited in live:
+                self.metrics.hold_seconds.labels(fail.app).observe(waited)
+        log.info("answered %s to %d requests of app %s (%s): %s", fail.code, len(live),
+                 fail.app, " ".join(_request_id(e) for e, _ in live), fail.detail)
+        for exchange, _ in live:
+            exchange.fail(fail.code)
+
+    async def _wake(self, call: CallPlacement) -> None:
+        """Placement's answer to one wake, fed back to AppWakes."""
+        name = call.app
+        region = self.config.region
+        entry = self.view.apps.get(name)
+        if entry is not None and region not in entry.config.regions:
+            region = ""
+        request = WakeRequest(count=call.count, deadline_ms=call.deadline_ms, region=region)
+        # Judge "did this wake add anything" against what was routable when it was sent:
+        # the registry feed may report the woken machines before the answer arrives.
+        before = {slot.id for slot in entry.routable} if entry is not None else set()
+        started = self.loop.time()
+        try:
+            answer = await self.placement.wake(name, request,
+                                               call.deadline_ms / 1000 + self.config.wake_grace_s)
+        except EdgeError as exc:
+            self.metrics.wake_seconds.labels(name).observe(self.loop.time() - started)
+            self.metrics.wakes.labels(name, exc.code).inc()
+            log.warning("wake of %s failed: %s %s", name, exc.code, exc.message)
+            entry = self.view.apps.get(name)
+            if entry is None:
+                self.run(self.wakes.app_deleted(name, self.loop.time()))
+            else:
+                self.run(self.wakes.on_wake_failed(call.wake, self.loop.time(),
+                                                   self.shape(entry), exc.code, exc.message))
+            return
+        timings = answer.timings
+        self.metrics.wake_seconds.labels(name).observe(self.loop.time() - started)
+        self.metrics.wakes.labels(name, "ok").inc()
+        for phase, ms in (("place", timings.place_ms), ("pull", timings.pull_ms),
+                          ("boot", timings.boot_ms)):
+            self.metrics.wake_phase_seconds.labels(phase).observe(ms / 1000.0)
+        entry = self.view.apps.get(name)
+        if entry is None:  # deleted meanwhile: its held requests were answered 404
+            return
+        # machines this edge saw refuse connects: placement may not know yet; trying them
+        # again is fine, counting them as new would ask again at once for the same
+        seen_dead = {m.id for m in answer.machines if (name, m.id) in self.view.tombstones}
+        for machine in answer.machines:
+            self.view.add_started(name, machine.id, machine.address, machine.worker)
+        added = len({m.id for m in answer.machines} - before - seen_dead)
+        self.run(self.wakes.on_wake_answer(call.wake, self.loop.time(), self.shape(entry),
+                                           added, timings.place_ms, timings.pull_ms,
+                                           timings.boot_ms))
 
     async def stop_serving(self) -> None:
         """Answer every held request and stop taking new ones."""
         self.closing = True
-        for name in self.holds.apps():
-            entry = self.view.apps.get(name)
-            self.fail_all(name, self.holds.release(name, self.holds.held(name)),
-                          "shutting_down", "the edge is stopping")
-            if entry is not None:
-                entry.wake_in_flight = False
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        self.run(self.wakes.shutdown(self.loop.time()))
+
+    async def close(self) -> None:
+        await self.autostop.stop()
+        await self.placement.close()
 
 
 def _request_id(exchange: Exchange) -> str:
     """The id a request is logged by: the edge's (made when it is routed), else the
     client's, else "-"."""
     return (exchange.request_id or exchange.head.request_id or b"-").decode("latin-1")
-
-
-def server_timing(hold_s: float, timings: WakeTimings | None) -> bytes:
-    """`hold;dur=X, place;dur=Y, pull;dur=Z, boot;dur=W` in milliseconds."""
-    timings = timings or WakeTimings()
-    return b"hold;dur=%.1f, place;dur=%.1f, pull;dur=%.1f, boot;dur=%.1f" % (
-        hold_s * 1000.0, timings.place_ms, timings.pull_ms, timings.boot_ms,
-    )

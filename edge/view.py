@@ -1,11 +1,11 @@
-"""The edge's in-memory view of apps and machines, and the registry feed that keeps it.
+"""The edge's in-memory view of apps and machines.
 
 Nothing on the hot path touches the registry: routing and balancing read this
-view. It is loaded at start, refreshed per key from `registry.changes()`, and
-fully resynced every `resync_interval_s`; when the registry errors the view is
-kept as is (warm apps keep being served) and the feed retries. What the edge
-learnt itself (a wake answered, a machine refused connects, placement stopped
-a machine) wins over registry records older than that moment.
+view, which edge/adapters/registry_feed.py keeps. What the edge learnt itself
+(a wake answered, a machine refused connects, placement stopped a machine)
+wins over registry records older than that moment. The shell hears of changes
+that matter to held requests through three hooks: a machine became routable
+from the feed, a machine stopped serving, an app was deleted.
 
 Routing fails closed: `{app}.{domain}` always reaches that app; an app's own
 `hosts` never name the edge's domain or a name under it (ignored: placement
@@ -14,23 +14,17 @@ forbids them), and a host two apps claim reaches neither.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from thaw.appconfig import AppConfig
-from thaw.registry import MachineRecord, Registry
-from thaw.registry.generation import GenerationWatch
+from thaw.registry import MachineRecord
+from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.edge.view")
 
 STARTED = "started"
-FEED_RETRY_S = 1.0
-REBUILD_GRACE_S = 10.0  # after the registry was lost: time for everyone to publish again
-
-
 MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
 
 
@@ -70,8 +64,6 @@ class AppEntry:
         self.machines: dict[str, MachineSlot] = {}
         self.routable: list[MachineSlot] = []
         self.in_flight = 0
-        self.wake_in_flight = False
-        self.starting = 0
 
     def rebuild(self) -> None:
         self.routable = [m for m in self.machines.values() if m.routable]
@@ -91,6 +83,9 @@ class View:
         # older than that (a dead host's last word) must not bring it back.
         self.tombstones: dict[tuple[str, str], float] = {}
         self.on_machine_removed: Callable[[MachineSlot], None] = lambda slot: None
+        # a machine became routable through the registry (its boot ms from its events)
+        self.on_machine_added: Callable[[MachineSlot, float], None] = lambda slot, ms: None
+        self.on_app_removed: Callable[[str], None] = lambda name: None
 
     def route(self, host: str) -> AppEntry | None:
         """The app serving `host` (lower-case, without port or trailing dot), or None."""
@@ -130,6 +125,7 @@ class View:
                 del self.apps[name]
                 for slot in entry.machines.values():
                     self.on_machine_removed(slot)
+                self.on_app_removed(name)
         elif entry is None:
             self.apps[name] = AppEntry(config)
         else:
@@ -180,13 +176,17 @@ class View:
                 return  # woken machines may reach the registry after the wake answer
             self._drop(entry, machine_id, record.state if record else "destroyed")
             return
+        was_routable = slot is not None and slot.routable
         if slot is None or slot.address != record.address:
             slot = MachineSlot(app, machine_id, record.address, STARTED, self.clock(),
                                record.worker)
             entry.machines[machine_id] = slot
+            was_routable = False
         slot.state = STARTED
         slot.seen = True
         entry.rebuild()
+        if not was_routable and slot.routable:
+            self.on_machine_added(slot, boot_span_ms((e.state, e.at) for e in record.events))
 
     def add_started(self, app: str, machine_id: str, address: str,
                     worker: str = "") -> MachineSlot | None:
@@ -237,106 +237,3 @@ class View:
             slot.state = state
             entry.rebuild()
             self.on_machine_removed(slot)
-
-
-class RegistryFeed:
-    """Loads the view, follows the change feed, resyncs; survives registry errors.
-
-    A registry that was lost (a new generation: Redis restarted empty, or flushed) is
-    being filled again by placement and the agents: for `REBUILD_GRACE_S` a load adds
-    and updates but removes nothing, then one authoritative load prunes what is gone.
-    """
-
-    def __init__(self, view: View, registry: Registry, resync_interval_s: float) -> None:
-        self.view = view
-        self.registry = registry
-        self.resync_interval_s = resync_interval_s
-        self.position: str | None = None  # of the last change applied
-        self.generation = GenerationWatch()
-        self.rebuilding_until = 0.0  # loop time: until then loads only add
-        self._resync_now = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def load(self) -> None:
-        """Read everything first, then apply: a registry lost half-way through a load
-        never empties the view."""
-        position = await self.registry.feed_position()
-        token = await self.registry.generation()
-        configs = await self.registry.apps()
-        records = {c.name: await self.registry.machines(c.name) for c in configs}
-        after = await self.registry.generation()
-        loop = asyncio.get_running_loop()
-        if after != token or self.generation.lost(token):
-            log.warning("the registry was lost (new generation): keeping the view while "
-                        "placement and the agents publish theirs again")
-            self.rebuilding_until = loop.time() + REBUILD_GRACE_S
-            loop.call_later(REBUILD_GRACE_S, self._resync_now.set)
-            self.position = None if after != token else position  # the old feed is gone
-        elif self.position is None:
-            self.position = position
-        self.generation.published(after)
-        prune = loop.time() >= self.rebuilding_until
-        self.view.set_apps(configs, prune=prune)
-        for config in configs:
-            self._apply_machines(config.name, records[config.name], prune=prune)
-
-    def _apply_machines(self, app: str, records: list[MachineRecord], *, prune: bool) -> None:
-        entry = self.view.apps.get(app)
-        if entry is None:
-            return
-        found = {r.id: r for r in records}
-        ids = set(entry.machines) | set(found) if prune else set(found)
-        for machine_id in ids:
-            self.view.apply_record(app, machine_id, found.get(machine_id))
-
-    async def refresh(self, kind: str, key: str) -> None:
-        if kind == "app":
-            self.view.set_app(key, await self.registry.app(key))
-            if key in self.view.apps:  # machines that went come as their own changes
-                self._apply_machines(key, await self.registry.machines(key), prune=False)
-        elif kind == "machine":
-            app, _, machine_id = key.partition("/")
-            if app in self.view.apps:
-                records = await self.registry.machines(app)
-                found = next((r for r in records if r.id == machine_id), None)
-                self.view.apply_record(app, machine_id, found)
-
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._resync())]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _follow(self) -> None:
-        """Follow the feed from the position taken before the first load, so no change
-        written during the load is missed; after an error, resume from the last one seen
-        and reload (the stream may have been trimmed past it)."""
-        while True:
-            try:
-                async for change in self.registry.changes(after=self.position):
-                    self.position = change.seq
-                    await self.refresh(change.kind, change.key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("registry feed failed, keeping the view: %s", exc)
-            await asyncio.sleep(FEED_RETRY_S)
-            with contextlib.suppress(Exception):
-                await self.load()
-
-    async def _resync(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.resync_interval_s):
-                    await self._resync_now.wait()
-            self._resync_now.clear()
-            try:
-                await self.load()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("registry resync failed, keeping the view: %s", exc)

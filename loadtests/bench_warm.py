@@ -1,6 +1,7 @@
 """Warm proxy benchmark: backend direct vs nginx vs thaw edge, side by side, wrk on loopback.
 
     .venv/bin/python loadtests/bench_warm.py [--rounds 3] [--duration 5] [--connections 50]
+        [--before PATH]   # also an earlier revision's edge: a checkout with `make native` run
 
 Topology on a 2-core machine: the proxy under test (nginx with 1 worker,
 `thaw edge` as its own process, or the `floor_proxy.py` calibration point —
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -83,12 +85,14 @@ def run(args: argparse.Namespace) -> tuple[Runs, Runs, float]:
     """Saturation runs, light-load runs, and the % of CPU time the hypervisor took."""
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-warm-"))
     ports = {name: free_port() for name in ("backend", "nginx", "floor", "edge", "admin",
-                                            "edge-py", "admin-py", "redis")}
+                                            "edge-py", "admin-py", "redis", "edge-before",
+                                            "admin-before")}
     (work / "backend.conf").write_text(NGINX_BACKEND.format(dir=work, port=ports["backend"]))
     (work / "proxy.conf").write_text(
         NGINX_PROXY.format(dir=work, port=ports["nginx"], backend=ports["backend"]))
-    results: Runs = {name: [] for name in TARGETS}
-    light: Runs = {name: [] for name in TARGETS}
+    names = TARGETS + (("edge-before",) if args.before else ())
+    results: Runs = {name: [] for name in names}
+    light: Runs = {name: [] for name in names}
     try:
         steal = measure(args, work, ports, results, light)
     finally:
@@ -117,11 +121,14 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
                     "--placement", "http://127.0.0.1:9", "--log-level", "warning",
                     "--cluster-key-file", str(key_file(work))]
 
-        with (
-            process(edge_cmd("edge", "admin"), cpu=0, log=work / "edge.log"),
-            process(edge_cmd("edge-py", "admin-py"), cpu=0, log=work / "edge-py.log",
-                    env={"THAW_NATIVE": "0"}),
-        ):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(process(edge_cmd("edge", "admin"), cpu=0, log=work / "edge.log"))
+            stack.enter_context(process(edge_cmd("edge-py", "admin-py"), cpu=0,
+                                        log=work / "edge-py.log", env={"THAW_NATIVE": "0"}))
+            if args.before:  # `python -m thaw` from that checkout runs its own modules
+                stack.enter_context(process(edge_cmd("edge-before", "admin-before"), cpu=0,
+                                            log=work / "edge-before.log", cwd=args.before))
+                wait_port(ports["edge-before"])
             wait_port(ports["edge"])
             wait_port(ports["edge-py"])
             targets = {
@@ -131,6 +138,9 @@ def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
                 "edge": (f"http://127.0.0.1:{ports['edge']}/", "bench.localhost"),
                 "edge-py": (f"http://127.0.0.1:{ports['edge-py']}/", "bench.localhost"),
             }
+            if args.before:
+                targets["edge-before"] = (f"http://127.0.0.1:{ports['edge-before']}/",
+                                          "bench.localhost")
             for url, host in targets.values():  # warm up every path once
                 wrk(url, host=host, connections=args.connections, duration_s=1, cpu=1)
             before = cpu_times()
@@ -182,6 +192,7 @@ def report(results: Runs, light: Runs, steal: float, args: argparse.Namespace,
     low_p50 = low["edge"]["p50"] - low["direct"]["p50"]
     low_p99 = low["edge"]["p99"] - low["direct"]["p99"]
     native_on, native_why = state()
+    ratio_before = med["edge"]["rps"] / med["edge-before"]["rps"] if args.before else 0.0
     return "\n".join([
         "## Warm proxy (`loadtests/bench_warm.py`)", "",
         f"Command: `{command}`  ",
@@ -214,6 +225,11 @@ def report(results: Runs, light: Runs, steal: float, args: argparse.Namespace,
         f"{args.connections} connections / throughput, i.e. queueing)",
         f"- added by nginx at saturation: p50 {med['nginx']['p50'] - med['direct']['p50']:.3f} "
         f"ms, p99 {med['nginx']['p99'] - med['direct']['p99']:.3f} ms",
+        *([f"- `edge-before` is `thaw edge` of the checkout at {args.before} (its own native "
+           f"build): edge / edge-before throughput {ratio_before:.2f} (ratio of medians), "
+           f"{paired_ratio(results, 'edge') / paired_ratio(results, 'edge-before'):.2f} "
+           "(ratio of the per-round medians); edge-before / nginx "
+           f"{med['edge-before']['rps'] / med['nginx']['rps']:.2f}"] if args.before else []),
         "- per round (saturation): " + "; ".join(
             f"{name} " + "/".join(f"{r.requests_per_s:.0f}" for r in runs)
             for name, runs in results.items()) + " req/s",
@@ -227,6 +243,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--light-connections", type=int, default=4)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier revision, "
+                        "natively built, whose edge runs as `edge-before` in the same rounds")
     args = parser.parse_args()
     command = "python loadtests/bench_warm.py " + " ".join(sys.argv[1:])
     results, light, steal = run(args)

@@ -45,13 +45,14 @@ def wait_port(port: int, timeout_s: float = 20.0) -> None:
 
 @contextlib.contextmanager
 def process(args: list[str], *, cpu: int | None = None, env: dict[str, str] | None = None,
-            log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+            log: Path | None = None, cwd: Path | None = None,
+            ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a process (pinned to `cpu` with taskset when given); kill its group at exit."""
     if cpu is not None and shutil.which("taskset"):
         args = ["taskset", "-c", str(cpu), *args]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, cwd=cwd)
     try:
         yield proc
     finally:

@@ -96,9 +96,14 @@ def edge_config() -> Any:
 
 async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
     """An edge serving app `bench` from one machine, with one pooled upstream connection."""
-    from edge.client import ClientConnection
     from edge.service import Edge
-    from edge.upstream import UpstreamConnection
+
+    try:  # the layout since the edge's adapters moved (ab_micro.py runs older trees too)
+        from edge.adapters.http1 import ClientConnection
+        from edge.adapters.upstream import UpstreamConnection
+    except ImportError:
+        from edge.client import ClientConnection  # type: ignore[no-redef]
+        from edge.upstream import UpstreamConnection  # type: ignore[no-redef]
     from edge.view import View
     from thaw.appconfig import parse
 

@@ -34,6 +34,7 @@ from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from thaw.appconfig import AppConfig
+from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.placement")
 
@@ -379,16 +380,7 @@ def ms_since(began: float) -> float:
 
 def boot_ms(view: dict[str, Any]) -> float:
     """From the agent's events: the last `starting` to the `started` after it."""
-    events = view.get("events") or []
-    started_at = starting_at = None
-    for event in events:
-        if event.get("state") == "starting":
-            starting_at, started_at = event["at"], None
-        elif event.get("state") == "started" and starting_at is not None:
-            started_at = event["at"]
-    if starting_at is None or started_at is None:
-        return 0.0
-    return max(0.0, float(started_at - starting_at) * 1000)
+    return boot_span_ms((e.get("state", ""), e.get("at", 0.0)) for e in view.get("events") or [])
 
 
 def message_of(body: Any) -> str:

@@ -31,7 +31,8 @@ BUILD_DIR = ROOT / ".native"
 MANIFEST = "manifest.json"
 SOURCES = (
     "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
-    "edge/exchange.py", "edge/client.py", "edge/upstream.py", "edge/service.py", "edge/view.py",
+    "edge/core/exchange.py", "edge/exchange.py", "edge/adapters/http1.py",
+    "edge/adapters/upstream.py", "edge/service.py", "edge/view.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 

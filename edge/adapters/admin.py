@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
 
+from edge.core.appwake import AppWakes
+from edge.exchange import Exchange
+from edge.metrics import EdgeMetrics
+from edge.view import View
 from thaw.native import state as native_state
 
-if TYPE_CHECKING:
-    from edge.service import Edge
+
+class Edge(Protocol):
+    """What the admin server reads of the edge's shell."""
+
+    view: View
+    metrics: EdgeMetrics
+    wakes: AppWakes[Exchange]
+    closing: bool
+    connections: set[Any]
 
 
 def build_admin_app(edge: Edge) -> web.Application:
@@ -18,7 +29,7 @@ def build_admin_app(edge: Edge) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         for name in edge.view.apps:
-            edge.metrics.held.labels(name).set(edge.holds.held(name))
+            edge.metrics.held.labels(name).set(edge.wakes.held(name))
         return web.Response(body=edge.metrics.render(), content_type="text/plain")
 
     async def healthz(request: web.Request) -> web.Response:
@@ -38,11 +49,12 @@ def build_admin_app(edge: Edge) -> web.Application:
 def state_of(edge: Edge) -> dict[str, Any]:
     apps = {}
     for name, entry in sorted(edge.view.apps.items()):
+        wake = edge.wakes.wake_in_flight(name)
         apps[name] = {
-            "held": edge.holds.held(name),
+            "held": edge.wakes.held(name),
             "in_flight": entry.in_flight,
-            "wake_in_flight": entry.wake_in_flight,
-            "starting": entry.starting,
+            "wake_in_flight": wake is not None,
+            "starting": wake.count if wake is not None else 0,
             "machines": [
                 {"id": m.id, "state": m.state, "address": m.address, "in_flight": m.in_flight,
                  "draining": m.draining}
@@ -50,7 +62,7 @@ def state_of(edge: Edge) -> dict[str, Any]:
             ],
         }
     on, why = native_state()
-    return {"held_total": edge.holds.total, "connections": len(edge.connections),
+    return {"held_total": edge.wakes.total, "connections": len(edge.connections),
             "native": {"on": on, "why": why}, "apps": apps}
 
 

@@ -210,6 +210,14 @@ class RequestHeadReader:
         return RequestHead(routing[0], routing[1], routing[2], framing[0], framing[1], expect,
                            request_id, forwarded_for, hold_timeout_s, forward)
 
+    def upgrades_to_websocket(self) -> bool:
+        """Whether the head read asks to upgrade to WebSocket (RFC 6455) and to nothing
+        else, with `Connection: upgrade`: the upgrade the edge tunnels."""
+        offered = [t for role, value in self.special if role == _UPGRADE for t in tokens(value)]
+        options = [t for role, value in self.special if role == _CONNECTION
+                   for t in tokens(value)]
+        return offered == [b"websocket"] and b"upgrade" in options
+
     def upgrades_to_h2c_only(self) -> bool:
         """Whether the head read asks to upgrade to h2c and to nothing else (what `curl
         --http2` sends to an http:// URL): the one upgrade the edge may ignore."""

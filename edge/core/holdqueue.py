@@ -5,8 +5,8 @@ all apps (`max_held_total`). Each entry has a deadline: `now + min(hold
 timeout, the client's timeout when it gave one)`. Invariants: release is FIFO
 per app; an entry leaves exactly once (released, expired, removed or failed);
 a full queue is a return value, not an exception; expiry costs O(expired *
-log held), not a scan of everything held (a heap of deadlines, entries that
-left by another way are skipped lazily). It knows nothing of sockets or
+log held), not a scan of everything held (a heap of deadlines per app, entries
+that left by another way are skipped lazily). It knows nothing of sockets or
 clocks: `now` is an argument, items are opaque.
 """
 
@@ -59,7 +59,9 @@ class HoldQueues(Generic[T]):
         self.max_total = max_total
         self.total = 0
         self._queues: dict[str, OrderedDict[int, _Entry[T]]] = {}
-        self._deadlines: list[tuple[float, int, str, int]] = []  # (deadline, seq, app, key)
+        # per app, a heap of (deadline, seq, key): an app's timer looks at its own only
+        self._deadlines: dict[str, list[tuple[float, int, int]]] = {}
+        self._heaped = 0
         self._seq = 0
 
     def enqueue(
@@ -82,9 +84,10 @@ class HoldQueues(Generic[T]):
         self._seq += 1
         entry = _Entry(item, now, now + budget, self._seq)
         queue[id(item)] = entry
-        heapq.heappush(self._deadlines, (entry.deadline, entry.seq, app, id(item)))
+        heapq.heappush(self._deadlines.setdefault(app, []), (entry.deadline, entry.seq, id(item)))
         self.total += 1
-        if len(self._deadlines) > 2 * self.total + 64:
+        self._heaped += 1
+        if self._heaped > 2 * self.total + 64:
             self._compact()
         return Held(len(queue), entry.deadline)
 
@@ -95,8 +98,14 @@ class HoldQueues(Generic[T]):
 
     def _compact(self) -> None:
         """Drop heap entries whose item already left (released, removed)."""
-        self._deadlines = [d for d in self._deadlines if self._live(d[2], d[3], d[1])]
-        heapq.heapify(self._deadlines)
+        for app, heap in list(self._deadlines.items()):
+            live = [d for d in heap if self._live(app, d[2], d[1])]
+            if live:
+                heapq.heapify(live)
+                self._deadlines[app] = live
+            else:
+                del self._deadlines[app]
+        self._heaped = sum(len(heap) for heap in self._deadlines.values())
 
     def held(self, app: str) -> int:
         queue = self._queues.get(app)
@@ -108,24 +117,33 @@ class HoldQueues(Generic[T]):
 
     def release(self, app: str, capacity: int) -> list[T]:
         """Up to `capacity` items of `app`, oldest first."""
+        return [item for item, _ in self.release_since(app, capacity)]
+
+    def release_since(self, app: str, capacity: int) -> list[tuple[T, float]]:
+        """Up to `capacity` (item, time it was held) of `app`, oldest first."""
         queue = self._queues.get(app)
-        out: list[T] = []
+        out: list[tuple[T, float]] = []
         while queue and len(out) < capacity:
             _, entry = queue.popitem(last=False)
-            out.append(entry.item)
+            out.append((entry.item, entry.since))
         self.total -= len(out)
         return out
 
-    def expire(self, now: float) -> list[Expired[T]]:
-        """Every item whose deadline is at or before `now`, earliest deadline first."""
+    def expire(self, now: float, app: str | None = None) -> list[Expired[T]]:
+        """Every item (of `app`, or of all) whose deadline is at or before `now`, earliest
+        deadline first within an app."""
         out: list[Expired[T]] = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, seq, app, key = heapq.heappop(heap)
-            entry = self._live(app, key, seq)
-            if entry is not None:
-                del self._queues[app][key]
-                out.append(Expired(app, entry.item, now - entry.since))
+        for name in [app] if app is not None else list(self._deadlines):
+            heap = self._deadlines.get(name)
+            while heap and heap[0][0] <= now:
+                _, seq, key = heapq.heappop(heap)
+                self._heaped -= 1
+                entry = self._live(name, key, seq)
+                if entry is not None:
+                    del self._queues[name][key]
+                    out.append(Expired(name, entry.item, now - entry.since))
+            if heap is not None and not heap:
+                del self._deadlines[name]
         self.total -= len(out)
         return out
 
@@ -146,8 +164,14 @@ class HoldQueues(Generic[T]):
         entry = queue.get(id(item)) if queue else None
         return None if entry is None else now - entry.since
 
-    def next_deadline(self) -> float | None:
-        heap = self._deadlines
-        while heap and self._live(heap[0][2], heap[0][3], heap[0][1]) is None:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+    def next_deadline(self, app: str | None = None) -> float | None:
+        """The earliest deadline of an item still held (of `app`, or of all)."""
+        found: float | None = None
+        for name in [app] if app is not None else list(self._deadlines):
+            heap = self._deadlines.get(name)
+            while heap and self._live(name, heap[0][2], heap[0][1]) is None:
+                heapq.heappop(heap)
+                self._heaped -= 1
+            if heap and (found is None or heap[0][0] < found):
+                found = heap[0][0]
+        return found

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from edge.view import REBUILD_GRACE_S
+from edge.adapters.registry_feed import REBUILD_GRACE_S
 from tests.support.agent_process import call, kill_group, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.load import SteadyLoad

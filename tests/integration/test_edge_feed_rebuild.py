@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from edge.view import RegistryFeed, View
+from edge.adapters.registry_feed import RegistryFeed
+from edge.view import View
 from thaw.appconfig import parse
 from thaw.registry.memory import MemoryRegistry
 from thaw.registry.types import MachineRecord

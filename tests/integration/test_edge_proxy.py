@@ -229,9 +229,9 @@ async def test_header_names_with_an_underscore_answer_400_and_close_when_so_conf
         await harness.close()
 
 
-async def test_an_upgrade_request_answers_501(edge: EdgeHarness) -> None:
+async def test_an_upgrade_to_anything_but_websocket_answers_501(edge: EdgeHarness) -> None:
     data = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: web.localhost\r\n"
-                              b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+                              b"Connection: Upgrade\r\nUpgrade: irc\r\n\r\n")
     status, _, body = split_response(data)
     assert status == 501 and json.loads(body)["error"] == "upgrade_not_supported"
 
@@ -441,7 +441,7 @@ async def test_an_error_answer_to_a_head_request_has_no_body_and_keeps_the_conne
 
 
 async def test_the_admin_state_says_whether_the_native_edge_runs(edge: EdgeHarness) -> None:
-    import edge.client as client_module
+    import edge.adapters.http1 as client_module
     from thaw.native import state
 
     native = (await edge.state())["native"]

@@ -1,6 +1,6 @@
 """Upgrades with real sockets: an upgrade to h2c alone (what `curl --http2` sends to an
-http:// URL) is served as HTTP/1.1 and the connection goes on; any other upgrade, and
-CONNECT, answers 501 and closes."""
+http:// URL) is served as HTTP/1.1 and the connection goes on; any other upgrade but a
+WebSocket one by GET (test_edge_websocket.py), and CONNECT, answers 501 and closes."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ async def test_the_connection_stays_open_for_the_next_request_after_an_h2c_get(
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        b"GET / HTTP/1.1\r\nHost: web.localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"POST / HTTP/1.1\r\nHost: web.localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
         b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: web.localhost\r\nConnection: Upgrade\r\n"
         b"Upgrade: h2c, websocket\r\n\r\n",
@@ -120,7 +120,7 @@ async def test_the_connection_stays_open_for_the_next_request_after_an_h2c_get(
         b"GET / HTTP/1.0\r\nHost: web.localhost\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
         b"CONNECT web.localhost:80 HTTP/1.1\r\nHost: web.localhost:80\r\n\r\n",
     ],
-    ids=["websocket", "h2c-and-websocket", "two-upgrade-headers", "http10-h2c", "connect"],
+    ids=["websocket-by-post", "h2c-and-websocket", "two-upgrade-headers", "http10-h2c", "connect"],
 )
 async def test_other_upgrades_and_connect_answer_501_and_close(
     edge: EdgeHarness, request_bytes: bytes

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-PROBE = ("import edge.client, edge.core.framing, thaw.native as n; "
-         "print(n.state()[0], edge.client.__file__.endswith('.so'), "
+PROBE = ("import edge.adapters.http1, edge.core.framing, thaw.native as n; "
+         "print(n.state()[0], edge.adapters.http1.__file__.endswith('.so'), "
          "edge.core.framing.__file__.endswith('.so'))")
 
 

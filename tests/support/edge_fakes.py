@@ -10,6 +10,7 @@ chunked), `/stream?bytes=N` a chunked body of N pattern bytes, `/sleep?ms=N`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -151,11 +152,17 @@ def serve(port: int, machine_id: str) -> None:
 # -- processes -------------------------------------------------------------------------
 
 
-def start_backend(machine_id: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+def start_backend(machine_id: str, port: int | None = None, kind: str = "fake",
+                  ) -> tuple[subprocess.Popen[bytes], int]:
+    """A backend process: this module's (`kind` "fake") or examples/hello ("hello")."""
     port = port or free_port()
+    if kind == "hello":
+        command = [sys.executable, str(ROOT / "examples/hello/app.py")]
+    else:
+        command = [sys.executable, "-m", "tests.support.edge_fakes", str(port), machine_id]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.edge_fakes", str(port), machine_id],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PORT": str(port), "THAW_MACHINE_ID": machine_id},
     )
     return proc, port
 
@@ -198,12 +205,14 @@ class FakePlacement:
     autostops: list[str] = field(default_factory=list)
     suspects: list[tuple[str, SuspectReport]] = field(default_factory=list)
     fail_suspects: bool = False  # answer that a reported worker is failed
+    backend: str = "fake"  # what a woken machine runs: "fake" or "hello" (examples/hello)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     url: str = ""
     unsigned: int = 0  # calls refused for want of a valid signature
     verifier: Verifier = field(default_factory=lambda: Verifier(RING))
     _runner: web.AppRunner | None = None
     _count: int = 0
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> str:
         app = web.Application(middlewares=[self._signed])
@@ -235,8 +244,9 @@ class FakePlacement:
         self.max_wakes_in_flight = max(self.max_wakes_in_flight, self.wakes_in_flight)
         try:
             self.wakes.append(body.count)
-            if self.wake_delay_s:
-                await asyncio.sleep(self.wake_delay_s)
+            if self.wake_delay_s:  # cut short by close(), so a long delay never holds it up
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), self.wake_delay_s)
             if self.wake_error is not None:
                 status, code = self.wake_error
                 message = self.wake_error_message or f"fake {code}"
@@ -254,7 +264,7 @@ class FakePlacement:
     async def _boot(self, app: str) -> WokenMachine:
         self._count += 1
         machine_id = f"{app}-m{self._count}"
-        proc, port = start_backend(machine_id)
+        proc, port = start_backend(machine_id, kind=self.backend)
         self.procs[machine_id] = proc
         await wait_port_async(port)
         return WokenMachine(id=machine_id, address=f"127.0.0.1:{port}", worker="w-fake")
@@ -279,6 +289,7 @@ class FakePlacement:
         return web.json_response({"id": machine_id, "state": "stopped"})
 
     async def close(self) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
         for proc in self.procs.values():

@@ -34,7 +34,7 @@ def test_a_build_for_another_interpreter_is_not_used() -> None:
 
 def test_a_build_from_sources_edited_since_is_not_used() -> None:
     edited = dict(CURRENT["sources"])  # type: ignore[call-overload]
-    edited["edge/client.py"] = "b" * 64
+    edited["edge/adapters/http1.py"] = "b" * 64
     on, why = decide(None, manifest(sources=edited), CURRENT)
     assert not on and "changed" in why
     fewer = {p: h for p, h in edited.items() if p != "edge/view.py"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 
@@ -31,6 +33,20 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     disk_full: bool = False  # its op log could not be written: it takes no changes now
     machines_running: int = 0  # starting or started (what the reservations are for)
     machines: int = 0  # that exist, in any state
+
+
+def boot_span_ms(events: Iterable[tuple[str, float]]) -> float:
+    """From a machine's (state, unix seconds) events: the last `starting` to the `started`
+    after it, in ms (0 when it has not started since it last began starting)."""
+    started_at = starting_at = None
+    for state, at in events:
+        if state == "starting":
+            starting_at, started_at = at, None
+        elif state == "started" and starting_at is not None:
+            started_at = at
+    if starting_at is None or started_at is None:
+        return 0.0
+    return max(0.0, float(started_at - starting_at) * 1000)
 
 
 class MachineRecord(msgspec.Struct, frozen=True):

@@ -1,31 +1,30 @@
-"""The machine side of the data path: keep-alive connections parsed with httptools.
+"""The machine side of the data path: HTTP/1.1 keep-alive connections parsed with httptools.
 
 One request at a time per connection; after a complete response whose framing
 allows it the connection goes back to its machine's idle pool. A connection
-lost before any response byte is reported as such, so the Edge can decide
-whether the request may be sent again.
+lost before any response byte is reported as such, so the shell can decide
+whether the request may be sent again. It is the `Upstream` of its exchange.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import httptools
 
 from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead
 from edge.core.headreader import ResponseHeadReader
-from edge.exchange import PAUSE_UPSTREAM
+from edge.exchange import Exchange, Shell, Upstream
+from edge.view import MachineSlot
 
-if TYPE_CHECKING:
-    from edge.exchange import Exchange
-    from edge.service import Edge
-    from edge.view import MachineSlot
+QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
-
-class UpstreamConnection:
+class UpstreamConnection(Upstream):
     """An asyncio protocol by its methods (see ClientConnection)."""
 
     def __init__(self, pool: UpstreamPool, address: str) -> None:
@@ -44,6 +43,8 @@ class UpstreamConnection:
         self.reading_paused = False
         self.idle_since = 0.0
         self.used = 0
+        self.acked = False  # this response's early ACK was asked for
+        self.tunnel = False  # a 101 switched this connection to a tunnel: bytes as they come
 
     def _new_parser(self) -> httptools.HttpResponseParser:
         """The headers go straight from the parser to the pure reader (the status line's
@@ -61,6 +62,7 @@ class UpstreamConnection:
         self.got_bytes = False
         self.response = None
         self.head_only = False
+        self.acked = False
         self.used += 1
         exchange.attach(self)
 
@@ -106,34 +108,46 @@ class UpstreamConnection:
         self.exchange = None
         if exchange is None:
             return
-        exchange.client.unpause(PAUSE_UPSTREAM)
+        exchange.upstream_busy(False)
+        if self.tunnel:
+            exchange.tunnel_closed()  # the machine closed its side: so does the client's
+            return
         response = self.response
         if response is not None and response.body == BODY_UNTIL_CLOSE and exc is None:
             exchange.response_end()  # a clean close is the end of this body (a reset is not)
         else:
-            self.pool.edge.upstream_lost(exchange, self.got_bytes, reused=self.used > 1)
+            self.pool.shell.upstream_lost(exchange, self.got_bytes, self.used > 1)
 
     def pause_writing(self) -> None:
         if self.exchange is not None:
-            self.exchange.client.pause(PAUSE_UPSTREAM)
+            self.exchange.upstream_busy(True)
 
     def resume_writing(self) -> None:
         if self.exchange is not None:
-            self.exchange.client.unpause(PAUSE_UPSTREAM)
+            self.exchange.upstream_busy(False)
 
     def data_received(self, data: bytes) -> None:
-        if self.exchange is None:
+        exchange = self.exchange
+        if exchange is None:
             self.close()  # bytes nobody asked for: the connection is out of step
+            return
+        if self.tunnel:
+            exchange.to_client(data)
             return
         self.got_bytes = True
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:  # after a 101: the rest is tunnel
+            rest = data[int(upgrade.args[0]):]
+            if rest and self.tunnel:
+                exchange.to_client(rest)
+            return
         except httptools.HttpParserError as exc:
             exchange = self.exchange
             self.exchange = None
             self.close()
             if exchange is not None:
-                self.pool.edge.fail(exchange, "bad_gateway",
+                self.pool.shell.fail(exchange, "bad_gateway",
                                     f"machine sent a malformed response: {exc}")
             return
         if self.head_only:
@@ -141,6 +155,23 @@ class UpstreamConnection:
             self.parser = self._new_parser()
             self.head_only = False
             self._complete()
+        elif not self.acked and self.pool.quickack:
+            self._ack_now()
+
+    def _ack_now(self) -> None:
+        """The response is split across reads: acknowledge what came at once. An app that
+        writes its head and its body apart with Nagle on (Python's http.server does) sends
+        the body only when the head is acknowledged, and the kernel would delay that ACK
+        ~40 ms. Once per response, and only for those that did not come in one read.
+        (Its own method: in data_received, mypy's narrowing of `self.exchange` to not-None
+        outlives the parser callbacks that clear it, and the compiled check would fail.)"""
+        if self.exchange is None:  # the response was complete
+            return
+        self.acked = True
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is not None and QUICKACK is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
 
     # -- parser callbacks ----------------------------------------------------------------
 
@@ -150,6 +181,10 @@ class UpstreamConnection:
             return
         parser = self.parser
         status = parser.get_status_code()
+        if status == 101 and exchange.upgrade:
+            self.tunnel = True
+            exchange.upgraded(self.reader.finish(status, False))
+            return
         if 100 <= status < 200:
             self.skip_interim = True  # 1xx: the edge answered Expect itself
             self.reader.reset()
@@ -168,6 +203,8 @@ class UpstreamConnection:
             self.exchange.response_body(body)
 
     def on_message_complete(self) -> None:
+        if self.tunnel:
+            return
         if self.skip_interim:
             self.skip_interim = False
             return
@@ -186,13 +223,14 @@ class UpstreamConnection:
 class UpstreamPool:
     """Idle keep-alive connections per machine address."""
 
-    def __init__(self, edge: Edge) -> None:
-        self.edge = edge
-        self.loop = edge.loop
-        config = edge.config
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+        self.loop = shell.loop
+        config = shell.config
         self.write_buffer_high_bytes = config.write_buffer_high_bytes
         self.max_idle = config.upstream_pool_per_machine
         self.idle_timeout_s = config.upstream_idle_timeout_s
+        self.quickack = config.upstream_quickack
         self.connect_timeout_s = config.upstream_connect_timeout_s
         self.idle: dict[str, list[UpstreamConnection]] = {}
         self.accepted = 0

@@ -1,4 +1,4 @@
-"""The client side of the data path: an asyncio Protocol around httptools' request parser.
+"""HTTP/1.x front door: an asyncio Protocol around httptools' request parser.
 
 HTTP/1.1 keep-alive and pipelining (one exchange active per connection, the
 next parsed and queued with reading paused, so answers go out in order),
@@ -6,7 +6,11 @@ HTTP/1.0, streamed bodies with backpressure both ways, a header-read deadline
 and a keep-alive idle timeout. Any parse or framing error ends the connection
 after a 400 (or 408/413/431/501/505) JSON answer. An upgrade to h2c alone (what
 `curl --http2` sends to an http:// URL) is ignored: the request is served as
-the HTTP/1.1 request it also is, and the connection goes on.
+the HTTP/1.1 request it also is, and the connection goes on. It is the
+`Downstream` of its exchanges: it frames their answers as HTTP/1.x. A
+WebSocket upgrade is forwarded (held and woken like any request); after the
+machine's 101 the connection is a tunnel to it, bytes both ways with
+backpressure, until either side closes or it is idle `tunnel_idle_timeout_s`.
 """
 
 from __future__ import annotations
@@ -15,17 +19,31 @@ import asyncio
 import logging
 from collections import deque
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import httptools
 
-from edge.core.framing import BODY_CHUNKED, BODY_NONE, Rejection, RequestHead
+from edge.core.exchange import Phase, response_framing
+from edge.core.framing import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    BODY_NONE,
+    Rejection,
+    RequestHead,
+    ResponseHead,
+    status_line,
+)
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
-from edge.exchange import DONE, FORWARDING, PAUSE_PIPELINE, Exchange
-
-if TYPE_CHECKING:
-    from edge.service import Edge
+from edge.exchange import (
+    CHUNK_END,
+    CRLF,
+    PAUSE_BUFFER,
+    PAUSE_PIPELINE,
+    Downstream,
+    Exchange,
+    Shell,
+)
 
 log = logging.getLogger("thaw.edge")
 
@@ -42,19 +60,23 @@ class _Stop(Exception):
     """Raised inside a parser callback to stop parsing; the reason is kept on the connection."""
 
 
-class ClientConnection:
-    """An asyncio protocol by its methods (uvloop needs no base class; without one it can
-    be a native class when compiled)."""
+class ClientConnection(Downstream):
+    """An asyncio protocol by its methods (uvloop needs no asyncio base class, so it can be
+    a native class when compiled), and the `Downstream` of the exchanges it reads."""
 
-    def __init__(self, edge: Edge) -> None:
-        self.edge = edge
-        self.config = edge.config
-        self.loop = edge.loop
+    def __init__(self, shell: Shell, scheme: bytes = b"http") -> None:
+        self.shell = shell
+        self.config = shell.config
+        self.loop = shell.loop
+        self.scheme = scheme
         self.max_body_bytes = self.config.max_body_bytes
         self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes,
                                         underscore_headers=self.config.underscore_headers)
         self.parser = self._new_parser(False)
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
+        self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
+        self.early: list[bytes] = []  # bytes the client sent before the 101 (bounded)
+        self.early_bytes = 0
         self.made_up_head = False
         self.transport: asyncio.Transport | None = None
         self.peer = b"unknown"
@@ -68,12 +90,15 @@ class ClientConnection:
         self.reading_paused = False
         self.write_paused = False
         self.closed = False
+        self.rechunk = False  # the active exchange's answer goes out chunked
+        self.pending_head = b""  # its response head not yet written: it goes with the body
         # one watchdog per connection, no timer per request: it checks these two times
         self.watchdog: asyncio.TimerHandle | None = None
         self.head_started = 0.0  # loop time the request head being read began
         self.last_active = 0.0  # loop time the connection last finished an exchange
         self.watch_every_s = min(self.config.header_timeout_s, self.config.idle_timeout_s,
-                                 self.config.response_timeout_s) / 4
+                                 self.config.response_timeout_s,
+                                 self.config.tunnel_idle_timeout_s) / 4
 
     # -- transport events ----------------------------------------------------------------
 
@@ -84,14 +109,14 @@ class ClientConnection:
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = str(peer[0]).encode()
-        self.edge.connections.add(self)
+        self.shell.connection_opened(self)
         self.last_active = self.loop.time()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.stopped = True
-        self.edge.connections.discard(self)
+        self.shell.connection_closed(self)
         self._cancel_timers()
         while self.exchanges:
             self.exchanges.popleft().abort()
@@ -99,8 +124,8 @@ class ClientConnection:
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer the requests it sent whole,
         then close. One cut off in its head or body is abandoned (the transport closes)."""
-        if self.parsing is not None or self.in_head or not self.exchanges:
-            return False
+        if self.parsing is not None or self.in_head or not self.exchanges or self.tunnel:
+            return False  # (a tunnel's client closing its side ends the tunnel)
         self.exchanges[-1].close_after = True
         return True
 
@@ -115,10 +140,15 @@ class ClientConnection:
             upstream.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self._tunnel_in(data)
+            return
         while not self.stopped:
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserUpgrade as upgrade:
+                if self._tunnel_opened(data[int(upgrade.args[0]):]):
+                    return
                 # an h2c upgrade being ignored (any other was refused): the rest of `data`
                 # is the body or the next request, for a new parser
                 data = self._resume_after_upgrade(data[int(upgrade.args[0]):])
@@ -150,8 +180,7 @@ class ClientConnection:
         self.in_head = False
         parser = self.parser
         upgrade = parser.should_upgrade()
-        if upgrade:
-            self._refuse_upgrade_unless_h2c()
+        websocket = upgrade and self._accept_upgrade()
         keep_alive = parser.should_keep_alive()
         method = parser.get_method()
         head = self.reader.finish_usual() if keep_alive else None
@@ -168,7 +197,11 @@ class ClientConnection:
                 raise _Stop
             head = decided
             http10 = version == "1.0"
-        exchange = Exchange(self, method, head, keep_alive, http10)
+        exchange = Exchange(self.shell, self, method, head, keep_alive, http10)
+        if websocket:
+            exchange.upgrade = True
+            exchange.close_after = True  # whatever the machine answers, nothing follows
+            self.tunnel = exchange
         self.parsing = exchange
         exchanges = self.exchanges
         exchanges.append(exchange)
@@ -177,8 +210,8 @@ class ClientConnection:
         elif head.expect_continue:
             self._start(exchange)
         else:
-            self.edge.dispatch(exchange)  # what _start does for a request with no Expect
-        if upgrade and head.body != BODY_NONE:
+            self.shell.dispatch(exchange)  # what _start does for a request with no Expect
+        if upgrade and not websocket and head.body != BODY_NONE:
             # llhttp ends an upgrade request at its head, body or not: the body is read
             # by the next parser (_resume_after_upgrade), and that early end is not its end
             self.parsing = None
@@ -199,17 +232,45 @@ class ClientConnection:
         if exchange is not None:
             exchange.end_body()
 
-    # -- upgrades: refused, or h2c ignored -----------------------------------------------
+    # -- upgrades: WebSocket tunnelled, h2c ignored, others refused ------------------------
 
-    def _refuse_upgrade_unless_h2c(self) -> None:
-        """CONNECT and requests to upgrade are refused (501, then close), except an
-        HTTP/1.1 one to h2c alone, which is served as the HTTP/1.1 request it also is
-        (RFC 9113 dropped h2c upgrades; Upgrade and HTTP2-Settings are not forwarded)."""
+    def _accept_upgrade(self) -> bool:
+        """True for a WebSocket upgrade (an HTTP/1.1 GET with no body: tunnelled after
+        the machine's 101). An HTTP/1.1 upgrade to h2c alone is served as the HTTP/1.1
+        request it also is (False; RFC 9113 dropped h2c upgrades; Upgrade and
+        HTTP2-Settings are not forwarded). CONNECT and any other upgrade: 501, then close."""
         parser = self.parser
-        if (parser.get_method() == b"CONNECT" or parser.get_http_version() != "1.1"
-                or not self.reader.upgrades_to_h2c_only()):
-            self.reject = ("upgrade_not_supported", "Upgrade and CONNECT are not supported")
-            raise _Stop
+        if parser.get_method() != b"CONNECT" and parser.get_http_version() == "1.1":
+            if self.reader.upgrades_to_websocket() and parser.get_method() == b"GET":
+                return True
+            if self.reader.upgrades_to_h2c_only():
+                return False
+        self.reject = ("upgrade_not_supported", "only WebSocket upgrades are supported")
+        raise _Stop
+
+    def _tunnel_opened(self, rest: bytes) -> bool:
+        """After the head of an upgrade: a WebSocket one takes the rest of the bytes. (Its
+        own method: in data_received, mypy's narrowing of `self.tunnel` to None would
+        outlive the parser callback that sets it, and the compiled check would fail.)"""
+        if self.tunnel is None:
+            return False
+        if rest:
+            self._tunnel_in(rest)
+        return True
+
+    def _tunnel_in(self, data: bytes) -> None:
+        """Bytes from the client of a WebSocket upgrade: to the machine once its 101 came,
+        kept (up to `body_buffer_bytes`, then reading pauses) until then."""
+        exchange = self.tunnel
+        if exchange is None or exchange.ended:
+            return
+        if exchange.phase == Phase.TUNNEL:
+            exchange.to_machine(data)
+            return
+        self.early.append(data)
+        self.early_bytes += len(data)
+        if self.early_bytes > self.config.body_buffer_bytes:
+            self.pause(PAUSE_BUFFER)
 
     def _resume_after_upgrade(self, rest: bytes) -> bytes:
         """A parser for what follows an ignored h2c upgrade (llhttp's stops for good after
@@ -252,11 +313,66 @@ class ClientConnection:
 
     def _start(self, exchange: Exchange) -> None:
         if exchange.error is not None:
-            exchange.fail(*exchange.error)
+            exchange.fail(exchange.error[0])
             return
         if exchange.head.expect_continue and not exchange.body_done:
             self.write(CONTINUE)
-        self.edge.dispatch(exchange)
+        self.shell.dispatch(exchange)
+
+    # -- answers, as the exchanges' Downstream -------------------------------------------
+
+    def send_head(self, exchange: Exchange, status: int, head: ResponseHead) -> None:
+        framing, self.rechunk, exchange.close_after = response_framing(
+            head.body, head.content_length, exchange.http10, exchange.body_done,
+            exchange.close_after)
+        timing = b"Server-Timing: %s\r\n" % exchange.timing() if exchange.held_at else b""
+        data = b"".join((status_line(status), head.forward, framing, timing, CRLF))
+        if head.body == BODY_LENGTH:
+            self.pending_head = data  # goes out with the body: one send
+        else:
+            self.write(data)  # streams (SSE, long polls) see headers now
+
+    def send_body(self, exchange: Exchange, data: bytes) -> None:
+        head, self.pending_head = self.pending_head, b""
+        if self.rechunk:
+            self.writelines([b"%x\r\n" % len(data), data, CRLF])
+        elif not head:
+            self.write(data)
+        elif len(data) < 16384:
+            self.write(head + data)  # one send for small answers
+        else:
+            self.writelines([head, data])
+
+    def send_end(self, exchange: Exchange) -> None:
+        head, self.pending_head = self.pending_head, b""
+        if self.rechunk:
+            self.rechunk = False
+            self.write(head + CHUNK_END)
+        elif head:
+            self.write(head)
+
+    def send_error(self, exchange: Exchange, code: str) -> None:
+        self.pending_head = b""
+        self.rechunk = False
+        self.write(error_response(
+            code, keep_alive=not exchange.close_after,
+            retry_after_s=self.config.wake_retry_after_s,
+            head_request=exchange.method == b"HEAD",
+        ))
+
+    def cut(self, exchange: Exchange) -> None:
+        self.abort_transport()
+
+    def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
+        self.write(b"".join((status_line(101), head.forward,
+                             b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")))
+        early, self.early, self.early_bytes = self.early, [], 0
+        if early:
+            exchange.to_machine(b"".join(early))
+            self.unpause(PAUSE_BUFFER)
+
+    def tunnel_data(self, exchange: Exchange, data: bytes) -> None:
+        self.write(data)
 
     def exchange_done(self, exchange: Exchange) -> None:
         """`exchange` (the active one) has answered; start the next or close."""
@@ -282,21 +398,21 @@ class ClientConnection:
         self.in_head = False
         self.pause(PAUSE_PIPELINE)
         parsing = self.parsing
-        if parsing is not None and parsing.state != DONE:
+        if parsing is not None and not parsing.ended:
             if parsing is self.exchanges[0] and not parsing.response_started:
-                parsing.fail(code, message)
+                parsing.fail(code)
             else:
                 self.abort_transport()
             return
         if not self.exchanges:
             self._answer_and_close(code, message)
             return
-        placeholder = Exchange(self, b"", _placeholder_head(), False, False)
+        placeholder = Exchange(self.shell, self, b"", _placeholder_head(), False, False)
         placeholder.error = (code, message)
         self.exchanges.append(placeholder)
 
     def _answer_and_close(self, code: str, message: str) -> None:
-        self.edge.count_rejected(code)
+        self.shell.count_rejected(code)
         self.write(error_response(code, message, keep_alive=False))
         self._close()
 
@@ -362,12 +478,18 @@ class ClientConnection:
         if self.exchanges:
             active = self.exchanges[0]
             stalled_s = now - active.progress_at
-            if active.state == FORWARDING and stalled_s >= self.config.response_timeout_s:
+            if (Phase.FORWARDING <= active.phase <= Phase.RESPONDING
+                    and stalled_s >= self.config.response_timeout_s):
                 # a machine that accepted and went quiet (hung, frozen, or fed half a body)
-                self.edge.fail(active, "upstream_timeout",
+                self.shell.fail(active, "upstream_timeout",
                                f"the machine sent nothing for {stalled_s:.1f}s")
                 if self.closed:
                     return
+            elif (active.phase == Phase.TUNNEL
+                    and stalled_s >= self.config.tunnel_idle_timeout_s):
+                self.shell.fail(active, "upstream_timeout",
+                                f"the tunnel was idle for {stalled_s:.1f}s")
+                return
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
     def _cancel_timers(self) -> None:

@@ -1,0 +1,133 @@
+"""The edge's calls to placement that are not wakes: auto-stop of idle machines, and
+reports of workers whose machines refused connects.
+
+The decisions are pure (`autostop.machines_to_stop`; at most one report per
+worker per `SUSPECT_EVERY_S`); this module awaits placement and applies the
+answers to the view. It knows the shell only as two callables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from edge.adapters.placement import PlacementClient
+from edge.core.autostop import MachineActivity, machines_to_stop
+from edge.errors import EdgeError
+from edge.metrics import EdgeMetrics
+from edge.view import STARTED, AppEntry, MachineSlot, View
+from placement.api import AutostopRequest, SuspectReport
+
+log = logging.getLogger("thaw.edge.wake")
+
+SUSPECT_EVERY_S = 1.0  # reports of one worker to placement, at most one per this
+MAX_SUSPECTED = 10_000
+
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+
+class Suspects:
+    """Tells placement of workers whose machines refused connects."""
+
+    def __init__(self, view: View, placement: PlacementClient, spawn: Spawn,
+                 loop: asyncio.AbstractEventLoop, reporter: str) -> None:
+        self.view = view
+        self.placement = placement
+        self.spawn = spawn
+        self.loop = loop
+        self.reporter = reporter
+        self._suspected: dict[str, float] = {}  # worker -> loop time of the last report
+
+    def report(self, slot: MachineSlot, error: BaseException) -> None:
+        """A connect to `slot` failed: tell placement (at most once per worker per
+        SUSPECT_EVERY_S); if placement counts the worker failed, route to none of its
+        machines."""
+        now = self.loop.time()
+        if not slot.worker or now - self._suspected.get(slot.worker, -SUSPECT_EVERY_S) \
+                < SUSPECT_EVERY_S:
+            return
+        if len(self._suspected) >= MAX_SUSPECTED:
+            self._suspected.clear()
+        self._suspected[slot.worker] = now
+        report = SuspectReport(reporter=self.reporter, machine=slot.id[:64],
+                               address=slot.address[:300], error=repr(error)[:300])
+        self.spawn(self._report(slot.worker, report))
+
+    async def _report(self, worker: str, report: SuspectReport) -> None:
+        try:
+            answer = await self.placement.suspect(worker, report)
+        except EdgeError as exc:
+            log.warning("could not report worker %s as suspect: %s", worker, exc.message)
+            return
+        if answer.failed:
+            dropped = self.view.worker_failed(worker)
+            log.warning("worker %s is failed (%s): %d machines no longer routed to", worker,
+                        answer.reason, dropped)
+
+
+class Autostop:
+    """Every `autostop_interval_s`, asks placement to stop (or suspend) idle machines."""
+
+    def __init__(self, view: View, placement: PlacementClient, metrics: EdgeMetrics,
+                 spawn: Spawn, loop: asyncio.AbstractEventLoop, interval_s: float,
+                 on_kept: Callable[[AppEntry], None]) -> None:
+        self.view = view
+        self.placement = placement
+        self.metrics = metrics
+        self.spawn = spawn
+        self.loop = loop
+        self.interval_s = interval_s
+        self.on_kept = on_kept  # a machine placement kept can take held requests again
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("auto-stop pass failed")
+
+    def run_pass(self) -> None:
+        now = self.loop.time()
+        for app in list(self.view.apps.values()):
+            config = app.config
+            activity = [
+                MachineActivity(m.id, m.in_flight, m.last_start, m.draining)
+                for m in app.machines.values() if m.state == STARTED
+            ]
+            for machine_id in machines_to_stop(activity, config.auto_stop, config.idle_timeout_s,
+                                               config.min_machines_running, now):
+                slot = app.machines[machine_id]
+                self.view.set_draining(slot, True)
+                self.spawn(self._stop(app, slot, now - slot.last_start))
+
+    async def _stop(self, app: AppEntry, slot: MachineSlot, idle_s: float) -> None:
+        try:
+            stopped = await self.placement.autostop(app.name, slot.id, AutostopRequest(idle_s))
+        except EdgeError as exc:
+            log.warning("autostop of %s/%s failed: %s", app.name, slot.id, exc.message)
+            stopped, result = False, "error"
+        else:
+            result = "stopped" if stopped else "kept"
+        self.metrics.autostops.labels(app.name, result).inc()
+        if stopped:
+            self.view.mark(slot, "stopped")
+            return
+        slot.last_start = self.loop.time()  # kept: give it another idle period
+        self.view.set_draining(slot, False)
+        current = self.view.apps.get(app.name)
+        if current is not None:
+            self.on_kept(current)
