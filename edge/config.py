@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """HTTPS on its own port; certificates, SNI, ALPN and rotation: edge/adapters/tls.py."""
+
+    cert: str = ""  # default certificate chain (PEM)
+    key: str = ""  # its private key (PEM)
+    cert_dir: str = ""  # more certificates, chosen by SNI (see the module's doc)
+    port: int = 8443  # 0: any free port
+    rotate_s: float = 3600.0  # contexts (ticket keys, certificate files) made again
+    # local development only (`thaw up --tls`): makes a certificate for a name it was not
+    # given, (cert PEM, key PEM) for that name, or None
+    issuer: Callable[[str], tuple[bytes, bytes] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("tls cert and key go together")
+        if not (self.cert or self.cert_dir or self.issuer):
+            raise ValueError("TLS needs a certificate (cert and key) or a certificate directory")
+        if not 0 <= self.port < 65536:
+            raise ValueError("tls port must be in 0..65535")
+        if self.rotate_s <= 0:
+            raise ValueError("tls rotate_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -36,8 +61,18 @@ class EdgeConfig:
     write_buffer_high_bytes: int = 256 * 1024  # transport write buffer high-water mark
     max_connect_attempts: int = 3  # machines tried per request before it is held
     shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
+    h2: bool = True  # serve HTTP/2: h2c with prior knowledge, and h2 by ALPN over TLS
+    h2_max_concurrent_streams: int = 100  # per connection (Envoy's default)
+    h2_stream_window_bytes: int = 256 * 1024  # a stream's request-body receive window
+    h2_stream_buffer_bytes: int = 256 * 1024  # response bytes queued per stream before the
+    #                                           machine's reading pauses
+    h2_header_table_bytes: int = 4096  # HPACK dynamic table the client may make us keep
+    h2_resets_per_s: float = 100.0  # stream resets by the client (rapid reset), burst 2x
+    h2_control_frames_per_s: float = 20.0  # SETTINGS and PING frames each, burst 2x
+    h2_max_continuations: int = 16  # CONTINUATION frames in one header block
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
+    tls: TlsConfig | None = None  # also serve HTTPS (HTTP/1.1 and h2 by ALPN) on tls.port
 
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
@@ -54,7 +89,9 @@ class EdgeConfig:
             "idle_timeout_s", "resync_interval_s", "autostop_interval_s",
             "upstream_connect_timeout_s", "upstream_idle_timeout_s", "body_buffer_bytes",
             "response_timeout_s", "tunnel_idle_timeout_s",
-            "write_buffer_high_bytes", "max_connect_attempts",
+            "write_buffer_high_bytes", "max_connect_attempts", "h2_max_concurrent_streams",
+            "h2_stream_window_bytes", "h2_stream_buffer_bytes", "h2_resets_per_s",
+            "h2_control_frames_per_s", "h2_max_continuations",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")

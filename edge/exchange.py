@@ -124,6 +124,7 @@ class Shell:
 
     config: EdgeConfig
     loop: asyncio.AbstractEventLoop
+    closing: bool  # the edge is stopping: new requests get 503
 
     def dispatch(self, exchange: Exchange) -> None:
         raise NotImplementedError

@@ -133,6 +133,12 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--underscore-headers", choices=["drop", "reject"],
                    default=e("UNDERSCORE_HEADERS", "drop"),
                    help="request header names with '_': dropped (default) or refused (400)")
+    p.add_argument("--tls-cert", default=e("TLS_CERT", ""),
+                   help="PEM certificate chain: also serve HTTPS (h2 and HTTP/1.1 by ALPN)")
+    p.add_argument("--tls-key", default=e("TLS_KEY", ""), help="the private key of --tls-cert")
+    p.add_argument("--tls-cert-dir", default=e("TLS_CERT_DIR", ""),
+                   help="certificates chosen by SNI: NAME.pem, or NAME.crt + NAME.key")
+    p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
     add_cluster_key_flag(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
@@ -146,6 +152,10 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
     p.add_argument("--agents", type=int, default=int(e("AGENTS", "3")))
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
+    p.add_argument("--tls", action="store_true", default=e("TLS", "") == "1",
+                   help="also serve HTTPS (h2 and HTTP/1.1) on --tls-port with certificates "
+                        "from a local CA made in the state directory")
+    p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
     p.add_argument("--hello-set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the example app (e.g. idle_timeout_s=2)")
     add_egress_flags(p)
@@ -172,22 +182,27 @@ async def run_placement(args: argparse.Namespace) -> int:
 
 
 async def run_edge(args: argparse.Namespace) -> int:
-    from edge.config import EdgeConfig
+    from edge.config import EdgeConfig, TlsConfig
     from edge.runner import EdgeRuntime
     from thaw.auth.secrets_files import cluster_keys
     from thaw.registry.factory import open_registry
 
+    tls = None
+    if args.tls_cert or args.tls_key or args.tls_cert_dir:
+        tls = TlsConfig(cert=args.tls_cert or "", key=args.tls_key or "",
+                        cert_dir=args.tls_cert_dir or "", port=args.tls_port)
     config = EdgeConfig(placement_url=args.placement, domain=args.domain, host=args.host,
                         port=args.port, admin_port=args.admin_port, region=args.region,
                         max_held_total=args.max_held_total,
                         underscore_headers=args.underscore_headers,
-                        cluster_keys=cluster_keys(args.cluster_key_file))
+                        cluster_keys=cluster_keys(args.cluster_key_file), tls=tls)
     runtime = EdgeRuntime(config, open_registry(args.registry))
     await runtime.start()
     from thaw.native import state as native_state
 
     on, why = native_state()
-    print(f"thaw edge listening on {args.host}:{runtime.proxy_port} "
+    tls_note = f", TLS :{runtime.tls_port}" if tls is not None else ""
+    print(f"thaw edge listening on {args.host}:{runtime.proxy_port}{tls_note} "
           f"(admin :{runtime.admin_port}; native {'on' if on else 'off'}: {why})", flush=True)
     await wait_for_signal()
     await runtime.stop()
@@ -205,6 +220,7 @@ def up_config(args: argparse.Namespace) -> UpConfig:
         allow_registries=tuple(args.allow_registry),
         only_allowed_registries=args.only_allowed_registries,
         allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
+        tls=args.tls, tls_port=args.tls_port,
     )
 
 

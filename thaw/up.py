@@ -60,6 +60,8 @@ class UpConfig:
     allow_registries: tuple[str, ...] = ()  # beyond public registries
     only_allowed_registries: bool = False
     allow_layouts: tuple[str, ...] = ()  # beyond <state>/images
+    tls: bool = False  # also HTTPS on tls_port, certificates from a local CA (thaw/localca.py)
+    tls_port: int = 8443
 
 
 class Platform:
@@ -71,6 +73,7 @@ class Platform:
         self.edge: EdgeRuntime | None = None
         self.api_url = ""
         self.admin_token = ""
+        self.ca: Any = None  # thaw.localca.LocalCA with --tls
 
     async def start(self) -> None:
         state = self.config.state_dir.resolve()
@@ -93,10 +96,17 @@ class Platform:
             self.registry,
         )
         self.api_url = await self.placement.start()
+        tls = None
+        if self.config.tls:
+            from edge.config import TlsConfig
+            from thaw.localca import LocalCA
+
+            self.ca = LocalCA(state / "tls", self.config.domain)
+            tls = TlsConfig(port=self.config.tls_port, issuer=self.ca.issue)
         self.edge = EdgeRuntime(
             EdgeConfig(placement_url=self.api_url, domain=self.config.domain,
                        port=self.config.edge_port, admin_port=self.config.admin_port,
-                       cluster_keys=keys),
+                       cluster_keys=keys, tls=tls),
             self.registry,
         )
         await self.edge.start()
@@ -149,6 +159,9 @@ class Platform:
                 f"native edge {'on' if native_on else 'off'} ({native_why})",
                 "",
                 f"  curl -H 'Host: hello.{self.config.domain}' http://127.0.0.1:{port}/",
+                *([f"  curl --cacert {self.ca.cert_path} "
+                   f"https://hello.{self.config.domain}:{self.edge.tls_port}/"
+                   "   # HTTP/2 by ALPN; --http1.1 for HTTP/1.1"] if self.ca else []),
                 "",
                 f"  thaw status --api {self.api_url}      # {token_hint}",
                 f"  curl -H \"Authorization: Bearer $(cat {token_file})\" {self.api_url}/v1/apps",

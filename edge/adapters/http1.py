@@ -23,6 +23,7 @@ from typing import cast
 
 import httptools
 
+from edge.adapters.http2 import H2Connection
 from edge.core.exchange import Phase, response_framing
 from edge.core.framing import (
     BODY_CHUNKED,
@@ -33,6 +34,7 @@ from edge.core.framing import (
     ResponseHead,
     status_line,
 )
+from edge.core.h2budget import PREFACE
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import (
@@ -74,6 +76,7 @@ class ClientConnection(Downstream):
                                         underscore_headers=self.config.underscore_headers)
         self.parser = self._new_parser(False)
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
+        self.sniff: bytes | None = b""  # first bytes, until they are known not to be h2c's
         self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
         self.early: list[bytes] = []  # bytes the client sent before the 101 (bounded)
         self.early_bytes = 0
@@ -140,6 +143,15 @@ class ClientConnection(Downstream):
             upstream.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.sniff is not None:  # the connection's first bytes: HTTP/2 prior knowledge?
+            data = self.sniff + data
+            if len(data) < len(PREFACE) and PREFACE.startswith(data):
+                self.sniff = data
+                return
+            self.sniff = None
+            if self.config.h2 and data.startswith(PREFACE):
+                self._to_h2(data)
+                return
         if self.tunnel is not None:
             self._tunnel_in(data)
             return
@@ -247,6 +259,20 @@ class ClientConnection(Downstream):
                 return False
         self.reject = ("upgrade_not_supported", "only WebSocket upgrades are supported")
         raise _Stop
+
+    def _to_h2(self, data: bytes) -> None:
+        """The client speaks HTTP/2 with prior knowledge: hand the transport to an
+        H2Connection, with the bytes read so far. (Over TLS, ALPN chose: adapters/tls.py.)"""
+        transport = self.transport
+        assert transport is not None
+        self._cancel_timers()
+        self.closed = self.stopped = True
+        self.shell.connection_closed(self)
+        conn = H2Connection(self.shell, self.scheme, self.peer)
+        transport.set_protocol(conn)  # type: ignore[arg-type]
+        conn.connection_made(transport)
+        if data:
+            conn.data_received(data)
 
     def _tunnel_opened(self, rest: bytes) -> bool:
         """After the head of an upgrade: a WebSocket one takes the rest of the bytes. (Its

@@ -2,7 +2,8 @@
 placement that implements the wake and autostop contracts by launching them.
 
 Backend: `python -m tests.support.edge_fakes PORT MACHINE_ID`. Routes:
-`/` hello, `/accepts` connections accepted so far, `/headers` the request
+`/` hello, `/accepts` connections accepted so far, `/requests` requests read so far
+(this one included), `/headers` the request
 headers as JSON, `/sha256` (POST) hex digest of the body (Content-Length or
 chunked), `/stream?bytes=N` a chunked body of N pattern bytes, `/sleep?ms=N`.
 """
@@ -59,6 +60,7 @@ def pattern_sha256(size: int) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     accepts = 0
+    requests = 0
     machine_id = ""
 
     def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
@@ -103,11 +105,17 @@ class _Handler(BaseHTTPRequestHandler):
             left -= len(piece)
             yield piece
 
+    def parse_request(self) -> bool:
+        _Server.requests += 1
+        return super().parse_request()
+
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         if parts.path == "/accepts":
             self._send(200, str(_Server.accepts).encode())
+        elif parts.path == "/requests":
+            self._send(200, str(_Server.requests).encode())
         elif parts.path == "/headers":
             body = json.dumps([[k, v] for k, v in self.headers.items()]).encode()
             self._send(200, body, "application/json")

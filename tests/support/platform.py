@@ -56,6 +56,18 @@ class ThawUp:
         self.token = (self.state_dir / "admin.token").read_text().strip()
         return self
 
+    def more_output(self) -> str:
+        """What `thaw up` printed since the banner (read without waiting), for a failure's
+        message."""
+        if self.proc is None or self.proc.stdout is None:
+            return ""
+        while select.select([self.proc.stdout], [], [], 0)[0]:
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            self.output += chunk
+        return self.output.decode(errors="replace")[-4000:]
+
     def stop(self) -> int | None:
         """SIGTERM, as Ctrl-C would; returns the exit status."""
         if self.proc is None:

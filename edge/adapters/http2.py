@@ -1,0 +1,495 @@
+"""HTTP/2 front door: h2c with prior knowledge, or h2 chosen by ALPN over TLS.
+
+The h2 library keeps the protocol's state; this module maps streams to
+exchanges — each stream is an `Exchange` whose `Downstream` is an `H2Stream`,
+routed, held, woken and released like an HTTP/1.1 request; machines are still
+spoken to in HTTP/1.1 over the keep-alive pool.
+
+- Routing: `:authority` only; a `Host` header that names another host is a
+  stream error (RST_STREAM PROTOCOL_ERROR). The head goes through the same
+  `RequestHeadReader` as HTTP/1.1 (limits, underscores, X-Request-Id, …); a
+  body of unknown length goes upstream chunked; cookies are joined again.
+- Flow control both ways. Request bodies: DATA is acknowledged (WINDOW_UPDATE)
+  only once it went to the machine — while the exchange is held, buffering
+  past `body_buffer_bytes`, or the machine's connection is full, the bytes
+  stay unacknowledged, so the client stops at its window. Responses: DATA goes
+  out within the client's window; past `h2_stream_buffer_bytes` queued for a
+  stream, reading from its machine pauses until the client opens its window.
+- Limits (edge/core/h2budget.py and the h2 settings): concurrent streams,
+  header list size, resets, CONTINUATION frames and header block bytes,
+  SETTINGS / PING / PRIORITY / WINDOW_UPDATE rates, empty frames. A
+  connection over budget gets GOAWAY ENHANCE_YOUR_CALM; its exchanges are
+  cancelled upstream and it closes.
+- Not done: trailers (request trailers end the body and are dropped; machines'
+  trailers are not passed on), RFC 8441 WebSockets, server push (disabled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any, cast
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from edge.core.exchange import Phase
+from edge.core.framing import BODY_LENGTH, Rejection, ResponseHead
+from edge.core.h2budget import PREFACE, FrameBudget, Limits
+from edge.core.h2head import malformed
+from edge.core.headreader import HeadTooLarge, RequestHeadReader
+from edge.errors import RETRY_AFTER, error_body, status_of
+from edge.exchange import Downstream, Exchange, Shell
+
+log = logging.getLogger("thaw.edge.h2")
+
+CONNECTION_WINDOW = 16 << 20  # the connection's receive window (each stream's is smaller)
+
+
+class H2Stream(Downstream):
+    """One stream: the Downstream of its exchange."""
+
+    def __init__(self, conn: H2Connection, stream_id: int) -> None:
+        self.conn = conn
+        self.stream_id = stream_id
+        self.peer = conn.peer
+        self.scheme = conn.scheme
+        self.write_paused = conn.write_paused
+        self.exchange: Exchange | None = None
+        self.out: deque[bytes] = deque()  # response DATA waiting for the client's window
+        self.out_bytes = 0
+        self.ending = False  # the response ended: END_STREAM once `out` is sent
+        self.blocked = False  # reading from the machine is paused for this stream
+        self.pause_reasons = 0
+        self.unacked = 0  # request DATA received but not yet acknowledged
+
+    # -- the answer ----------------------------------------------------------------------
+
+    def send_head(self, exchange: Exchange, status: int, head: ResponseHead) -> None:
+        headers = [(b":status", b"%d" % status), *_header_pairs(head.forward)]
+        if head.body == BODY_LENGTH:
+            headers.append((b"content-length", b"%d" % head.content_length))
+        if exchange.held_at:
+            headers.append((b"server-timing", exchange.timing()))
+        self.conn.send_headers(self, headers)
+
+    def send_body(self, exchange: Exchange, data: bytes) -> None:
+        if data:
+            self.out.append(data)
+            self.out_bytes += len(data)
+            self.conn.flush(self)
+
+    def send_end(self, exchange: Exchange) -> None:
+        self.ending = True
+        self.conn.flush(self)
+
+    def send_error(self, exchange: Exchange | None, code: str) -> None:
+        body = error_body(code)
+        headers = [(b":status", b"%d" % status_of(code)), (b"content-type", b"application/json"),
+                   (b"content-length", b"%d" % len(body))]
+        if code in RETRY_AFTER:
+            headers.append((b"retry-after", b"%d" % self.conn.config.wake_retry_after_s))
+        self.conn.send_headers(self, headers)
+        if exchange is None or exchange.method != b"HEAD":
+            self.out.append(body)
+            self.out_bytes += len(body)
+        self.ending = True
+        self.conn.flush(self)
+
+    def cut(self, exchange: Exchange) -> None:
+        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
+        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)  # never asked (no 8441)
+
+    def tunnel_data(self, exchange: Exchange, data: bytes) -> None:
+        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    # -- the request body's flow control --------------------------------------------------
+
+    def pause(self, reason: int) -> None:
+        self.pause_reasons |= reason
+
+    def unpause(self, reason: int) -> None:
+        if not self.pause_reasons & reason:
+            return
+        self.pause_reasons &= ~reason
+        if not self.pause_reasons and self.unacked:
+            unacked, self.unacked = self.unacked, 0
+            self.conn.acknowledge(self, unacked)
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        if not exchange.body_done:  # answered before the client sent all: stop it sending
+            self.conn.reset(self, h2.errors.ErrorCodes.NO_ERROR, after_end=True)
+        self.exchange = None
+        self.conn.stream_settled(self)
+
+    def set_blocked(self, blocked: bool) -> None:
+        """Pause (resume) reading from the machine while the client cannot take more."""
+        self.write_paused = blocked or self.conn.write_paused
+        exchange = self.exchange
+        upstream = exchange.upstream if exchange is not None else None
+        if blocked != self.blocked:
+            self.blocked = blocked
+            if upstream is not None:
+                if self.write_paused:
+                    upstream.pause_reading()
+                else:
+                    upstream.resume_reading()
+
+
+class H2Connection:
+    """An asyncio protocol by its methods, for one HTTP/2 client connection."""
+
+    def __init__(self, shell: Shell, scheme: bytes = b"http", peer: bytes = b"unknown") -> None:
+        self.shell = shell
+        self.config = config = shell.config
+        self.loop = shell.loop
+        self.scheme = scheme
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.h2 = h2.connection.H2Connection(config=h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_inbound_headers=False,
+            normalize_inbound_headers=True, validate_outbound_headers=False))
+        # (inbound headers are checked by edge/core/h2head.py: a malformed request is then a
+        # stream error, where the library's own check would end the whole connection)
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: config.h2_max_concurrent_streams,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: config.max_header_bytes,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: config.h2_stream_window_bytes,
+            h2.settings.SettingCodes.HEADER_TABLE_SIZE: config.h2_header_table_bytes,
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        })
+        self.h2.decoder.max_header_list_size = config.max_header_bytes
+        self.h2.decoder.max_allowed_table_size = config.h2_header_table_bytes
+        self.budget = FrameBudget(Limits(
+            resets_per_s=config.h2_resets_per_s, settings_per_s=config.h2_control_frames_per_s,
+            pings_per_s=config.h2_control_frames_per_s,
+            continuations_per_block=config.h2_max_continuations,
+            header_block_bytes=config.max_header_bytes,
+        ), self.loop.time())
+        self.preface_left = len(PREFACE)  # client preface bytes not yet seen by the budget
+        self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
+                                        underscore_headers=config.underscore_headers)
+        self.streams: dict[int, H2Stream] = {}
+        self.write_paused = False
+        self.closed = False
+        self.going_away = False
+        self.last_active = self.loop.time()
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.watch_every_s = min(config.idle_timeout_s, config.response_timeout_s) / 4
+
+    # -- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=self.config.write_buffer_high_bytes)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = str(peer[0]).encode()
+        self.shell.connection_opened(self)
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._write_out()
+        self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.shell.connection_closed(self)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        for stream in list(self.streams.values()):
+            if stream.exchange is not None:
+                stream.exchange.abort()
+        self.streams.clear()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        for stream in self.streams.values():
+            stream.set_blocked(stream.blocked)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        for stream in self.streams.values():
+            stream.set_blocked(stream.out_bytes > self.config.h2_stream_buffer_bytes)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        framed = data
+        if self.preface_left:
+            skip = min(self.preface_left, len(data))
+            self.preface_left -= skip
+            framed = data[skip:]
+        if framed:
+            reason = self.budget.feed(framed, self.loop.time())
+            if reason is not None:
+                self.calm(reason)
+                return
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            log.debug("HTTP/2 protocol error from %s: %s", self.peer.decode("latin-1"), exc)
+            self._close_with(h2.errors.ErrorCodes.PROTOCOL_ERROR, str(exc))
+            return
+        for event in events:
+            self._event(event)
+            if self.closed:
+                return
+        self._write_out()
+
+    def _event(self, event: Any) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._request(event.stream_id, event.headers or [], bool(event.stream_ended))
+        elif isinstance(event, h2.events.DataReceived):
+            self._body(event.stream_id, event.data or b"", event.flow_controlled_length or 0)
+        elif isinstance(event, (h2.events.StreamEnded, h2.events.TrailersReceived)):
+            stream = self.streams.get(event.stream_id or 0)
+            if stream is not None and stream.exchange is not None:
+                stream.exchange.end_body()
+        elif isinstance(event, h2.events.StreamReset):
+            stream = self.streams.pop(event.stream_id or 0, None)
+            if stream is not None and stream.exchange is not None:
+                stream.exchange.abort()  # cancels it upstream too
+        elif isinstance(event, h2.events.WindowUpdated):
+            targets = (list(self.streams.values()) if not event.stream_id
+                       else [s for s in (self.streams.get(event.stream_id),) if s is not None])
+            for stream in targets:
+                self.flush(stream, write=False)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.going_away = True
+            if not self.streams:
+                self._close_transport()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _request(self, stream_id: int, headers: list[tuple[bytes, bytes]],
+                 ended: bool) -> None:
+        stream = H2Stream(self, stream_id)
+        self.streams[stream_id] = stream
+        self.last_active = self.loop.time()
+        why = malformed(headers)
+        if why is not None:
+            log.debug("malformed HTTP/2 request from %s: %s", self.peer.decode("latin-1"), why)
+            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        if self.going_away or self.shell.closing:
+            stream.send_error(None, "shutting_down")
+            return
+        pseudo: dict[bytes, bytes] = {}
+        reader = self.reader
+        reader.reset()
+        cookies: list[bytes] = []
+        has_length = False
+        try:
+            for name, value in headers:
+                if name[:1] == b":":
+                    pseudo[name] = value
+                elif name == b"host":
+                    continue  # :authority is the only routing source (h2head checked them)
+                elif name == b"cookie":
+                    cookies.append(value)
+                else:
+                    has_length = has_length or name == b"content-length"
+                    reader.on_header(name, value)
+            authority = pseudo.get(b":authority")
+            if authority is None or not authority:
+                stream.send_error(None, "missing_host")
+                return
+            method = pseudo.get(b":method", b"GET")
+            if method == b"CONNECT":
+                stream.send_error(None, "upgrade_not_supported")
+                return
+            reader.on_header(b"host", authority)
+            if cookies:
+                reader.on_header(b"cookie", b"; ".join(cookies))
+            if not ended and not has_length:
+                reader.on_header(b"transfer-encoding", b"chunked")  # length unknown upstream
+            reader.on_url(pseudo.get(b":path", b"/"))
+        except HeadTooLarge:
+            stream.send_error(None, "headers_too_large")
+            return
+        decided = reader.finish(method, "1.1", self.config.max_body_bytes)
+        if isinstance(decided, Rejection):
+            stream.send_error(None, decided.code)
+            return
+        exchange = Exchange(self.shell, stream, method, decided, True, False)
+        stream.exchange = exchange
+        self.shell.dispatch(exchange)
+        if ended:
+            exchange.end_body()
+
+    def _body(self, stream_id: int, data: bytes, flow_length: int) -> None:
+        stream = self.streams.get(stream_id)
+        exchange = stream.exchange if stream is not None else None
+        if stream is None or exchange is None or exchange.ended:
+            try:  # nobody wants it: keep the connection's window open
+                self.h2.acknowledge_received_data(flow_length, stream_id)
+            except h2.exceptions.StreamClosedError:
+                pass
+            return
+        if exchange.received + len(data) > self.config.max_body_bytes:
+            self.shell.fail(exchange, "body_too_large",
+                            f"body over {self.config.max_body_bytes} bytes")
+            return
+        exchange.feed_body(data)
+        if stream.pause_reasons:
+            stream.unacked += flow_length  # the client's window closes until it went on
+        else:
+            self.h2.acknowledge_received_data(flow_length, stream_id)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def send_headers(self, stream: H2Stream, headers: list[tuple[bytes, bytes]]) -> None:
+        if self.closed or stream.stream_id not in self.streams:
+            return
+        try:
+            self.h2.send_headers(stream.stream_id, headers)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.streams.pop(stream.stream_id, None)
+            return
+        self._write_out()
+
+    def flush(self, stream: H2Stream, write: bool = True) -> None:
+        """Send what the client's window allows; END_STREAM once all is sent."""
+        sid = stream.stream_id
+        if self.closed or sid not in self.streams:
+            return
+        try:
+            while stream.out:
+                window = min(self.h2.local_flow_control_window(sid),
+                             self.h2.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                chunk = stream.out.popleft()
+                if len(chunk) > window:
+                    stream.out.appendleft(chunk[window:])
+                    chunk = chunk[:window]
+                stream.out_bytes -= len(chunk)
+                self.h2.send_data(sid, chunk)
+            if not stream.out and stream.ending:
+                stream.ending = False
+                self.h2.end_stream(sid)
+                self.stream_settled(stream)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.streams.pop(sid, None)
+            return
+        stream.set_blocked(stream.out_bytes > self.config.h2_stream_buffer_bytes)
+        if write:
+            self._write_out()
+
+    def acknowledge(self, stream: H2Stream, size: int) -> None:
+        if not self.closed and stream.stream_id in self.streams:
+            try:
+                self.h2.acknowledge_received_data(size, stream.stream_id)
+            except h2.exceptions.StreamClosedError:
+                pass
+            self._write_out()
+
+    def reset(self, stream: H2Stream, code: int, after_end: bool = False) -> None:
+        sid = stream.stream_id
+        if self.closed or sid not in self.streams:
+            return
+        if after_end and (stream.out or stream.ending):
+            return  # the answer is still going out; the client's extra DATA is acknowledged
+        self.streams.pop(sid, None)
+        try:
+            self.h2.reset_stream(sid, code)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return
+        self._write_out()
+
+    def stream_settled(self, stream: H2Stream) -> None:
+        """Forget a stream whose answer went out whole and whose exchange ended."""
+        if stream.exchange is None and not stream.out and not stream.ending:
+            self.streams.pop(stream.stream_id, None)
+            self.last_active = self.loop.time()
+            if self.going_away and not self.streams:
+                self._close_transport()
+
+    def _write_out(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    # -- endings -------------------------------------------------------------------------
+
+    def calm(self, reason: str) -> None:
+        """Over a budget: GOAWAY ENHANCE_YOUR_CALM, cancel every exchange, close."""
+        log.warning("HTTP/2 client %s over budget (%s): GOAWAY", self.peer.decode("latin-1"),
+                    reason)
+        self._close_with(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reason)
+
+    def _close_with(self, code: int, reason: str) -> None:
+        try:
+            self.h2.close_connection(error_code=code, additional_data=reason.encode()[:100])
+        except h2.exceptions.ProtocolError:
+            pass
+        self._write_out()
+        for stream in list(self.streams.values()):
+            if stream.exchange is not None:
+                stream.exchange.abort()
+        self.streams.clear()
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close_if_idle(self) -> bool:
+        if not self.streams:
+            self._close_with(h2.errors.ErrorCodes.NO_ERROR, "")
+            return True
+        if not self.going_away:
+            self.going_away = True
+            try:
+                self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR,
+                                         last_stream_id=max(self.streams))
+            except h2.exceptions.ProtocolError:
+                pass
+            self._write_out()
+        return False
+
+    def abort_transport(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _watch(self) -> None:
+        """Idle close, and the response timeout of each stream."""
+        self.watchdog = None
+        if self.closed:
+            return
+        now = self.loop.time()
+        if not self.streams and now - self.last_active >= self.config.idle_timeout_s:
+            self._close_with(h2.errors.ErrorCodes.NO_ERROR, "idle")
+            return
+        for stream in list(self.streams.values()):
+            exchange = stream.exchange
+            if (exchange is not None and Phase.FORWARDING <= exchange.phase <= Phase.RESPONDING
+                    and now - exchange.progress_at >= self.config.response_timeout_s):
+                self.shell.fail(exchange, "upstream_timeout",
+                                f"the machine sent nothing for {now - exchange.progress_at:.1f}s")
+        self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
+
+
+def _header_pairs(forward: bytes) -> list[tuple[bytes, bytes]]:
+    """`Name: value\\r\\n` lines as HTTP/2 header pairs (names lower-case)."""
+    pairs = []
+    for line in forward.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if sep:
+            pairs.append((name.strip().lower(), value.strip()))
+    return pairs
+

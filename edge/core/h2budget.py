@@ -1,0 +1,127 @@
+"""Budgets on what an HTTP/2 client may send, read off the raw frames before the h2
+library sees them: the 2023-2024 floods end in GOAWAY `ENHANCE_YOUR_CALM`.
+
+- rapid reset (CVE-2023-44487): RST_STREAM frames per second;
+- CONTINUATION floods (CVE-2024-27316 family): CONTINUATION frames per header
+  block, and the block's bytes (HPACK bombs grow from a small block, so the
+  decoded size is bounded separately, by the header list size the h2 library
+  enforces);
+- SETTINGS, PING, PRIORITY and WINDOW_UPDATE floods: frames per second each;
+- empty DATA / HEADERS floods: frames with no payload and no END_STREAM in a
+  row (Envoy's `max_consecutive_inbound_frames_with_empty_payload`).
+
+Per-second budgets are token buckets: `rate` per second, bursts up to
+`2 x rate`. It only reads the 9-byte frame headers (type, flags, length) and
+skips payloads; `feed(data, now)` returns the reason of the first budget
+exceeded, or None. No IO, no clock: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
+PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x6, 0x7, 0x8, 0x9
+END_STREAM, END_HEADERS = 0x1, 0x4
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class Limits:
+    resets_per_s: float = 100.0
+    settings_per_s: float = 20.0
+    pings_per_s: float = 20.0
+    priority_per_s: float = 1000.0
+    window_updates_per_s: float = 2000.0
+    continuations_per_block: int = 16
+    header_block_bytes: int = 65536
+    empty_frames_in_a_row: int = 10
+
+
+class _Bucket:
+    __slots__ = ("at", "rate", "tokens")
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = 2.0 * rate
+        self.at = 0.0
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(2.0 * self.rate, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+class FrameBudget:
+    """One connection's frames, from the first byte after the client preface."""
+
+    def __init__(self, limits: Limits, now: float = 0.0) -> None:
+        self.limits = limits
+        self._buckets = {
+            RST_STREAM: _Bucket(limits.resets_per_s), SETTINGS: _Bucket(limits.settings_per_s),
+            PING: _Bucket(limits.pings_per_s), PRIORITY: _Bucket(limits.priority_per_s),
+            WINDOW_UPDATE: _Bucket(limits.window_updates_per_s),
+        }
+        for bucket in self._buckets.values():
+            bucket.at = now
+        self._head = b""  # a frame header split across reads
+        self._skip = 0  # payload bytes of the current frame still to come
+        self._block_frames = -1  # CONTINUATIONs in the open header block (-1: none open)
+        self._block_bytes = 0
+        self._empty = 0  # empty frames in a row
+
+    def feed(self, data: bytes, now: float) -> str | None:
+        view = memoryview(data)
+        at = 0
+        end = len(view)
+        while at < end:
+            if self._skip:
+                step = min(self._skip, end - at)
+                self._skip -= step
+                at += step
+                continue
+            need = 9 - len(self._head)
+            self._head += bytes(view[at:at + need])
+            at += min(need, end - at)
+            if len(self._head) < 9:
+                return None
+            head, self._head = self._head, b""
+            length = int.from_bytes(head[0:3], "big")
+            kind, flags = head[3], head[4]
+            self._skip = length
+            reason = self._frame(kind, flags, length, now)
+            if reason is not None:
+                return reason
+        return None
+
+    def _frame(self, kind: int, flags: int, length: int, now: float) -> str | None:
+        limits = self.limits
+        bucket = self._buckets.get(kind)
+        if bucket is not None and not (kind == SETTINGS and flags & 0x1) \
+                and not (kind == PING and flags & 0x1) and not bucket.take(now):
+            names = {RST_STREAM: "stream resets", SETTINGS: "SETTINGS frames",
+                     PING: "PING frames", PRIORITY: "PRIORITY frames",
+                     WINDOW_UPDATE: "WINDOW_UPDATE frames"}
+            return f"too many {names[kind]} per second"
+        if kind == HEADERS:
+            self._block_frames = -1 if flags & END_HEADERS else 0
+            self._block_bytes = length
+        elif kind == CONTINUATION and self._block_frames >= 0:
+            self._block_frames += 1
+            self._block_bytes += length
+            if self._block_frames > limits.continuations_per_block:
+                return "too many CONTINUATION frames in one header block"
+            if flags & END_HEADERS:
+                self._block_frames = -1
+        if self._block_frames >= 0 and self._block_bytes > limits.header_block_bytes:
+            return "a header block over its size limit"
+        if kind in (DATA, HEADERS, CONTINUATION) and length == 0 and not flags & END_STREAM:
+            self._empty += 1
+            if self._empty > limits.empty_frames_in_a_row:
+                return "too many empty frames in a row"
+        elif kind in (DATA, HEADERS):
+            self._empty = 0
+        return None

@@ -1,0 +1,75 @@
+"""`thaw up --tls` as a user would start it: HTTP/2 with prior knowledge on the plain port,
+h2 and HTTP/1.1 by ALPN over TLS with the local CA, and a WebSocket, to a cold app."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from tests.support.platform import ThawUp
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")]
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThawUp, int]]:
+    tls_port = free_port()
+    platform = ThawUp(tmp_path_factory.mktemp("thaw"),
+                      extra=["--tls", "--tls-port", str(tls_port), "--log-level", "info"]).start()
+    try:
+        yield platform, tls_port
+    finally:
+        platform.cleanup()
+
+
+def curl(*args: str, platform: ThawUp | None = None) -> tuple[str, str]:
+    """(body, "version status") of one curl call."""
+    out = subprocess.run(["curl", "-sS", "--max-time", "30", "-w", "\n%{http_version} %{http_code}",
+                          *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, (out.stderr, platform.more_output() if platform else "")
+    body, _, summary = out.stdout.rpartition("\n")
+    return body, summary
+
+
+def test_the_banner_says_how_to_curl_over_tls(up: tuple[ThawUp, int]) -> None:
+    platform, tls_port = up
+    assert f"--cacert {platform.state_dir}/tls/ca.pem" in platform.output.decode()
+    assert f"https://hello.localhost:{tls_port}/" in platform.output.decode()
+
+
+def test_h2c_with_prior_knowledge_wakes_the_cold_app(up: tuple[ThawUp, int]) -> None:
+    platform, _ = up
+    body, summary = curl("--http2-prior-knowledge", "-H", "Host: hello.localhost",
+                         f"{platform.edge}/")
+    assert summary == "2 200" and body.startswith("hello from ")
+
+
+@pytest.mark.parametrize(("flag", "version"), [("--http2", "2"), ("--http1.1", "1.1")])
+def test_tls_with_the_local_ca_serves_h2_and_http11_by_alpn(
+    up: tuple[ThawUp, int], flag: str, version: str,
+) -> None:
+    platform, tls_port = up
+    body, summary = curl(flag, "--cacert", str(platform.state_dir / "tls" / "ca.pem"),
+                         "--resolve", f"hello.localhost:{tls_port}:127.0.0.1",
+                         f"https://hello.localhost:{tls_port}/", platform=platform)
+    assert summary == f"{version} 200" and body.startswith("hello from ")
+
+
+def test_a_websocket_echoes_through_thaw_up(up: tuple[ThawUp, int]) -> None:
+    platform, _ = up
+
+    async def echo() -> str:
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                f"{platform.edge}/ws", headers={"Host": "hello.localhost"}) as ws:
+            await ws.send_str("ping over the edge")
+            message = await ws.receive(timeout=30)
+            return str(message.data)
+
+    assert asyncio.run(echo()) == "ping over the edge"

@@ -1,0 +1,222 @@
+"""HTTP/2 at the edge with real sockets and the h2 library as the client: h2c with prior
+knowledge, streams held and woken like HTTP/1.1 requests, bodies with flow control both
+ways, and the floods of the 2023-2024 HTTP/2 CVEs answered with GOAWAY."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import AsyncIterator
+
+import h2.errors
+import h2.exceptions
+import hyperframe.frame
+import pytest
+
+from edge.adapters.http2 import H2Connection
+from edge.service import Edge
+from tests.support.edge_fakes import (
+    EdgeHarness,
+    FakePlacement,
+    exchange_raw,
+    pattern_sha256,
+    split_response,
+    start_edge,
+    start_warm_edge,
+)
+from tests.support.h2client import H2Client
+
+pytestmark = pytest.mark.integration
+WEB = b"web.localhost"
+
+
+@pytest.fixture
+async def edge() -> AsyncIterator[EdgeHarness]:
+    harness = await start_warm_edge()
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+def shell(edge: EdgeHarness) -> Edge:
+    return edge.runtime.edge  # type: ignore[attr-defined,no-any-return]
+
+
+async def backend_requests(edge: EdgeHarness) -> int:
+    data = await exchange_raw(edge.port, b"GET /requests HTTP/1.1\r\nHost: web.localhost\r\n"
+                              b"Connection: close\r\n\r\n")
+    return int(split_response(data)[2])
+
+
+async def test_h2c_prior_knowledge_serves_many_requests_on_one_connection(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        answers = await asyncio.gather(*(client.request(WEB) for _ in range(20)))
+        assert {(a.status, bytes(a.body)) for a in answers} == {(200, b"hello from web-m1")}
+        headers = await client.request(WEB, b"/headers")
+        names = {name.lower() for name, _ in __import__("json").loads(headers.body)}
+        assert {"host", "x-forwarded-for", "x-request-id"} <= names
+        assert "connection" not in names
+    finally:
+        await client.close()
+
+
+async def test_authority_routes_and_a_conflicting_host_header_is_a_stream_error(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        answer = await client.request(b"nope.localhost")
+        assert answer.status == 404
+        answer = await client.request(WEB, extra=[(b"host", b"other.localhost")])
+        assert answer.reset == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        answer = await client.request(WEB)  # the connection goes on
+        assert answer.status == 200
+    finally:
+        await client.close()
+
+
+async def test_100_streams_to_a_cold_app_wake_exactly_the_machines_needed() -> None:
+    app = {"name": "cold", "max_machines": 10,
+           "concurrency": {"soft_limit": 25, "hard_limit": 30}}
+    harness = await start_edge([app], FakePlacement())
+    client = await H2Client.open(harness.port)
+    try:
+        answers = await asyncio.gather(*(client.request(b"cold.localhost", b"/sleep?ms=50")
+                                         for _ in range(100)))
+        assert [a.status for a in answers] == [200] * 100
+        assert sum(harness.placement.wakes) == math.ceil(100 / 25)
+        assert all(b"hold;dur=" in a.headers.get(b"server-timing", b"") for a in answers)
+    finally:
+        await client.close()
+        await harness.close()
+
+
+async def test_a_10_mib_upload_and_download_over_h2_keep_their_bytes(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port)
+    payload = bytes(range(256)) * (40 * 1024)  # 10 MiB
+    try:
+        up = await client.request(WEB, b"/sha256", b"POST", body=payload, timeout_s=60)
+        assert up.status == 200 and bytes(up.body) == hashlib.sha256(payload).hexdigest().encode()
+        size = 10 << 20
+        down = await client.request(WEB, b"/stream?bytes=%d" % size, timeout_s=60)
+        assert down.status == 200 and len(down.body) == size
+        assert hashlib.sha256(down.body).hexdigest() == pattern_sha256(size)
+    finally:
+        await client.close()
+
+
+async def test_a_slow_reading_client_does_not_make_the_edge_buffer_the_body(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port, window=65535, auto_ack=False)
+    size = 10 << 20
+    try:
+        stream_id = client.start(WEB, b"/stream?bytes=%d" % size)
+        await asyncio.sleep(1.0)  # the client reads nothing more: its window stays shut
+        conns = [c for c in shell(edge).connections if isinstance(c, H2Connection)]
+        queued = sum(s.out_bytes for c in conns for s in c.streams.values())
+        limit = shell(edge).config.h2_stream_buffer_bytes
+        assert queued <= limit + (1 << 20), queued  # a few reads past the mark, not 10 MiB
+        answer = client.answers[stream_id]
+        deadline = time.monotonic() + 60
+        while not answer.done.is_set():  # now read, acknowledging as we go
+            got = len(answer.body)
+            if got:
+                client.ack(stream_id, got - getattr(client, "_acked", 0))
+                client._acked = got  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        assert len(answer.body) == size
+        assert hashlib.sha256(answer.body).hexdigest() == pattern_sha256(size)
+    finally:
+        await client.close()
+
+
+async def test_rapid_resets_get_goaway_before_10000_streams_reach_the_machine(
+    edge: EdgeHarness,
+) -> None:
+    before = await backend_requests(edge)
+    client = await H2Client.open(edge.port)
+    other = await H2Client.open(edge.port)
+    try:
+        sent = 0
+        while sent < 10_000 and client.goaway is None and not client.closed.is_set():
+            try:
+                for _ in range(100):
+                    stream_id = client.conn.get_next_available_stream_id()
+                    client.conn.send_headers(stream_id, [
+                        (b":method", b"GET"), (b":scheme", b"http"), (b":authority", WEB),
+                        (b":path", b"/sleep?ms=100")], end_stream=True)
+                    client.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                    sent += 1
+            except h2.exceptions.ProtocolError:  # the GOAWAY came in: the client is closed
+                break
+            client.flush()
+            await asyncio.sleep(0)
+        await asyncio.wait_for(client.closed.wait(), 10)
+        assert client.goaway is not None
+        assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert (await other.request(WEB)).status == 200  # another client is served
+        reached = await backend_requests(edge) - before - 1
+        print(f"{sent} streams opened and reset; {reached} reached the machine")
+        assert reached < 10_000
+    finally:
+        await client.close()
+        await other.close()
+
+
+def frames(*items: hyperframe.frame.Frame) -> bytes:
+    return b"".join(frame.serialize() for frame in items)
+
+
+@pytest.mark.parametrize("flood", ["continuation", "settings", "ping", "empty_data"])
+async def test_a_flood_gets_goaway_and_another_client_is_served(
+    edge: EdgeHarness, flood: str,
+) -> None:
+    client = await H2Client.open(edge.port)
+    other = await H2Client.open(edge.port)
+    try:
+        if flood == "continuation":
+            sid = client.conn.get_next_available_stream_id()
+            head = hyperframe.frame.HeadersFrame(sid, data=client.conn.encoder.encode([
+                (b":method", b"GET"), (b":scheme", b"http"), (b":authority", WEB),
+                (b":path", b"/")]))
+            batch = frames(*(hyperframe.frame.ContinuationFrame(sid, data=b"x" * 16)
+                             for _ in range(100)))
+            client.writer.write(head.serialize())
+        elif flood == "settings":
+            batch = frames(*(hyperframe.frame.SettingsFrame(0, settings={0x3: 100})
+                             for _ in range(100)))
+        elif flood == "ping":
+            batch = frames(*(hyperframe.frame.PingFrame(0, opaque_data=b"12345678")
+                             for _ in range(100)))
+        else:
+            sid = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                           (b":authority", WEB), (b":path", b"/sha256")])
+            client.flush()
+            batch = frames(*(hyperframe.frame.DataFrame(sid, data=b"") for _ in range(100)))
+        for _ in range(100):  # until the edge closes the connection
+            if client.closed.is_set():
+                break
+            client.writer.write(batch)
+            try:
+                await client.writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(client.closed.wait(), 10)
+        assert client.goaway is not None
+        assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert (await other.request(WEB)).status == 200
+    finally:
+        await client.close()
+        await other.close()

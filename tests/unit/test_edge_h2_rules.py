@@ -1,0 +1,116 @@
+"""HTTP/2's pure rules: frame budgets read off raw frames, and well-formed request heads."""
+
+from __future__ import annotations
+
+import hyperframe.frame as hf
+import pytest
+
+from edge.core.h2budget import FrameBudget, Limits
+from edge.core.h2head import malformed
+
+LIMITS = Limits(resets_per_s=10, settings_per_s=5, pings_per_s=5, priority_per_s=5,
+                window_updates_per_s=5, continuations_per_block=3, header_block_bytes=100,
+                empty_frames_in_a_row=2)
+
+
+def feed(budget: FrameBudget, frames: list[hf.Frame], now: float = 0.0) -> str | None:
+    return budget.feed(b"".join(f.serialize() for f in frames), now)
+
+
+def test_resets_within_the_burst_pass_and_past_it_give_a_reason() -> None:
+    budget = FrameBudget(LIMITS)
+    assert feed(budget, [hf.RstStreamFrame(i) for i in range(1, 40, 2)]) is None  # 20 = burst
+    assert feed(budget, [hf.RstStreamFrame(41)]) == "too many stream resets per second"
+
+
+def test_the_bucket_refills_with_time() -> None:
+    budget = FrameBudget(LIMITS)
+    assert feed(budget, [hf.RstStreamFrame(i) for i in range(1, 40, 2)], now=0.0) is None
+    assert feed(budget, [hf.RstStreamFrame(i) for i in range(41, 60, 2)], now=1.0) is None
+
+
+@pytest.mark.parametrize(("frame", "reason"), [
+    (hf.SettingsFrame(0, settings={0x3: 100}), "too many SETTINGS frames per second"),
+    (hf.PingFrame(0, opaque_data=b"12345678"), "too many PING frames per second"),
+    (hf.PriorityFrame(1), "too many PRIORITY frames per second"),
+    (hf.WindowUpdateFrame(0, window_increment=1), "too many WINDOW_UPDATE frames per second"),
+])
+def test_control_frame_floods_are_counted(frame: hf.Frame, reason: str) -> None:
+    budget = FrameBudget(LIMITS)
+    assert feed(budget, [frame] * 10) is None
+    assert feed(budget, [frame]) == reason
+
+
+def test_acks_do_not_count_against_the_settings_and_ping_budgets() -> None:
+    budget = FrameBudget(LIMITS)
+    ack = hf.SettingsFrame(0)
+    ack.flags.add("ACK")
+    pong = hf.PingFrame(0, opaque_data=b"12345678")
+    pong.flags.add("ACK")
+    assert feed(budget, [ack, pong] * 50) is None
+
+
+def test_continuations_per_block_and_block_bytes_are_bounded() -> None:
+    budget = FrameBudget(LIMITS)
+    head = hf.HeadersFrame(1, data=b"x")
+    assert feed(budget, [head, *(hf.ContinuationFrame(1, data=b"x") for _ in range(3))]) is None
+    assert feed(budget, [hf.ContinuationFrame(1, data=b"x")]) == \
+        "too many CONTINUATION frames in one header block"
+    budget = FrameBudget(LIMITS)
+    assert feed(budget, [hf.HeadersFrame(1, data=b"x" * 60),
+                         hf.ContinuationFrame(1, data=b"x" * 60)]) == \
+        "a header block over its size limit"
+
+
+def test_a_block_that_ends_resets_the_continuation_count() -> None:
+    budget = FrameBudget(LIMITS)
+    for stream in (1, 3, 5):
+        last = hf.ContinuationFrame(stream, data=b"x")
+        last.flags.add("END_HEADERS")
+        frames = [hf.HeadersFrame(stream, data=b"x"), hf.ContinuationFrame(stream, data=b"x"),
+                  last]
+        assert feed(budget, frames) is None
+
+
+def test_empty_data_frames_in_a_row_are_bounded_and_a_payload_resets_the_run() -> None:
+    budget = FrameBudget(LIMITS)
+    assert feed(budget, [hf.DataFrame(1, data=b""), hf.DataFrame(1, data=b""),
+                         hf.DataFrame(1, data=b"x"), hf.DataFrame(1, data=b"")]) is None
+    assert feed(budget, [hf.DataFrame(1, data=b"")] * 2) == "too many empty frames in a row"
+
+
+def test_frames_split_across_reads_at_any_byte_are_read_alike() -> None:
+    data = b"".join(f.serialize() for f in [hf.DataFrame(1, data=b"abc")] * 3
+                    + [hf.RstStreamFrame(3)] * 21)
+    budget = FrameBudget(LIMITS)
+    reasons = [budget.feed(data[i:i + 1], 0.0) for i in range(len(data))]
+    assert [r for r in reasons if r] == ["too many stream resets per second"]
+
+
+GOOD = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"a.localhost"),
+        (b":path", b"/")]
+
+
+def test_a_well_formed_head_passes() -> None:
+    assert malformed(GOOD) is None
+    assert malformed([*GOOD, (b"te", b"trailers"), (b"host", b"A.localhost")]) is None
+
+
+@pytest.mark.parametrize(("headers", "why"), [
+    ([*GOOD, (b"x-a", b"1\r\nInjected: yes")], "CR, LF or NUL"),
+    ([*GOOD, (b"X-Upper", b"1")], "lower-case token"),
+    ([*GOOD, (b"connection", b"close")], "connection-specific"),
+    ([*GOOD, (b"transfer-encoding", b"chunked")], "connection-specific"),
+    ([*GOOD, (b"te", b"gzip")], "TE"),
+    ([*GOOD, (b"host", b"other.localhost")], "another authority"),
+    ([(b"x-a", b"1"), *GOOD], "after a regular header"),
+    ([*GOOD, (b"x-a", b"1"), (b":path", b"/x")], "pseudo-header after"),
+    ([(b":method", b"GET"), (b":method", b"GET"), *GOOD[1:]], "repeated"),
+    ([(b":status", b"200"), *GOOD], "unknown pseudo-header"),
+    (GOOD[1:], "no :method"),
+    ([GOOD[0], GOOD[2]], "no :scheme or :path"),
+    ([*GOOD, (b"bad name", b"1")], "lower-case token"),
+])
+def test_malformed_heads_say_why(headers: list[tuple[bytes, bytes]], why: str) -> None:
+    found = malformed(headers)
+    assert found is not None and why in found
