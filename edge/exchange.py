@@ -208,6 +208,8 @@ class Exchange:
     # -- request body, from the client side ----------------------------------------------
 
     def feed_body(self, data: bytes) -> None:
+        if not data:  # (an empty chunk upstream would end a chunked body)
+            return
         self.received += len(data)
         upstream = self.upstream
         if upstream is not None and self.phase == FORWARDING:
@@ -223,6 +225,8 @@ class Exchange:
                 self.client.pause(PAUSE_BUFFER)
 
     def end_body(self) -> None:
+        if self.body_done:  # once: a second chunked end would be a request of its own
+            return
         self.body_done = True
         upstream = self.upstream
         if upstream is not None and self.phase == FORWARDING:

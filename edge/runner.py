@@ -34,7 +34,6 @@ class EdgeRuntime:
         self.edge: Edge | None = None
         self._feed: RegistryFeed | None = None
         self._server: asyncio.Server | None = None
-        self._tls_server: asyncio.Server | None = None
         self._tls_door: TlsDoor | None = None
         self._tls_port = 0
         self._admin: web.AppRunner | None = None
@@ -72,12 +71,8 @@ class EdgeRuntime:
         )
         self._proxy_port = self._server.sockets[0].getsockname()[1]
         if config.tls is not None:
-            self._tls_door = TlsDoor(edge, config.tls, config.h2)
-            self._tls_server = await loop.create_server(
-                self._tls_door.protocol, config.host, config.tls.port, backlog=4096,
-                reuse_address=True)
-            self._tls_port = self._tls_server.sockets[0].getsockname()[1]
-            self._tls_door.start()
+            self._tls_door = TlsDoor(edge, config.tls, config.h2, config.host)
+            self._tls_port = await self._tls_door.start()
         self._admin = web.AppRunner(build_admin_app(edge), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
@@ -86,7 +81,7 @@ class EdgeRuntime:
         edge.autostop.start()
         self._janitor = asyncio.create_task(self._sweep_stale())
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
-                 f", TLS on :{self._tls_port}" if self._tls_server else "", config.admin_host,
+                 f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
                  self._admin_port)
 
     async def _sweep_stale(self) -> None:
@@ -99,10 +94,8 @@ class EdgeRuntime:
         edge = self.edge
         if self._server is not None:
             self._server.close()
-        if self._tls_server is not None:
-            self._tls_server.close()
         if self._tls_door is not None:
-            self._tls_door.stop()
+            await self._tls_door.stop()
         if edge is not None:
             await edge.stop_serving()
             await self._drain(edge)

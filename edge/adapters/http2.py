@@ -67,6 +67,8 @@ class H2Stream(Downstream):
         self.blocked = False  # reading from the machine is paused for this stream
         self.pause_reasons = 0
         self.unacked = 0  # request DATA received but not yet acknowledged
+        self.body_open = False  # answered before the client sent its whole body
+        self.sent_at = conn.loop.time()  # when DATA last went out (a stalled reader is reset)
 
     # -- the answer ----------------------------------------------------------------------
 
@@ -79,7 +81,7 @@ class H2Stream(Downstream):
         self.conn.send_headers(self, headers)
 
     def send_body(self, exchange: Exchange, data: bytes) -> None:
-        if data:
+        if data and self.stream_id in self.conn.streams:  # (a stream gone takes nothing)
             self.out.append(data)
             self.out_bytes += len(data)
             self.conn.flush(self)
@@ -124,23 +126,26 @@ class H2Stream(Downstream):
             self.conn.acknowledge(self, unacked)
 
     def exchange_done(self, exchange: Exchange) -> None:
-        if not exchange.body_done:  # answered before the client sent all: stop it sending
-            self.conn.reset(self, h2.errors.ErrorCodes.NO_ERROR, after_end=True)
+        # answered before the client sent all: stop it sending (once the answer is out)
+        self.body_open = not exchange.body_done
         self.exchange = None
         self.conn.stream_settled(self)
 
     def set_blocked(self, blocked: bool) -> None:
-        """Pause (resume) reading from the machine while the client cannot take more."""
-        self.write_paused = blocked or self.conn.write_paused
+        """Pause (resume) reading from the machine while the client cannot take more: its
+        window is shut with `h2_stream_buffer_bytes` queued, or its connection is full."""
+        self.blocked = blocked
+        paused = blocked or self.conn.write_paused
+        if paused == self.write_paused:
+            return
+        self.write_paused = paused
         exchange = self.exchange
         upstream = exchange.upstream if exchange is not None else None
-        if blocked != self.blocked:
-            self.blocked = blocked
-            if upstream is not None:
-                if self.write_paused:
-                    upstream.pause_reading()
-                else:
-                    upstream.resume_reading()
+        if upstream is not None:
+            if paused:
+                upstream.pause_reading()
+            else:
+                upstream.resume_reading()
 
 
 class H2Connection:
@@ -178,6 +183,7 @@ class H2Connection:
                                         underscore_headers=config.underscore_headers)
         self.streams: dict[int, H2Stream] = {}
         self.write_paused = False
+        self.write_soon = False  # a send of h2's queued bytes is scheduled
         self.closed = False
         self.going_away = False
         self.last_active = self.loop.time()
@@ -215,13 +221,13 @@ class H2Connection:
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        for stream in self.streams.values():
+        for stream in list(self.streams.values()):
             stream.set_blocked(stream.blocked)
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        for stream in self.streams.values():
-            stream.set_blocked(stream.out_bytes > self.config.h2_stream_buffer_bytes)
+        for stream in list(self.streams.values()):
+            stream.set_blocked(stream.blocked)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -253,14 +259,12 @@ class H2Connection:
             self._request(event.stream_id, event.headers or [], bool(event.stream_ended))
         elif isinstance(event, h2.events.DataReceived):
             self._body(event.stream_id, event.data or b"", event.flow_controlled_length or 0)
-        elif isinstance(event, (h2.events.StreamEnded, h2.events.TrailersReceived)):
-            stream = self.streams.get(event.stream_id or 0)
-            if stream is not None and stream.exchange is not None:
-                stream.exchange.end_body()
+        elif isinstance(event, h2.events.StreamEnded):  # (trailers, dropped, come before it)
+            self._body_end(event.stream_id or 0)
         elif isinstance(event, h2.events.StreamReset):
-            stream = self.streams.pop(event.stream_id or 0, None)
-            if stream is not None and stream.exchange is not None:
-                stream.exchange.abort()  # cancels it upstream too
+            stream = self.streams.get(event.stream_id or 0)
+            if stream is not None:
+                self.drop(stream)  # cancels its exchange upstream too
         elif isinstance(event, h2.events.WindowUpdated):
             targets = (list(self.streams.values()) if not event.stream_id
                        else [s for s in (self.streams.get(event.stream_id),) if s is not None])
@@ -323,6 +327,9 @@ class H2Connection:
         if isinstance(decided, Rejection):
             stream.send_error(None, decided.code)
             return
+        if ended and decided.body == BODY_LENGTH:  # a declared body that cannot come
+            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
         exchange = Exchange(self.shell, stream, method, decided, True, False)
         stream.exchange = exchange
         self.shell.dispatch(exchange)
@@ -333,20 +340,55 @@ class H2Connection:
         stream = self.streams.get(stream_id)
         exchange = stream.exchange if stream is not None else None
         if stream is None or exchange is None or exchange.ended:
-            try:  # nobody wants it: keep the connection's window open
-                self.h2.acknowledge_received_data(flow_length, stream_id)
-            except h2.exceptions.StreamClosedError:
-                pass
+            self._credit(stream_id, flow_length)  # nobody wants it: keep the window open
             return
         if exchange.received + len(data) > self.config.max_body_bytes:
+            self._credit(stream_id, flow_length)
             self.shell.fail(exchange, "body_too_large",
                             f"body over {self.config.max_body_bytes} bytes")
+            return
+        head = exchange.head
+        if head.body == BODY_LENGTH and exchange.received + len(data) > head.content_length:
+            self._credit(stream_id, flow_length)
+            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)  # more than it declared
             return
         exchange.feed_body(data)
         if stream.pause_reasons:
             stream.unacked += flow_length  # the client's window closes until it went on
         else:
             self.h2.acknowledge_received_data(flow_length, stream_id)
+
+    def _body_end(self, stream_id: int) -> None:
+        stream = self.streams.get(stream_id)
+        exchange = stream.exchange if stream is not None else None
+        if stream is None or exchange is None:
+            return
+        head = exchange.head
+        if head.body == BODY_LENGTH and exchange.received != head.content_length:
+            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)  # less than it declared
+            return
+        exchange.end_body()
+
+    def _credit(self, stream_id: int, size: int) -> None:
+        """Give back `size` bytes of window (the connection's, and the stream's if open)."""
+        if size > 0:
+            try:
+                self.h2.acknowledge_received_data(size, stream_id)
+            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                pass
+
+    def drop(self, stream: H2Stream) -> None:
+        """Forget `stream` (reset, or closed under us): its exchange is cancelled (upstream
+        too) and the window its unread bytes held is given back."""
+        if self.streams.pop(stream.stream_id, None) is None:
+            return
+        unacked, stream.unacked = stream.unacked, 0
+        self._credit(stream.stream_id, unacked)
+        stream.out.clear()
+        stream.out_bytes = 0
+        exchange = stream.exchange
+        if exchange is not None and not exchange.ended:
+            self.loop.call_soon(exchange.abort)  # not from inside the machine's callbacks
 
     # -- sending -------------------------------------------------------------------------
 
@@ -356,7 +398,7 @@ class H2Connection:
         try:
             self.h2.send_headers(stream.stream_id, headers)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self.streams.pop(stream.stream_id, None)
+            self.drop(stream)
             return
         self._write_out()
 
@@ -376,13 +418,14 @@ class H2Connection:
                     stream.out.appendleft(chunk[window:])
                     chunk = chunk[:window]
                 stream.out_bytes -= len(chunk)
+                stream.sent_at = self.loop.time()
                 self.h2.send_data(sid, chunk)
             if not stream.out and stream.ending:
                 stream.ending = False
                 self.h2.end_stream(sid)
                 self.stream_settled(stream)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self.streams.pop(sid, None)
+            self.drop(stream)
             return
         stream.set_blocked(stream.out_bytes > self.config.h2_stream_buffer_bytes)
         if write:
@@ -401,8 +444,8 @@ class H2Connection:
         if self.closed or sid not in self.streams:
             return
         if after_end and (stream.out or stream.ending):
-            return  # the answer is still going out; the client's extra DATA is acknowledged
-        self.streams.pop(sid, None)
+            return  # the answer is still going out: stream_settled resets it after
+        self.drop(stream)
         try:
             self.h2.reset_stream(sid, code)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
@@ -412,12 +455,23 @@ class H2Connection:
     def stream_settled(self, stream: H2Stream) -> None:
         """Forget a stream whose answer went out whole and whose exchange ended."""
         if stream.exchange is None and not stream.out and not stream.ending:
-            self.streams.pop(stream.stream_id, None)
+            if stream.body_open:  # answered whole before the client sent all: stop it
+                stream.body_open = False
+                self.reset(stream, h2.errors.ErrorCodes.NO_ERROR)
+            self.drop(stream)
             self.last_active = self.loop.time()
             if self.going_away and not self.streams:
                 self._close_transport()
 
     def _write_out(self) -> None:
+        """Send what h2 has queued, once per turn of the loop: every frame made while
+        handling one read (of the client's or of any machine's) goes out in one send."""
+        if not self.write_soon:
+            self.write_soon = True
+            self.loop.call_soon(self._send_now)
+
+    def _send_now(self) -> None:
+        self.write_soon = False
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.closed:
             self.transport.write(data)
@@ -435,7 +489,7 @@ class H2Connection:
             self.h2.close_connection(error_code=code, additional_data=reason.encode()[:100])
         except h2.exceptions.ProtocolError:
             pass
-        self._write_out()
+        self._send_now()  # the GOAWAY goes before the close
         for stream in list(self.streams.values()):
             if stream.exchange is not None:
                 stream.exchange.abort()
@@ -477,6 +531,10 @@ class H2Connection:
             return
         for stream in list(self.streams.values()):
             exchange = stream.exchange
+            if exchange is None and stream.out \
+                    and now - stream.sent_at >= self.config.response_timeout_s:
+                self.reset(stream, h2.errors.ErrorCodes.CANCEL)  # a reader that stopped
+                continue
             if (exchange is not None and Phase.FORWARDING <= exchange.phase <= Phase.RESPONDING
                     and now - exchange.progress_at >= self.config.response_timeout_s):
                 self.shell.fail(exchange, "upstream_timeout",

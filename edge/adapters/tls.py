@@ -11,10 +11,15 @@ order, ALPN `h2` (when the edge serves HTTP/2) and `http/1.1` on the same port.
 
 Session tickets are rotated: Python's ssl module cannot set or rotate a
 context's ticket keys, and a context keeps the keys it was made with for its
-life (which would weaken forward secrecy), so the contexts are made again
-every `rotate_s` — new ticket keys, and certificate files re-read — and each
-connection's handshake runs with the contexts current when it was accepted
-(`loop.start_tls`; a ticket of the previous keys gets a full handshake).
+life (which would weaken forward secrecy), so every `rotate_s` the contexts
+are made again — new ticket keys, and certificate files re-read — and a new
+listener with them takes over the port: it listens (SO_REUSEPORT) before the
+old one closes. A ticket of the previous keys gets a full handshake.
+Connections that sat in the old listener's accept queue at that instant are
+reset by the kernel (unless `net.ipv4.tcp_migrate_req = 1`); the loop accepts
+as they come, so the queue is short. (A handshake per connection through
+`loop.start_tls`, with the current contexts, was tried first: under uvloop,
+concurrent server-side `start_tls` handshakes stalled.)
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ log = logging.getLogger("thaw.edge.tls")
 def _context(alpn: list[str]) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    # no renegotiation: RFC 9113 9.2.1 forbids it under h2, and it is a DoS lever
+    context.options |= (ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+                        | ssl.OP_NO_RENEGOTIATION)
     context.set_alpn_protocols(alpn)
     return context
 
@@ -95,7 +102,8 @@ class Certificates:
         found = self.by_name.get(name)
         if found is None and "." in name:
             found = self.by_name.get("*." + name.split(".", 1)[1])
-        if found is None and self.config.issuer is not None and len(self.by_name) < 10_000:
+        # local development only: a bounded number of names, each issued once per generation
+        if found is None and self.config.issuer is not None and len(self.by_name) < 256:
             found = self._issued(name)
             if found is not None:
                 self.by_name[name] = found
@@ -109,52 +117,62 @@ class Certificates:
 
 
 class TlsDoor:
-    """Accepts TCP connections, runs the TLS handshake with the current certificates, and
-    hands the connection to HTTP/2 (ALPN h2) or HTTP/1.1."""
+    """The HTTPS listener: the TLS handshake (the event loop's), then the connection goes to
+    HTTP/2 (ALPN h2) or HTTP/1.1. Every `rotate_s` a listener with new contexts takes
+    over the port (SO_REUSEPORT: the new one listens before the old one closes)."""
 
-    def __init__(self, shell: Shell, config: TlsConfig, h2: bool) -> None:
+    def __init__(self, shell: Shell, config: TlsConfig, h2: bool, host: str) -> None:
         self.shell = shell
         self.config = config
+        self.host = host
         self.alpn = ["h2", "http/1.1"] if h2 else ["http/1.1"]
         self.certificates = Certificates(config, self.alpn)
-        self.handshakes: set[asyncio.Task[None]] = set()
-        self._rotator: asyncio.TimerHandle | None = None
+        self.server: asyncio.Server | None = None
+        self.port = config.port
+        self._rotator: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._rotator = self.shell.loop.call_later(self.config.rotate_s, self._rotate)
+    async def start(self) -> int:
+        self.server = await self._listen(self.certificates)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self._rotator = self.shell.loop.create_task(self._rotate_forever())
+        return self.port
 
-    def stop(self) -> None:
+    async def _listen(self, certificates: Certificates) -> asyncio.Server:
+        return await self.shell.loop.create_server(
+            lambda: cast(asyncio.Protocol, _Alpn(self.shell)), self.host, self.port,
+            ssl=certificates.default, ssl_handshake_timeout=self.shell.config.header_timeout_s,
+            backlog=4096, reuse_address=True, reuse_port=True)
+
+    async def stop(self) -> None:
         if self._rotator is not None:
             self._rotator.cancel()
-        for task in list(self.handshakes):
-            task.cancel()
+        if self.server is not None:
+            self.server.close()
 
-    def _rotate(self) -> None:
-        try:
-            self.certificates = Certificates(self.config, self.alpn)
+    async def _rotate_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.rotate_s)
+            try:
+                certificates = Certificates(self.config, self.alpn)
+                server = await self._listen(certificates)
+            except (OSError, ssl.SSLError) as exc:  # keep serving with the last good ones
+                log.warning("TLS certificates could not be made again: %s", exc)
+                continue
+            old, self.server, self.certificates = self.server, server, certificates
+            if old is not None:
+                old.close()
             log.info("TLS contexts made again (new session ticket keys)")
-        except (OSError, ssl.SSLError) as exc:  # keep serving with the last good ones
-            log.warning("TLS certificates could not be read again: %s", exc)
-        self._rotator = self.shell.loop.call_later(self.config.rotate_s, self._rotate)
 
-    def protocol(self) -> asyncio.Protocol:
-        return cast(asyncio.Protocol, _Handshake(self))
 
-    async def handshake(self, transport: asyncio.Transport) -> None:
-        loop = self.shell.loop
-        early = _Early()
-        try:
-            tls = await loop.start_tls(
-                transport, cast(asyncio.BaseProtocol, early), self.certificates.default,
-                server_side=True, ssl_handshake_timeout=self.shell.config.header_timeout_s)
-        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
-            log.info("TLS handshake failed: %r", exc)
-            transport.abort()
-            return
-        if tls is None or early.lost:
-            log.info("TLS connection lost during its handshake")
-            transport.abort()
-            return
+class _Alpn:
+    """The protocol of a TLS connection when its handshake is done: it hands the
+    connection to HTTP/2 or HTTP/1.1 by the protocol ALPN chose."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tls = cast(asyncio.Transport, transport)
         ssl_object = tls.get_extra_info("ssl_object")
         chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
         conn: ClientConnection | H2Connection
@@ -164,23 +182,6 @@ class TlsDoor:
             conn = ClientConnection(self.shell, b"https")
         tls.set_protocol(cast(asyncio.BaseProtocol, conn))
         conn.connection_made(tls)
-        for data in early.data:  # what came with the handshake's last flight
-            conn.data_received(data)
-
-
-class _Handshake:
-    """The protocol of a TCP connection until its TLS handshake begins: reading pauses
-    (start_tls resumes it), so the ClientHello waits for the handshake."""
-
-    def __init__(self, door: TlsDoor) -> None:
-        self.door = door
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        tcp = cast(asyncio.Transport, transport)
-        tcp.pause_reading()
-        task = self.door.shell.loop.create_task(self.door.handshake(tcp))
-        self.door.handshakes.add(task)
-        task.add_done_callback(self.door.handshakes.discard)
 
     def connection_lost(self, exc: Exception | None) -> None:
         pass
@@ -190,30 +191,3 @@ class _Handshake:
 
     def eof_received(self) -> bool:
         return False
-
-
-class _Early:
-    """The protocol on the TLS side until the handshake's end is seen: keeps what the
-    client sent with its last flight (an h2 preface often comes with it)."""
-
-    def __init__(self) -> None:
-        self.data: list[bytes] = []
-        self.lost = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        pass
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-
-    def data_received(self, data: bytes) -> None:
-        self.data.append(data)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def pause_writing(self) -> None:
-        pass
-
-    def resume_writing(self) -> None:
-        pass

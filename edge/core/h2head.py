@@ -6,15 +6,22 @@ error: pseudo-headers other than :method, :scheme, :authority and :path, repeate
 after a regular header; a missing :method, :scheme or :path (CONNECT aside); a name with
 upper-case letters, separators or controls; a value holding CR, LF or NUL (which would
 split the HTTP/1.1 head the machine reads); a connection-specific header; TE other than
-"trailers"; a Host that names another authority than :authority.
+"trailers"; a Host that names another authority than :authority; a :method that is
+not a token; a space or control byte in :path, :authority or :scheme (they make the
+HTTP/1.1 request line).
 """
 
 from __future__ import annotations
 
+import re
+
 PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
 CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                  b"transfer-encoding", b"upgrade"})
-_NAME_OK = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
+_NOT_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")  # a lower-case token's complement
+_NOT_TOKEN = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-zA-Z]")
+_CTL_OR_SPACE = re.compile(rb"[\x00-\x20\x7f]")
+_CR_LF_NUL = re.compile(rb"[\r\n\x00]")
 
 
 def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -23,7 +30,7 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
     regular = False
     host: bytes | None = None
     for name, value in headers:
-        if b"\r" in value or b"\n" in value or b"\0" in value:
+        if _CR_LF_NUL.search(value):
             return f"a CR, LF or NUL in the value of {name[:40]!r}"
         if name[:1] == b":":
             if regular:
@@ -35,7 +42,7 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
             pseudo[name] = value
             continue
         regular = True
-        if not name or not all(byte in _NAME_OK for byte in name):
+        if not name or _NOT_NAME.search(name):
             return f"a header name that is not a lower-case token: {name[:40]!r}"
         if name in CONNECTION_SPECIFIC:
             return f"connection-specific header {name.decode()}"
@@ -46,8 +53,13 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
     method = pseudo.get(b":method")
     if not method:
         return "no :method"
+    if _NOT_TOKEN.search(method):
+        return "a :method that is not a token"
     if method != b"CONNECT" and (not pseudo.get(b":scheme") or not pseudo.get(b":path")):
         return "no :scheme or :path"
+    for name in (b":path", b":authority", b":scheme"):
+        if _CTL_OR_SPACE.search(pseudo.get(name, b"")):
+            return f"a space or control byte in {name.decode()}"
     authority = pseudo.get(b":authority")
     if host is not None and authority is not None \
             and host.strip().lower() != authority.strip().lower():

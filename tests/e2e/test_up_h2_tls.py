@@ -73,3 +73,17 @@ def test_a_websocket_echoes_through_thaw_up(up: tuple[ThawUp, int]) -> None:
             return str(message.data)
 
     assert asyncio.run(echo()) == "ping over the edge"
+
+
+def test_concurrent_handshakes_for_new_names_all_succeed(up: tuple[ThawUp, int]) -> None:
+    """(`thaw up` runs uvloop: its server-side handshakes, 20 at once, each for a name the
+    local CA has not made a certificate for yet.)"""
+    platform, tls_port = up
+    ca = str(platform.state_dir / "tls" / "ca.pem")
+    procs = [subprocess.Popen(
+        ["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_version}",
+         "--cacert", ca, "-H", "Host: hello.localhost", "--resolve",
+         f"n{i}.localhost:{tls_port}:127.0.0.1", f"https://n{i}.localhost:{tls_port}/"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(20)]
+    results = [proc.communicate(timeout=60) for proc in procs]
+    assert [out for out, _ in results] == ["2"] * 20, (results, platform.more_output())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import time
 from collections.abc import AsyncIterator
@@ -26,7 +27,7 @@ from tests.support.edge_fakes import (
     start_edge,
     start_warm_edge,
 )
-from tests.support.h2client import H2Client
+from tests.support.h2client import Answer, H2Client
 
 pytestmark = pytest.mark.integration
 WEB = b"web.localhost"
@@ -59,7 +60,7 @@ async def test_h2c_prior_knowledge_serves_many_requests_on_one_connection(
         answers = await asyncio.gather(*(client.request(WEB) for _ in range(20)))
         assert {(a.status, bytes(a.body)) for a in answers} == {(200, b"hello from web-m1")}
         headers = await client.request(WEB, b"/headers")
-        names = {name.lower() for name, _ in __import__("json").loads(headers.body)}
+        names = {name.lower() for name, _ in json.loads(headers.body)}
         assert {"host", "x-forwarded-for", "x-request-id"} <= names
         assert "connection" not in names
     finally:
@@ -220,3 +221,69 @@ async def test_a_flood_gets_goaway_and_another_client_is_served(
     finally:
         await client.close()
         await other.close()
+
+
+async def test_an_empty_final_data_frame_and_trailers_end_a_chunked_body_once(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        for trailers in (False, True):
+            sid = client.conn.get_next_available_stream_id()
+            client.answers[sid] = Answer()
+            client.conn.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                           (b":authority", WEB), (b":path", b"/sha256")])
+            client.conn.send_data(sid, b"abc")
+            if trailers:
+                client.conn.send_headers(sid, [(b"x-checksum", b"1")], end_stream=True)
+            else:
+                client.conn.send_data(sid, b"", end_stream=True)  # as Go and curl end uploads
+            client.flush()
+            answer = client.answers[sid]
+            await asyncio.wait_for(answer.done.wait(), 10)
+            assert bytes(answer.body) == hashlib.sha256(b"abc").hexdigest().encode()
+        # the machine's pooled connections are still in step: plain requests still work
+        answers = await asyncio.gather(*(client.request(WEB) for _ in range(5)))
+        assert {a.status for a in answers} == {200}
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("sent", [None, b"0123456789"])
+async def test_a_body_shorter_than_its_content_length_is_a_stream_error(
+    edge: EdgeHarness, sent: bytes | None,
+) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        sid = client.conn.get_next_available_stream_id()
+        client.answers[sid] = Answer()
+        client.conn.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                       (b":authority", WEB), (b":path", b"/sha256"),
+                                       (b"content-length", b"100")], end_stream=sent is None)
+        if sent is not None:
+            client.conn.send_data(sid, sent, end_stream=True)
+        client.flush()
+        answer = client.answers[sid]
+        await asyncio.wait_for(answer.done.wait(), 10)
+        # refused: a stream error, or (the h2 library's own length check, for DATA that
+        # falls short) the connection ends; the machine never answers it
+        assert answer.status == 0
+        assert answer.reset == h2.errors.ErrorCodes.PROTOCOL_ERROR or client.closed.is_set()
+    finally:
+        await client.close()
+    other = await H2Client.open(edge.port)  # the machine's pooled connections are in step
+    try:
+        answers = await asyncio.gather(*(other.request(WEB) for _ in range(5)))
+        assert {a.status for a in answers} == {200}
+    finally:
+        await other.close()
+
+
+async def test_a_path_with_a_space_is_a_stream_error(edge: EdgeHarness) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        answer = await client.request(WEB, b"/a b HTTP/1.1\r\nX: y")
+        assert answer.reset == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        assert (await client.request(WEB)).status == 200
+    finally:
+        await client.close()
