@@ -53,7 +53,7 @@ class EdgeConfig:
     upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
     response_timeout_s: float = 60.0  # forwarded request: longest time with no byte moving
     tunnel_idle_timeout_s: float = 300.0  # a WebSocket tunnel with no byte either way closes
-    upstream_pool_per_machine: int = 64  # idle connections kept per machine
+    upstream_pool_per_machine: int = 256  # idle connections kept per machine
     upstream_quickack: bool = True  # ACK a response split across reads at once (see upstream)
     wake_grace_s: float = 2.0  # extra seconds the wake call may take past its deadline
     wake_retry_after_s: int = 1  # Retry-After on 503 answers

@@ -65,7 +65,8 @@ class Downstream:
     def send_body(self, exchange: Exchange, data: bytes) -> None:
         raise NotImplementedError
 
-    def send_end(self, exchange: Exchange) -> None:
+    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
+        """The answer ends, with its trailer fields (`Name: value\r\n` lines) if any."""
         raise NotImplementedError
 
     def send_error(self, exchange: Exchange, code: str) -> None:
@@ -152,7 +153,7 @@ class Exchange:
     __slots__ = (
         "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "error",
         "head", "held_at", "hold_s", "http10", "method", "phase", "progress_at", "received",
-        "request_id", "sent_all", "shell", "slot", "status", "upgrade", "upstream",
+        "request_id", "sent_all", "shell", "slot", "status", "trailers", "upgrade", "upstream",
         "upstream_head", "wake",
     )
 
@@ -183,6 +184,7 @@ class Exchange:
         self.upstream_head = b""
         self.progress_at = 0.0  # loop time bytes last moved while forwarding (response timeout)
         self.upgrade = False  # asks to upgrade to WebSocket: a 101 opens a tunnel
+        self.trailers = b""  # the request's trailer fields (HTTP/2), for a chunked body's end
 
     def timing(self) -> bytes:
         """The Server-Timing of a request that was held: its hold and its wake's phases."""
@@ -224,14 +226,17 @@ class Exchange:
             if self.buffered > self.shell.config.body_buffer_bytes:
                 self.client.pause(PAUSE_BUFFER)
 
-    def end_body(self) -> None:
+    def end_body(self, trailers: bytes = b"") -> None:
+        """The request body is all in; `trailers` (checked `Name: value\r\n` lines) end a
+        chunked one."""
         if self.body_done:  # once: a second chunked end would be a request of its own
             return
         self.body_done = True
+        self.trailers = trailers
         upstream = self.upstream
         if upstream is not None and self.phase == FORWARDING:
             if self.head.body == BODY_CHUNKED:
-                upstream.write(CHUNK_END)
+                upstream.write(b"0\r\n" + trailers + CRLF if trailers else CHUNK_END)
             self.sent_all = True
 
     def attach(self, upstream: Upstream) -> None:
@@ -249,7 +254,7 @@ class Exchange:
             for chunk in self.chunks:
                 parts += (b"%x\r\n" % len(chunk), chunk, CRLF)
             if self.body_done:
-                parts.append(CHUNK_END)
+                parts.append(b"0\r\n" + self.trailers + CRLF if self.trailers else CHUNK_END)
             upstream.writelines(parts)
         elif self.chunks:
             upstream.writelines([self.upstream_head, *self.chunks])
@@ -277,9 +282,9 @@ class Exchange:
         self.progress_at = self.shell.loop.time()
         self.client.send_body(self, data)
 
-    def response_end(self) -> None:
+    def response_end(self, trailers: bytes = b"") -> None:
         self.upstream = None
-        self.client.send_end(self)
+        self.client.send_end(self, trailers)
         phase = AFTER_END[self.phase]
         if phase is None:
             raise IllegalTransition(self.phase, Event.END)

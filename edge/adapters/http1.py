@@ -364,11 +364,11 @@ class ClientConnection(Downstream):
         else:
             self.writelines([head, data])
 
-    def send_end(self, exchange: Exchange) -> None:
+    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
         head, self.pending_head = self.pending_head, b""
-        if self.rechunk:
+        if self.rechunk:  # (trailers can follow a chunked body only)
             self.rechunk = False
-            self.write(head + CHUNK_END)
+            self.write(head + (b"0\r\n" + trailers + CRLF if trailers else CHUNK_END))
         elif head:
             self.write(head)
 

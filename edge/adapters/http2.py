@@ -20,8 +20,9 @@ spoken to in HTTP/1.1 over the keep-alive pool.
   SETTINGS / PING / PRIORITY / WINDOW_UPDATE rates, empty frames. A
   connection over budget gets GOAWAY ENHANCE_YOUR_CALM; its exchanges are
   cancelled upstream and it closes.
-- Not done: trailers (request trailers end the body and are dropped; machines'
-  trailers are not passed on), RFC 8441 WebSockets, server push (disabled).
+- Trailers pass both ways (a client's end the chunked body upstream, checked; a
+  machine's go out as a trailing HEADERS frame).
+- Not done: RFC 8441 WebSockets, server push (disabled).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import h2.settings
 from edge.core.exchange import Phase
 from edge.core.framing import BODY_LENGTH, Rejection, ResponseHead
 from edge.core.h2budget import PREFACE, FrameBudget, Limits
-from edge.core.h2head import malformed
+from edge.core.h2head import CONNECTION_SPECIFIC, malformed, trailer_lines
 from edge.core.headreader import HeadTooLarge, RequestHeadReader
 from edge.errors import RETRY_AFTER, error_body, status_of
 from edge.exchange import Downstream, Exchange, Shell
@@ -67,6 +68,8 @@ class H2Stream(Downstream):
         self.blocked = False  # reading from the machine is paused for this stream
         self.pause_reasons = 0
         self.unacked = 0  # request DATA received but not yet acknowledged
+        self.trailers: list[tuple[bytes, bytes]] = []  # the answer's, sent at its end
+        self.request_trailers = b""  # the client's, checked, for the machine
         self.body_open = False  # answered before the client sent its whole body
         self.sent_at = conn.loop.time()  # when DATA last went out (a stalled reader is reset)
 
@@ -86,7 +89,9 @@ class H2Stream(Downstream):
             self.out_bytes += len(data)
             self.conn.flush(self)
 
-    def send_end(self, exchange: Exchange) -> None:
+    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
+        self.trailers = [pair for pair in _header_pairs(trailers)
+                         if pair[0] not in CONNECTION_SPECIFIC]
         self.ending = True
         self.conn.flush(self)
 
@@ -259,7 +264,11 @@ class H2Connection:
             self._request(event.stream_id, event.headers or [], bool(event.stream_ended))
         elif isinstance(event, h2.events.DataReceived):
             self._body(event.stream_id, event.data or b"", event.flow_controlled_length or 0)
-        elif isinstance(event, h2.events.StreamEnded):  # (trailers, dropped, come before it)
+        elif isinstance(event, h2.events.TrailersReceived):  # (StreamEnded follows)
+            stream = self.streams.get(event.stream_id or 0)
+            if stream is not None:
+                stream.request_trailers = trailer_lines(event.headers or [])
+        elif isinstance(event, h2.events.StreamEnded):
             self._body_end(event.stream_id or 0)
         elif isinstance(event, h2.events.StreamReset):
             stream = self.streams.get(event.stream_id or 0)
@@ -367,7 +376,7 @@ class H2Connection:
         if head.body == BODY_LENGTH and exchange.received != head.content_length:
             self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)  # less than it declared
             return
-        exchange.end_body()
+        exchange.end_body(stream.request_trailers)
 
     def _credit(self, stream_id: int, size: int) -> None:
         """Give back `size` bytes of window (the connection's, and the stream's if open)."""
@@ -422,7 +431,10 @@ class H2Connection:
                 self.h2.send_data(sid, chunk)
             if not stream.out and stream.ending:
                 stream.ending = False
-                self.h2.end_stream(sid)
+                if stream.trailers:
+                    self.h2.send_headers(sid, stream.trailers, end_stream=True)
+                else:
+                    self.h2.end_stream(sid)
                 self.stream_settled(stream)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.drop(stream)

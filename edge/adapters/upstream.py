@@ -209,15 +209,21 @@ class UpstreamConnection(Upstream):
             self.skip_interim = False
             return
         if not self.head_only:
-            self._complete()
+            reader = self.reader
+            if reader.forward or reader.special:  # trailers: fields after a chunked body
+                trailers = b"".join(reader.forward)  # (hop-by-hop ones were not kept)
+                reader.reset()  # never left for the next response's head
+                self._complete(trailers)
+            else:
+                self._complete()
 
-    def _complete(self) -> None:
+    def _complete(self, trailers: bytes = b"") -> None:
         exchange = self.exchange
         self.exchange = None
         if exchange is None:
             return
         self.pool.release(self, self.keep_alive and exchange.sent_all)
-        exchange.response_end()  # its finish() lifts the client's PAUSE_UPSTREAM
+        exchange.response_end(trailers)  # its finish() lifts the client's PAUSE_UPSTREAM
 
 
 class UpstreamPool:

@@ -24,6 +24,24 @@ _CTL_OR_SPACE = re.compile(rb"[\x00-\x20\x7f]")
 _CR_LF_NUL = re.compile(rb"[\r\n\x00]")
 
 
+# fields that frame or route a message: never taken from trailers
+_NOT_IN_TRAILERS = CONNECTION_SPECIFIC | {b"content-length", b"host", b"te", b"trailer",
+                                          b"content-encoding", b"content-type"}
+
+
+def trailer_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A request's trailer fields as `Name: value\r\n` lines for a chunked body's end:
+    only well-formed ones (a lower-case token name, no CR/LF/NUL in the value), and none
+    that frames or routes a message (RFC 9110 6.5.1)."""
+    lines = []
+    for name, value in headers:
+        if (name[:1] == b":" or not name or _NOT_NAME.search(name) or _CR_LF_NUL.search(value)
+                or name in _NOT_IN_TRAILERS):
+            continue
+        lines.append(name + b": " + value.strip() + b"\r\n")
+    return b"".join(lines)
+
+
 def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
     """Why the request's header list is malformed, or None when it is well-formed."""
     pseudo: dict[bytes, bytes] = {}

@@ -287,3 +287,33 @@ async def test_a_path_with_a_space_is_a_stream_error(edge: EdgeHarness) -> None:
         assert (await client.request(WEB)).status == 200
     finally:
         await client.close()
+
+
+async def test_trailers_pass_both_ways_and_never_become_the_next_answers_headers(
+    edge: EdgeHarness,
+) -> None:
+    client = await H2Client.open(edge.port)
+    try:
+        answer = await client.request(WEB, b"/trailers")
+        assert bytes(answer.body) == b"abc"
+        assert answer.trailers == {b"x-checksum": b"900150983cd24fb0"}
+        # request trailers reach the machine at the end of the chunked body, checked
+        sid = client.conn.get_next_available_stream_id()
+        client.answers[sid] = Answer()
+        client.conn.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                       (b":authority", WEB), (b":path", b"/trailers")])
+        client.conn.send_data(sid, b"body")
+        client.conn.send_headers(sid, [(b"x-digest", b"abc"), (b"content-length", b"9")],
+                                 end_stream=True)
+        client.flush()
+        await asyncio.wait_for(client.answers[sid].done.wait(), 10)
+        assert bytes(client.answers[sid].body) == b"x-digest: abc\r\n"
+    finally:
+        await client.close()
+    # HTTP/1.1: the trailer follows the re-chunked body, and the machine's next answer on
+    # the same pooled connection does not carry it as a header
+    data = await exchange_raw(edge.port, b"GET /trailers HTTP/1.1\r\nHost: web.localhost\r\n\r\n"
+                              b"GET / HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n\r\n")
+    first, _, second = data.partition(b"0\r\nX-Checksum: 900150983cd24fb0\r\n\r\n")
+    assert b"3\r\nabc\r\n" in first and second.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"x-checksum" not in second.lower()

@@ -3,9 +3,10 @@ placement that implements the wake and autostop contracts by launching them.
 
 Backend: `python -m tests.support.edge_fakes PORT MACHINE_ID`. Routes:
 `/` hello, `/accepts` connections accepted so far, `/requests` requests read so far
-(this one included), `/headers` the request
-headers as JSON, `/sha256` (POST) hex digest of the body (Content-Length or
-chunked), `/stream?bytes=N` a chunked body of N pattern bytes, `/sleep?ms=N`.
+(this one included), `/headers` the request headers as JSON, `/sha256` (POST) hex
+digest of the body (Content-Length or chunked), `/stream?bytes=N` a chunked body of N
+pattern bytes, `/sleep?ms=N`, `/trailers` (GET: a chunked body "abc" with an
+`X-Checksum` trailer; POST: the request's trailer lines as the body).
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ class _Handler(BaseHTTPRequestHandler):
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip(), 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
+                    self.request_trailers = b""
+                    while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                        self.request_trailers += line
                     return
                 left = size
                 while left:
@@ -121,6 +123,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, body, "application/json")
         elif parts.path == "/stream":
             self._stream(int(query.get("bytes", "0")))
+        elif parts.path == "/trailers":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Trailer", "X-Checksum")
+            self.end_headers()
+            self.wfile.write(b"3\r\nabc\r\n0\r\nX-Checksum: 900150983cd24fb0\r\n\r\n")
         elif parts.path == "/sleep":
             time.sleep(int(query.get("ms", "0")) / 1000)
             self._send(200, b"slept")
@@ -134,8 +142,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         digest = hashlib.sha256()
+        self.request_trailers = b""
         for piece in self._body_chunks():
             digest.update(piece)
+        if urlsplit(self.path).path == "/trailers":
+            self._send(200, self.request_trailers)
+            return
         self._send(200, digest.hexdigest().encode())
 
     def _stream(self, size: int) -> None:

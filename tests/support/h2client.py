@@ -20,6 +20,7 @@ class Answer:
     headers: dict[bytes, bytes] = field(default_factory=dict)
     body: bytearray = field(default_factory=bytearray)
     reset: int | None = None  # the RST_STREAM error code, if the edge reset the stream
+    trailers: dict[bytes, bytes] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -121,6 +122,8 @@ class H2Client:
             if self.auto_ack:
                 self.conn.acknowledge_received_data(event.flow_controlled_length or 0,
                                                     event.stream_id or 0)
+        elif isinstance(event, h2.events.TrailersReceived):
+            self.answers[event.stream_id or 0].trailers = dict(event.headers or [])
         elif isinstance(event, h2.events.StreamEnded):
             self.answers[event.stream_id or 0].done.set()
         elif isinstance(event, h2.events.StreamReset):
