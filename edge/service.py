@@ -297,17 +297,20 @@ class Edge(Shell):
 
     def _release(self, release: Release[Exchange]) -> None:
         app = self.view.apps.get(release.app)
+        hold_seconds = self.metrics.hold_seconds.labels(release.app)
         for released in release.items:
             exchange = released.item
             if exchange.ended:
                 continue
             exchange.hold_s = released.hold_s
             exchange.wake = released.wake
-            self.metrics.hold_seconds.labels(release.app).observe(released.hold_s)
-            concurrency = app.config.concurrency if app is not None else None
-            slot = None if concurrency is None or app is None else balance.pick(
-                app.routable, concurrency.soft_limit, concurrency.hard_limit, self.random)
-            if app is None or slot is None:  # cannot happen: the core counted the room
+            hold_seconds.observe(released.hold_s)
+            slot = None
+            if app is not None:  # (the core counted the room: a slot is there)
+                concurrency = app.config.concurrency
+                slot = balance.pick(app.routable, concurrency.soft_limit,
+                                    concurrency.hard_limit, self.random)
+            if app is None or slot is None:
                 self.fail(exchange, "no_capacity", "no machine had room on release")
                 continue
             self._forward(exchange, app, slot)

@@ -32,7 +32,8 @@ MANIFEST = "manifest.json"
 SOURCES = (
     "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
     "edge/core/exchange.py", "edge/exchange.py", "edge/adapters/http1.py",
-    "edge/adapters/upstream.py", "edge/adapters/http2.py", "edge/service.py", "edge/view.py",
+    "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
+    "edge/service.py", "edge/view.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 

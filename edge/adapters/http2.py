@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any, cast
 
 import h2.config
@@ -39,121 +38,25 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from edge.adapters.h2stream import H2Stream, StreamOwner
 from edge.core.exchange import Phase
-from edge.core.framing import BODY_LENGTH, Rejection, ResponseHead
+from edge.core.framing import BODY_LENGTH
 from edge.core.h2budget import PREFACE, FrameBudget, Limits
-from edge.core.h2head import CONNECTION_SPECIFIC, malformed, trailer_lines
-from edge.core.headreader import HeadTooLarge, RequestHeadReader
-from edge.errors import RETRY_AFTER, error_body, status_of
-from edge.exchange import Downstream, Exchange, Shell
+from edge.core.h2head import (
+    REFUSED,
+    malformed,
+    request_head,
+    trailer_lines,
+)
+from edge.core.headreader import RequestHeadReader
+from edge.exchange import Exchange, Shell
 
 log = logging.getLogger("thaw.edge.h2")
 
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window (each stream's is smaller)
 
 
-class H2Stream(Downstream):
-    """One stream: the Downstream of its exchange."""
-
-    def __init__(self, conn: H2Connection, stream_id: int) -> None:
-        self.conn = conn
-        self.stream_id = stream_id
-        self.peer = conn.peer
-        self.scheme = conn.scheme
-        self.write_paused = conn.write_paused
-        self.exchange: Exchange | None = None
-        self.out: deque[bytes] = deque()  # response DATA waiting for the client's window
-        self.out_bytes = 0
-        self.ending = False  # the response ended: END_STREAM once `out` is sent
-        self.blocked = False  # reading from the machine is paused for this stream
-        self.pause_reasons = 0
-        self.unacked = 0  # request DATA received but not yet acknowledged
-        self.trailers: list[tuple[bytes, bytes]] = []  # the answer's, sent at its end
-        self.request_trailers = b""  # the client's, checked, for the machine
-        self.body_open = False  # answered before the client sent its whole body
-        self.sent_at = conn.loop.time()  # when DATA last went out (a stalled reader is reset)
-
-    # -- the answer ----------------------------------------------------------------------
-
-    def send_head(self, exchange: Exchange, status: int, head: ResponseHead) -> None:
-        headers = [(b":status", b"%d" % status), *_header_pairs(head.forward)]
-        if head.body == BODY_LENGTH:
-            headers.append((b"content-length", b"%d" % head.content_length))
-        if exchange.held_at:
-            headers.append((b"server-timing", exchange.timing()))
-        self.conn.send_headers(self, headers)
-
-    def send_body(self, exchange: Exchange, data: bytes) -> None:
-        if data and self.stream_id in self.conn.streams:  # (a stream gone takes nothing)
-            self.out.append(data)
-            self.out_bytes += len(data)
-            self.conn.flush(self)
-
-    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
-        self.trailers = [pair for pair in _header_pairs(trailers)
-                         if pair[0] not in CONNECTION_SPECIFIC]
-        self.ending = True
-        self.conn.flush(self)
-
-    def send_error(self, exchange: Exchange | None, code: str) -> None:
-        body = error_body(code)
-        headers = [(b":status", b"%d" % status_of(code)), (b"content-type", b"application/json"),
-                   (b"content-length", b"%d" % len(body))]
-        if code in RETRY_AFTER:
-            headers.append((b"retry-after", b"%d" % self.conn.config.wake_retry_after_s))
-        self.conn.send_headers(self, headers)
-        if exchange is None or exchange.method != b"HEAD":
-            self.out.append(body)
-            self.out_bytes += len(body)
-        self.ending = True
-        self.conn.flush(self)
-
-    def cut(self, exchange: Exchange) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
-
-    def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)  # never asked (no 8441)
-
-    def tunnel_data(self, exchange: Exchange, data: bytes) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
-
-    # -- the request body's flow control --------------------------------------------------
-
-    def pause(self, reason: int) -> None:
-        self.pause_reasons |= reason
-
-    def unpause(self, reason: int) -> None:
-        if not self.pause_reasons & reason:
-            return
-        self.pause_reasons &= ~reason
-        if not self.pause_reasons and self.unacked:
-            unacked, self.unacked = self.unacked, 0
-            self.conn.acknowledge(self, unacked)
-
-    def exchange_done(self, exchange: Exchange) -> None:
-        # answered before the client sent all: stop it sending (once the answer is out)
-        self.body_open = not exchange.body_done
-        self.exchange = None
-        self.conn.stream_settled(self)
-
-    def set_blocked(self, blocked: bool) -> None:
-        """Pause (resume) reading from the machine while the client cannot take more: its
-        window is shut with `h2_stream_buffer_bytes` queued, or its connection is full."""
-        self.blocked = blocked
-        paused = blocked or self.conn.write_paused
-        if paused == self.write_paused:
-            return
-        self.write_paused = paused
-        exchange = self.exchange
-        upstream = exchange.upstream if exchange is not None else None
-        if upstream is not None:
-            if paused:
-                upstream.pause_reading()
-            else:
-                upstream.resume_reading()
-
-
-class H2Connection:
+class H2Connection(StreamOwner):
     """An asyncio protocol by its methods, for one HTTP/2 client connection."""
 
     def __init__(self, shell: Shell, scheme: bytes = b"http", peer: bytes = b"unknown") -> None:
@@ -299,47 +202,15 @@ class H2Connection:
         if self.going_away or self.shell.closing:
             stream.send_error(None, "shutting_down")
             return
-        pseudo: dict[bytes, bytes] = {}
-        reader = self.reader
-        reader.reset()
-        cookies: list[bytes] = []
-        has_length = False
-        try:
-            for name, value in headers:
-                if name[:1] == b":":
-                    pseudo[name] = value
-                elif name == b"host":
-                    continue  # :authority is the only routing source (h2head checked them)
-                elif name == b"cookie":
-                    cookies.append(value)
-                else:
-                    has_length = has_length or name == b"content-length"
-                    reader.on_header(name, value)
-            authority = pseudo.get(b":authority")
-            if authority is None or not authority:
-                stream.send_error(None, "missing_host")
-                return
-            method = pseudo.get(b":method", b"GET")
-            if method == b"CONNECT":
-                stream.send_error(None, "upgrade_not_supported")
-                return
-            reader.on_header(b"host", authority)
-            if cookies:
-                reader.on_header(b"cookie", b"; ".join(cookies))
-            if not ended and not has_length:
-                reader.on_header(b"transfer-encoding", b"chunked")  # length unknown upstream
-            reader.on_url(pseudo.get(b":path", b"/"))
-        except HeadTooLarge:
-            stream.send_error(None, "headers_too_large")
-            return
-        decided = reader.finish(method, "1.1", self.config.max_body_bytes)
-        if isinstance(decided, Rejection):
-            stream.send_error(None, decided.code)
-            return
-        if ended and decided.body == BODY_LENGTH:  # a declared body that cannot come
+        decided = request_head(self.reader, headers, ended, self.config.max_body_bytes)
+        if decided == REFUSED:
             self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)
             return
-        exchange = Exchange(self.shell, stream, method, decided, True, False)
+        if isinstance(decided, str):
+            stream.send_error(None, decided)
+            return
+        method, head = decided
+        exchange = Exchange(self.shell, stream, method, head, True, False)
         stream.exchange = exchange
         self.shell.dispatch(exchange)
         if ended:
@@ -552,14 +423,3 @@ class H2Connection:
                 self.shell.fail(exchange, "upstream_timeout",
                                 f"the machine sent nothing for {now - exchange.progress_at:.1f}s")
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
-
-
-def _header_pairs(forward: bytes) -> list[tuple[bytes, bytes]]:
-    """`Name: value\\r\\n` lines as HTTP/2 header pairs (names lower-case)."""
-    pairs = []
-    for line in forward.split(b"\r\n"):
-        name, sep, value = line.partition(b":")
-        if sep:
-            pairs.append((name.strip().lower(), value.strip()))
-    return pairs
-

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import re
 
+from edge.core.framing import BODY_LENGTH, Rejection, RequestHead
+from edge.core.headreader import HeadTooLarge, RequestHeadReader
+
 PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
 CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                  b"transfer-encoding", b"upgrade"})
@@ -83,3 +86,50 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
             and host.strip().lower() != authority.strip().lower():
         return "Host names another authority than :authority"
     return None
+
+
+REFUSED = "refused"  # `request_head`'s answer for a stream to reset (PROTOCOL_ERROR)
+
+
+def request_head(reader: RequestHeadReader, headers: list[tuple[bytes, bytes]], ended: bool,
+                 max_body_bytes: int) -> tuple[bytes, RequestHead] | str:
+    """(method, the head a machine is sent in HTTP/1.1) of a well-formed (`malformed`)
+    request's header list, or the error code to answer it with (REFUSED: reset the
+    stream). The head goes through the same reader as HTTP/1.1's: `:authority` as Host
+    (the only routing source), cookies joined again, and a body of unknown length (no
+    content-length, no END_STREAM on the headers) framed chunked."""
+    pseudo: dict[bytes, bytes] = {}
+    reader.reset()
+    cookies: list[bytes] = []
+    has_length = False
+    try:
+        for name, value in headers:
+            if name[:1] == b":":
+                pseudo[name] = value
+            elif name == b"host":
+                continue  # `malformed` checked it names :authority
+            elif name == b"cookie":
+                cookies.append(value)
+            else:
+                has_length = has_length or name == b"content-length"
+                reader.on_header(name, value)
+        authority = pseudo.get(b":authority")
+        if not authority:
+            return "missing_host"
+        method = pseudo.get(b":method", b"GET")
+        if method == b"CONNECT":
+            return "upgrade_not_supported"
+        reader.on_header(b"host", authority)
+        if cookies:
+            reader.on_header(b"cookie", b"; ".join(cookies))
+        if not ended and not has_length:
+            reader.on_header(b"transfer-encoding", b"chunked")
+        reader.on_url(pseudo.get(b":path", b"/"))
+    except HeadTooLarge:
+        return "headers_too_large"
+    decided = reader.finish(method, "1.1", max_body_bytes)
+    if isinstance(decided, Rejection):
+        return decided.code
+    if ended and decided.body == BODY_LENGTH:  # a declared body that cannot come
+        return REFUSED
+    return method, decided

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hyperframe.frame as hf
 import pytest
 
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
 from edge.core.h2budget import FrameBudget, Limits
-from edge.core.h2head import malformed
+from edge.core.h2head import REFUSED, malformed, request_head
+from edge.core.headreader import RequestHeadReader
 
 LIMITS = Limits(resets_per_s=10, settings_per_s=5, pings_per_s=5, priority_per_s=5,
                 window_updates_per_s=5, continuations_per_block=3, header_block_bytes=100,
@@ -114,3 +116,38 @@ def test_a_well_formed_head_passes() -> None:
 def test_malformed_heads_say_why(headers: list[tuple[bytes, bytes]], why: str) -> None:
     found = malformed(headers)
     assert found is not None and why in found
+
+
+def reader() -> RequestHeadReader:
+    return RequestHeadReader(100, 65536)
+
+
+def test_a_head_becomes_the_http11_head_a_machine_is_sent() -> None:
+    decided = request_head(reader(), [*GOOD, (b"cookie", b"a=1"), (b"cookie", b"b=2"),
+                                      (b"x-a", b"1")], True, 1 << 20)
+    assert not isinstance(decided, str)
+    method, head = decided
+    assert method == b"GET" and head.host == "a.localhost" and head.target == b"/"
+    assert b"cookie: a=1; b=2\r\n" in head.forward and b"x-a: 1\r\n" in head.forward
+    assert head.body == BODY_NONE
+
+
+def test_a_body_of_unknown_length_goes_chunked_and_a_declared_one_keeps_its_length() -> None:
+    decided = request_head(reader(), GOOD, False, 1 << 20)
+    assert not isinstance(decided, str) and decided[1].body == BODY_CHUNKED
+    decided = request_head(reader(), [*GOOD, (b"content-length", b"5")], False, 1 << 20)
+    assert not isinstance(decided, str) and decided[1].body == BODY_LENGTH
+
+
+@pytest.mark.parametrize(("headers", "ended", "code"), [
+    ([h for h in GOOD if h[0] != b":authority"], True, "missing_host"),
+    ([(b":method", b"CONNECT"), (b":authority", b"a.localhost")], True,
+     "upgrade_not_supported"),
+    ([*GOOD, (b"content-length", b"5")], True, REFUSED),  # a body declared that cannot come
+    ([*GOOD, (b"content-length", b"9" * 20)], False, "body_too_large"),
+    ([*GOOD, *((b"x-%d" % i, b"v") for i in range(200))], True, "headers_too_large"),
+])
+def test_heads_that_cannot_go_to_a_machine_say_their_code(
+    headers: list[tuple[bytes, bytes]], ended: bool, code: str,
+) -> None:
+    assert request_head(reader(), headers, ended, 1 << 20) == code
