@@ -62,6 +62,7 @@ class EdgeConfig:
     max_connect_attempts: int = 3  # machines tried per request before it is held
     shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
     h2: bool = True  # serve HTTP/2: h2c with prior knowledge, and h2 by ALPN over TLS
+    h2_websockets: bool = True  # WebSockets over HTTP/2 (RFC 8441 extended CONNECT)
     h2_max_concurrent_streams: int = 100  # per connection (Envoy's default)
     h2_stream_window_bytes: int = 256 * 1024  # a stream's request-body receive window
     h2_stream_buffer_bytes: int = 256 * 1024  # response bytes queued per stream before the

@@ -314,6 +314,14 @@ class Exchange:
         self.upstream = None
         self.finish(Event.END)
 
+    def close_tunnel(self) -> None:
+        """The client closed its side (or the tunnel sat idle): so does the machine's."""
+        upstream = self.upstream
+        self.upstream = None
+        if upstream is not None:
+            upstream.abandon()
+        self.finish(Event.END)
+
     def upstream_busy(self, busy: bool) -> None:
         """The machine's connection cannot take more now (or can again): stop (resume)
         reading the request from the client."""

@@ -13,17 +13,20 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-import h2.errors
-
 from edge.config import EdgeConfig
+from edge.core.exchange import Phase
 from edge.core.framing import BODY_LENGTH, ResponseHead
 from edge.core.h2head import CONNECTION_SPECIFIC
+from edge.core.h2wire import INTERNAL_ERROR, Events
 from edge.errors import RETRY_AFTER, error_body, status_of
 from edge.exchange import Downstream, Exchange
 
+PAUSE_TUNNEL = 1 << 7  # a tunnel's early DATA waits for the machine's 101
 
-class StreamOwner:
-    """What a stream may ask of its HTTP/2 connection."""
+
+class StreamOwner(Events):
+    """What a stream may ask of its HTTP/2 connection (which also takes the protocol's
+    events: one base, as compiled classes have one)."""
 
     config: EdgeConfig
     loop: asyncio.AbstractEventLoop
@@ -67,6 +70,9 @@ class H2Stream(Downstream):
         self.trailers: list[tuple[bytes, bytes]] = []  # the answer's, sent at its end
         self.request_trailers = b""  # the client's, checked, for the machine
         self.body_open = False  # answered before the client sent its whole body
+        self.remote_ended = False  # the client ended its side (END_STREAM)
+        self.tunnel = False  # an RFC 8441 WebSocket: after the machine's 101, DATA both ways
+        self.early: list[bytes] = []  # a tunnel's DATA that came before the machine's 101
         self.sent_at = conn.loop.time()  # when DATA last went out (a stalled reader is reset)
 
     # -- the answer ----------------------------------------------------------------------
@@ -105,13 +111,35 @@ class H2Stream(Downstream):
         self.conn.flush(self)
 
     def cut(self, exchange: Exchange) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        self.conn.reset(self, INTERNAL_ERROR)
+
+    # -- a WebSocket tunnel (RFC 8441) -----------------------------------------------------
 
     def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)  # never asked (no 8441)
+        """The machine's 101 is the client's 200; what the client sent early goes on."""
+        self.conn.send_headers(self, [(b":status", b"200"), *(
+            pair for pair in _header_pairs(head.forward)
+            if pair[0] not in CONNECTION_SPECIFIC and pair[0] != b"sec-websocket-accept")])
+        early, self.early = self.early, []
+        if early:
+            exchange.to_machine(b"".join(early))
+        self.unpause(PAUSE_TUNNEL)
 
     def tunnel_data(self, exchange: Exchange, data: bytes) -> None:
-        self.conn.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        self.send_body(exchange, data)
+
+    def tunnel_in(self, exchange: Exchange, data: bytes, flow_length: int) -> None:
+        """The client's DATA on a tunnel: to the machine, or kept (unacknowledged, so the
+        client's window bounds it) until the machine's 101."""
+        if exchange.phase == Phase.TUNNEL:
+            exchange.to_machine(data)
+        else:
+            self.early.append(data)
+            self.pause(PAUSE_TUNNEL)
+        if self.pause_reasons:
+            self.unacked += flow_length
+        else:
+            self.conn.acknowledge(self, flow_length)
 
     # -- the request body's flow control --------------------------------------------------
 
@@ -128,8 +156,11 @@ class H2Stream(Downstream):
 
     def exchange_done(self, exchange: Exchange) -> None:
         # answered before the client sent all: stop it sending (once the answer is out)
-        self.body_open = not exchange.body_done
+        self.body_open = not (self.remote_ended if self.tunnel else exchange.body_done)
         self.exchange = None
+        if self.tunnel and exchange.status == 101:  # the tunnel closed: END_STREAM
+            self.send_end(exchange, b"")
+            return
         self.conn.stream_settled(self)
 
     def set_blocked(self, blocked: bool) -> None:

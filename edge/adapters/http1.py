@@ -34,7 +34,7 @@ from edge.core.framing import (
     ResponseHead,
     status_line,
 )
-from edge.core.h2budget import PREFACE
+from edge.core.h2wire import PREFACE
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import (

@@ -1,9 +1,10 @@
 """HTTP/2 front door: h2c with prior knowledge, or h2 chosen by ALPN over TLS.
 
-The h2 library keeps the protocol's state; this module maps streams to
-exchanges — each stream is an `Exchange` whose `Downstream` is an `H2Stream`,
-routed, held, woken and released like an HTTP/1.1 request; machines are still
-spoken to in HTTP/1.1 over the keep-alive pool.
+edge/core/h2proto.py keeps the protocol's state (frames, streams, flow control,
+HPACK, the frame budgets); this module maps streams to exchanges — each stream is
+an `Exchange` whose `Downstream` is an `H2Stream`, routed, held, woken and released
+like an HTTP/1.1 request; machines are still spoken to in HTTP/1.1 over the
+keep-alive pool.
 
 - Routing: `:authority` only; a `Host` header that names another host is a
   stream error (RST_STREAM PROTOCOL_ERROR). The head goes through the same
@@ -15,38 +16,41 @@ spoken to in HTTP/1.1 over the keep-alive pool.
   stay unacknowledged, so the client stops at its window. Responses: DATA goes
   out within the client's window; past `h2_stream_buffer_bytes` queued for a
   stream, reading from its machine pauses until the client opens its window.
-- Limits (edge/core/h2budget.py and the h2 settings): concurrent streams,
+- Limits (edge/core/h2budget.py and our SETTINGS): concurrent streams,
   header list size, resets, CONTINUATION frames and header block bytes,
   SETTINGS / PING / PRIORITY / WINDOW_UPDATE rates, empty frames. A
   connection over budget gets GOAWAY ENHANCE_YOUR_CALM; its exchanges are
   cancelled upstream and it closes.
 - Trailers pass both ways (a client's end the chunked body upstream, checked; a
   machine's go out as a trailing HEADERS frame).
-- Not done: RFC 8441 WebSockets, server push (disabled).
+- WebSockets over HTTP/2 (RFC 8441, SETTINGS_ENABLE_CONNECT_PROTOCOL): a CONNECT
+  with `:protocol: websocket` goes to the machine as an HTTP/1.1 upgrade (with a
+  Sec-WebSocket-Key of the edge's); its 101 becomes a 200 and the stream a tunnel,
+  DATA both ways under flow control, END_STREAM from either side closing it.
+- Not done: server push (disabled).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
-from typing import Any, cast
-
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
+import os
+from typing import cast
 
 from edge.adapters.h2stream import H2Stream, StreamOwner
 from edge.core.exchange import Phase
 from edge.core.framing import BODY_LENGTH
-from edge.core.h2budget import PREFACE, FrameBudget, Limits
-from edge.core.h2head import (
-    REFUSED,
-    malformed,
-    request_head,
-    trailer_lines,
+from edge.core.h2budget import FrameBudget, Limits
+from edge.core.h2head import REFUSED, malformed, request_head, trailer_lines
+from edge.core.h2proto import H2Server
+from edge.core.h2wire import (
+    CANCEL,
+    ENHANCE_YOUR_CALM,
+    NO_ERROR,
+    PROTOCOL_ERROR,
+    H2ConnectionError,
+    Settings,
 )
 from edge.core.headreader import RequestHeadReader
 from edge.exchange import Exchange, Shell
@@ -66,27 +70,17 @@ class H2Connection(StreamOwner):
         self.scheme = scheme
         self.peer = peer
         self.transport: asyncio.Transport | None = None
-        self.h2 = h2.connection.H2Connection(config=h2.config.H2Configuration(
-            client_side=False, header_encoding=None, validate_inbound_headers=False,
-            normalize_inbound_headers=True, validate_outbound_headers=False))
-        # (inbound headers are checked by edge/core/h2head.py: a malformed request is then a
-        # stream error, where the library's own check would end the whole connection)
-        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: config.h2_max_concurrent_streams,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: config.max_header_bytes,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: config.h2_stream_window_bytes,
-            h2.settings.SettingCodes.HEADER_TABLE_SIZE: config.h2_header_table_bytes,
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-        })
-        self.h2.decoder.max_header_list_size = config.max_header_bytes
-        self.h2.decoder.max_allowed_table_size = config.h2_header_table_bytes
-        self.budget = FrameBudget(Limits(
+        self.h2 = H2Server(self, Settings(
+            max_concurrent_streams=config.h2_max_concurrent_streams,
+            stream_window=config.h2_stream_window_bytes, connection_window=CONNECTION_WINDOW,
+            max_header_list=config.max_header_bytes, header_table=config.h2_header_table_bytes,
+            connect_protocol=config.h2_websockets,
+        ), FrameBudget(Limits(
             resets_per_s=config.h2_resets_per_s, settings_per_s=config.h2_control_frames_per_s,
             pings_per_s=config.h2_control_frames_per_s,
             continuations_per_block=config.h2_max_continuations,
             header_block_bytes=config.max_header_bytes,
-        ), self.loop.time())
-        self.preface_left = len(PREFACE)  # client preface bytes not yet seen by the budget
+        ), self.loop.time()))
         self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
                                         underscore_headers=config.underscore_headers)
         self.streams: dict[int, H2Stream] = {}
@@ -96,7 +90,8 @@ class H2Connection(StreamOwner):
         self.going_away = False
         self.last_active = self.loop.time()
         self.watchdog: asyncio.TimerHandle | None = None
-        self.watch_every_s = min(config.idle_timeout_s, config.response_timeout_s) / 4
+        self.watch_every_s = min(config.idle_timeout_s, config.response_timeout_s,
+                                 config.tunnel_idle_timeout_s) / 4
 
     # -- transport events ----------------------------------------------------------------
 
@@ -108,8 +103,7 @@ class H2Connection(StreamOwner):
         if peer:
             self.peer = str(peer[0]).encode()
         self.shell.connection_opened(self)
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self.h2.start()
         self._write_out()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
@@ -140,52 +134,61 @@ class H2Connection(StreamOwner):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        framed = data
-        if self.preface_left:
-            skip = min(self.preface_left, len(data))
-            self.preface_left -= skip
-            framed = data[skip:]
-        if framed:
-            reason = self.budget.feed(framed, self.loop.time())
-            if reason is not None:
-                self.calm(reason)
-                return
         try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            log.debug("HTTP/2 protocol error from %s: %s", self.peer.decode("latin-1"), exc)
-            self._close_with(h2.errors.ErrorCodes.PROTOCOL_ERROR, str(exc))
+            self.h2.receive(data, self.loop.time())
+        except H2ConnectionError as exc:
+            if exc.code == ENHANCE_YOUR_CALM:
+                log.warning("HTTP/2 client %s over budget (%s): GOAWAY",
+                            self.peer.decode("latin-1"), exc.reason)
+            else:
+                log.debug("HTTP/2 protocol error from %s: %s", self.peer.decode("latin-1"),
+                          exc.reason)
+            self._close_with(exc.code, exc.reason)
             return
-        for event in events:
-            self._event(event)
-            if self.closed:
-                return
         self._write_out()
 
-    def _event(self, event: Any) -> None:
-        if isinstance(event, h2.events.RequestReceived):
-            self._request(event.stream_id, event.headers or [], bool(event.stream_ended))
-        elif isinstance(event, h2.events.DataReceived):
-            self._body(event.stream_id, event.data or b"", event.flow_controlled_length or 0)
-        elif isinstance(event, h2.events.TrailersReceived):  # (StreamEnded follows)
-            stream = self.streams.get(event.stream_id or 0)
+    # -- the protocol's events -------------------------------------------------------------
+
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], ended: bool,
+                   too_large: bool) -> None:
+        if self.closed:
+            return
+        if too_large:
+            stream = H2Stream(self, stream_id)
+            self.streams[stream_id] = stream
+            stream.send_error(None, "headers_too_large")
+            return
+        self._request(stream_id, headers, ended)
+
+    def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
+        self._body(stream_id, data, flow_length)
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            stream.request_trailers = trailer_lines(headers)
+
+    def on_end(self, stream_id: int) -> None:
+        self._body_end(stream_id)
+
+    def on_reset(self, stream_id: int) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self.drop(stream)  # cancels its exchange upstream too
+
+    def on_window(self, stream_id: int) -> None:
+        if stream_id:
+            stream = self.streams.get(stream_id)
             if stream is not None:
-                stream.request_trailers = trailer_lines(event.headers or [])
-        elif isinstance(event, h2.events.StreamEnded):
-            self._body_end(event.stream_id or 0)
-        elif isinstance(event, h2.events.StreamReset):
-            stream = self.streams.get(event.stream_id or 0)
-            if stream is not None:
-                self.drop(stream)  # cancels its exchange upstream too
-        elif isinstance(event, h2.events.WindowUpdated):
-            targets = (list(self.streams.values()) if not event.stream_id
-                       else [s for s in (self.streams.get(event.stream_id),) if s is not None])
-            for stream in targets:
                 self.flush(stream, write=False)
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            self.going_away = True
-            if not self.streams:
-                self._close_transport()
+        else:
+            for stream in list(self.streams.values()):
+                self.flush(stream, write=False)
+
+    def on_goaway(self) -> None:
+        self.going_away = True
+        if not self.streams:
+            self._close_transport()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -197,21 +200,25 @@ class H2Connection(StreamOwner):
         why = malformed(headers)
         if why is not None:
             log.debug("malformed HTTP/2 request from %s: %s", self.peer.decode("latin-1"), why)
-            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            self.reset(stream, PROTOCOL_ERROR)
             return
         if self.going_away or self.shell.closing:
             stream.send_error(None, "shutting_down")
             return
-        decided = request_head(self.reader, headers, ended, self.config.max_body_bytes)
+        decided = request_head(self.reader, headers, ended, self.config.max_body_bytes,
+                               _websocket_key(headers) if self.config.h2_websockets else b"")
         if decided == REFUSED:
-            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            self.reset(stream, PROTOCOL_ERROR)
             return
         if isinstance(decided, str):
             stream.send_error(None, decided)
             return
-        method, head = decided
+        method, head, websocket = decided
         exchange = Exchange(self.shell, stream, method, head, True, False)
         stream.exchange = exchange
+        if websocket:  # RFC 8441: the stream is the tunnel once the machine answers 101
+            exchange.upgrade = stream.tunnel = True
+            ended = True  # (no body: the stream's DATA is the tunnel's)
         self.shell.dispatch(exchange)
         if ended:
             exchange.end_body()
@@ -222,6 +229,9 @@ class H2Connection(StreamOwner):
         if stream is None or exchange is None or exchange.ended:
             self._credit(stream_id, flow_length)  # nobody wants it: keep the window open
             return
+        if stream.tunnel:
+            stream.tunnel_in(exchange, data, flow_length)
+            return
         if exchange.received + len(data) > self.config.max_body_bytes:
             self._credit(stream_id, flow_length)
             self.shell.fail(exchange, "body_too_large",
@@ -230,32 +240,37 @@ class H2Connection(StreamOwner):
         head = exchange.head
         if head.body == BODY_LENGTH and exchange.received + len(data) > head.content_length:
             self._credit(stream_id, flow_length)
-            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)  # more than it declared
+            self.reset(stream, PROTOCOL_ERROR)  # more than it declared
             return
         exchange.feed_body(data)
         if stream.pause_reasons:
             stream.unacked += flow_length  # the client's window closes until it went on
         else:
-            self.h2.acknowledge_received_data(flow_length, stream_id)
+            self.h2.ack_data(stream_id, flow_length)
 
     def _body_end(self, stream_id: int) -> None:
         stream = self.streams.get(stream_id)
         exchange = stream.exchange if stream is not None else None
-        if stream is None or exchange is None:
+        if stream is None:
+            return
+        stream.remote_ended = True
+        if exchange is None:
+            return
+        if stream.tunnel:  # the client closed its side: so does the machine's
+            if exchange.phase == Phase.TUNNEL:
+                exchange.close_tunnel()
+            else:
+                self.reset(stream, CANCEL)  # before the machine even answered
             return
         head = exchange.head
         if head.body == BODY_LENGTH and exchange.received != head.content_length:
-            self.reset(stream, h2.errors.ErrorCodes.PROTOCOL_ERROR)  # less than it declared
+            self.reset(stream, PROTOCOL_ERROR)  # less than it declared
             return
         exchange.end_body(stream.request_trailers)
 
     def _credit(self, stream_id: int, size: int) -> None:
         """Give back `size` bytes of window (the connection's, and the stream's if open)."""
-        if size > 0:
-            try:
-                self.h2.acknowledge_received_data(size, stream_id)
-            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-                pass
+        self.h2.ack_data(stream_id, size)
 
     def drop(self, stream: H2Stream) -> None:
         """Forget `stream` (reset, or closed under us): its exchange is cancelled (upstream
@@ -275,9 +290,7 @@ class H2Connection(StreamOwner):
     def send_headers(self, stream: H2Stream, headers: list[tuple[bytes, bytes]]) -> None:
         if self.closed or stream.stream_id not in self.streams:
             return
-        try:
-            self.h2.send_headers(stream.stream_id, headers)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        if not self.h2.send_headers(stream.stream_id, headers):
             self.drop(stream)
             return
         self._write_out()
@@ -287,39 +300,37 @@ class H2Connection(StreamOwner):
         sid = stream.stream_id
         if self.closed or sid not in self.streams:
             return
-        try:
-            while stream.out:
-                window = min(self.h2.local_flow_control_window(sid),
-                             self.h2.max_outbound_frame_size)
-                if window <= 0:
-                    break
-                chunk = stream.out.popleft()
-                if len(chunk) > window:
-                    stream.out.appendleft(chunk[window:])
-                    chunk = chunk[:window]
-                stream.out_bytes -= len(chunk)
-                stream.sent_at = self.loop.time()
-                self.h2.send_data(sid, chunk)
-            if not stream.out and stream.ending:
+        h2 = self.h2
+        while stream.out:
+            window = h2.window(sid)
+            if window <= 0:
+                break
+            chunk = stream.out.popleft()
+            if len(chunk) > window:
+                stream.out.appendleft(chunk[window:])
+                chunk = chunk[:window]
+            stream.out_bytes -= len(chunk)
+            stream.sent_at = self.loop.time()
+            last = stream.ending and not stream.out and not stream.trailers
+            h2.send_data(sid, chunk, end_stream=last)  # (the last DATA carries END_STREAM)
+            if last:
                 stream.ending = False
-                if stream.trailers:
-                    self.h2.send_headers(sid, stream.trailers, end_stream=True)
-                else:
-                    self.h2.end_stream(sid)
                 self.stream_settled(stream)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self.drop(stream)
-            return
+        if stream.ending and not stream.out:
+            stream.ending = False
+            sent = (h2.send_headers(sid, stream.trailers, end_stream=True) if stream.trailers
+                    else h2.send_data(sid, b"", end_stream=True))
+            if not sent:
+                self.drop(stream)
+                return
+            self.stream_settled(stream)
         stream.set_blocked(stream.out_bytes > self.config.h2_stream_buffer_bytes)
         if write:
             self._write_out()
 
     def acknowledge(self, stream: H2Stream, size: int) -> None:
         if not self.closed and stream.stream_id in self.streams:
-            try:
-                self.h2.acknowledge_received_data(size, stream.stream_id)
-            except h2.exceptions.StreamClosedError:
-                pass
+            self.h2.ack_data(stream.stream_id, size)
             self._write_out()
 
     def reset(self, stream: H2Stream, code: int, after_end: bool = False) -> None:
@@ -329,10 +340,7 @@ class H2Connection(StreamOwner):
         if after_end and (stream.out or stream.ending):
             return  # the answer is still going out: stream_settled resets it after
         self.drop(stream)
-        try:
-            self.h2.reset_stream(sid, code)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            return
+        self.h2.reset_stream(sid, code)
         self._write_out()
 
     def stream_settled(self, stream: H2Stream) -> None:
@@ -340,7 +348,7 @@ class H2Connection(StreamOwner):
         if stream.exchange is None and not stream.out and not stream.ending:
             if stream.body_open:  # answered whole before the client sent all: stop it
                 stream.body_open = False
-                self.reset(stream, h2.errors.ErrorCodes.NO_ERROR)
+                self.reset(stream, NO_ERROR)
             self.drop(stream)
             self.last_active = self.loop.time()
             if self.going_away and not self.streams:
@@ -361,17 +369,8 @@ class H2Connection(StreamOwner):
 
     # -- endings -------------------------------------------------------------------------
 
-    def calm(self, reason: str) -> None:
-        """Over a budget: GOAWAY ENHANCE_YOUR_CALM, cancel every exchange, close."""
-        log.warning("HTTP/2 client %s over budget (%s): GOAWAY", self.peer.decode("latin-1"),
-                    reason)
-        self._close_with(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reason)
-
     def _close_with(self, code: int, reason: str) -> None:
-        try:
-            self.h2.close_connection(error_code=code, additional_data=reason.encode()[:100])
-        except h2.exceptions.ProtocolError:
-            pass
+        self.h2.goaway(code, reason.encode()[:100])
         self._send_now()  # the GOAWAY goes before the close
         for stream in list(self.streams.values()):
             if stream.exchange is not None:
@@ -386,15 +385,11 @@ class H2Connection(StreamOwner):
 
     def close_if_idle(self) -> bool:
         if not self.streams:
-            self._close_with(h2.errors.ErrorCodes.NO_ERROR, "")
+            self._close_with(NO_ERROR, "")
             return True
         if not self.going_away:
             self.going_away = True
-            try:
-                self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR,
-                                         last_stream_id=max(self.streams))
-            except h2.exceptions.ProtocolError:
-                pass
+            self.h2.goaway(NO_ERROR, last_stream_id=max(self.streams))
             self._write_out()
         return False
 
@@ -410,16 +405,30 @@ class H2Connection(StreamOwner):
             return
         now = self.loop.time()
         if not self.streams and now - self.last_active >= self.config.idle_timeout_s:
-            self._close_with(h2.errors.ErrorCodes.NO_ERROR, "idle")
+            self._close_with(NO_ERROR, "idle")
             return
         for stream in list(self.streams.values()):
             exchange = stream.exchange
             if exchange is None and stream.out \
                     and now - stream.sent_at >= self.config.response_timeout_s:
-                self.reset(stream, h2.errors.ErrorCodes.CANCEL)  # a reader that stopped
+                self.reset(stream, CANCEL)  # a reader that stopped
                 continue
             if (exchange is not None and Phase.FORWARDING <= exchange.phase <= Phase.RESPONDING
                     and now - exchange.progress_at >= self.config.response_timeout_s):
                 self.shell.fail(exchange, "upstream_timeout",
                                 f"the machine sent nothing for {now - exchange.progress_at:.1f}s")
+            elif (exchange is not None and exchange.phase == Phase.TUNNEL
+                    and now - exchange.progress_at >= self.config.tunnel_idle_timeout_s):
+                exchange.close_tunnel()  # idle both ways
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
+
+
+def _websocket_key(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A fresh Sec-WebSocket-Key (RFC 6455 4.1) for an RFC 8441 CONNECT, else b"" (no
+    randomness spent on other requests)."""
+    for name, value in headers:
+        if name == b":protocol":
+            return base64.b64encode(os.urandom(16)) if value == b"websocket" else b""
+        if name[:1] != b":":
+            break
+    return b""

@@ -101,6 +101,9 @@ class UpstreamConnection(Upstream):
         self.transport = transport
         transport.set_write_buffer_limits(high=self.pool.write_buffer_high_bytes)
 
+    def eof_received(self) -> bool:
+        return False  # the machine ended its side: close ours (connection_lost follows)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)

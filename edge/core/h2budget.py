@@ -1,29 +1,37 @@
-"""Budgets on what an HTTP/2 client may send, read off the raw frames before the h2
-library sees them: the 2023-2024 floods end in GOAWAY `ENHANCE_YOUR_CALM`.
+"""Budgets on what an HTTP/2 client may send, checked on each frame's header before the
+frame is acted on (edge/core/h2proto.py): the 2023-2024 floods end in GOAWAY
+`ENHANCE_YOUR_CALM`.
 
 - rapid reset (CVE-2023-44487): RST_STREAM frames per second;
 - CONTINUATION floods (CVE-2024-27316 family): CONTINUATION frames per header
   block, and the block's bytes (HPACK bombs grow from a small block, so the
-  decoded size is bounded separately, by the header list size the h2 library
+  decoded size is bounded separately, by the header list size edge/core/hpack.py
   enforces);
 - SETTINGS, PING, PRIORITY and WINDOW_UPDATE floods: frames per second each;
 - empty DATA / HEADERS floods: frames with no payload and no END_STREAM in a
   row (Envoy's `max_consecutive_inbound_frames_with_empty_payload`).
 
 Per-second budgets are token buckets: `rate` per second, bursts up to
-`2 x rate`. It only reads the 9-byte frame headers (type, flags, length) and
-skips payloads; `feed(data, now)` returns the reason of the first budget
-exceeded, or None. No IO, no clock: `now` is an argument.
+`2 x rate`. `frame(kind, flags, length, now)` returns the reason a frame goes over
+a budget, or None. No IO, no clock: `now` is an argument.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
-PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x6, 0x7, 0x8, 0x9
-END_STREAM, END_HEADERS = 0x1, 0x4
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+from edge.core.h2wire import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    PING,
+    PRIORITY,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+)
 
 
 @dataclass(frozen=True)
@@ -67,37 +75,12 @@ class FrameBudget:
         }
         for bucket in self._buckets.values():
             bucket.at = now
-        self._head = b""  # a frame header split across reads
-        self._skip = 0  # payload bytes of the current frame still to come
         self._block_frames = -1  # CONTINUATIONs in the open header block (-1: none open)
         self._block_bytes = 0
         self._empty = 0  # empty frames in a row
 
-    def feed(self, data: bytes, now: float) -> str | None:
-        view = memoryview(data)
-        at = 0
-        end = len(view)
-        while at < end:
-            if self._skip:
-                step = min(self._skip, end - at)
-                self._skip -= step
-                at += step
-                continue
-            need = 9 - len(self._head)
-            self._head += bytes(view[at:at + need])
-            at += min(need, end - at)
-            if len(self._head) < 9:
-                return None
-            head, self._head = self._head, b""
-            length = int.from_bytes(head[0:3], "big")
-            kind, flags = head[3], head[4]
-            self._skip = length
-            reason = self._frame(kind, flags, length, now)
-            if reason is not None:
-                return reason
-        return None
-
-    def _frame(self, kind: int, flags: int, length: int, now: float) -> str | None:
+    def frame(self, kind: int, flags: int, length: int, now: float) -> str | None:
+        """The reason the frame (by its header) goes over a budget, or None."""
         limits = self.limits
         bucket = self._buckets.get(kind)
         if bucket is not None and not (kind == SETTINGS and flags & 0x1) \

@@ -2,8 +2,9 @@
 of it is trusted or forwarded to a machine in HTTP/1.1.
 
 A malformed request is a stream error (RST_STREAM PROTOCOL_ERROR), never a connection
-error: pseudo-headers other than :method, :scheme, :authority and :path, repeated, or
-after a regular header; a missing :method, :scheme or :path (CONNECT aside); a name with
+error: pseudo-headers other than :method, :scheme, :authority, :path and :protocol (RFC 8441),
+repeated, or after a regular header; a missing :method, :scheme or :path (plain CONNECT
+aside); a :protocol without CONNECT; a name with
 upper-case letters, separators or controls; a value holding CR, LF or NUL (which would
 split the HTTP/1.1 head the machine reads); a connection-specific header; TE other than
 "trailers"; a Host that names another authority than :authority; a :method that is
@@ -18,7 +19,7 @@ import re
 from edge.core.framing import BODY_LENGTH, Rejection, RequestHead
 from edge.core.headreader import HeadTooLarge, RequestHeadReader
 
-PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
+PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path", b":protocol"})
 CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                  b"transfer-encoding", b"upgrade"})
 _NOT_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")  # a lower-case token's complement
@@ -76,7 +77,11 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
         return "no :method"
     if _NOT_TOKEN.search(method):
         return "a :method that is not a token"
-    if method != b"CONNECT" and (not pseudo.get(b":scheme") or not pseudo.get(b":path")):
+    protocol = pseudo.get(b":protocol")
+    if protocol is not None and (method != b"CONNECT" or not pseudo.get(b":authority")):
+        return ":protocol without CONNECT and :authority"  # RFC 8441 4
+    if (method != b"CONNECT" or protocol is not None) \
+            and (not pseudo.get(b":scheme") or not pseudo.get(b":path")):
         return "no :scheme or :path"
     for name in (b":path", b":authority", b":scheme"):
         if _CTL_OR_SPACE.search(pseudo.get(name, b"")):
@@ -92,12 +97,18 @@ REFUSED = "refused"  # `request_head`'s answer for a stream to reset (PROTOCOL_E
 
 
 def request_head(reader: RequestHeadReader, headers: list[tuple[bytes, bytes]], ended: bool,
-                 max_body_bytes: int) -> tuple[bytes, RequestHead] | str:
-    """(method, the head a machine is sent in HTTP/1.1) of a well-formed (`malformed`)
-    request's header list, or the error code to answer it with (REFUSED: reset the
-    stream). The head goes through the same reader as HTTP/1.1's: `:authority` as Host
-    (the only routing source), cookies joined again, and a body of unknown length (no
-    content-length, no END_STREAM on the headers) framed chunked."""
+                 max_body_bytes: int, websocket_key: bytes = b""
+                 ) -> tuple[bytes, RequestHead, bool] | str:
+    """(method, the head a machine is sent in HTTP/1.1, whether it opens a WebSocket) of a
+    well-formed (`malformed`) request's header list, or the error code to answer it with
+    (REFUSED: reset the stream). The head goes through the same reader as HTTP/1.1's:
+    `:authority` as Host (the only routing source), cookies joined again, and a body of
+    unknown length (no content-length, no END_STREAM on the headers) framed chunked.
+
+    A WebSocket over HTTP/2 (RFC 8441: CONNECT with `:protocol: websocket`) becomes the
+    HTTP/1.1 upgrade a machine understands (RFC 6455): a GET with no body and
+    `Sec-WebSocket-Key: websocket_key` (the edge's, as an HTTP/2 client sends none);
+    Upgrade and Connection are the shell's to add. Any other CONNECT is refused (501)."""
     pseudo: dict[bytes, bytes] = {}
     reader.reset()
     cookies: list[bytes] = []
@@ -117,8 +128,13 @@ def request_head(reader: RequestHeadReader, headers: list[tuple[bytes, bytes]], 
         if not authority:
             return "missing_host"
         method = pseudo.get(b":method", b"GET")
+        websocket = method == b"CONNECT" and pseudo.get(b":protocol") == b"websocket"
         if method == b"CONNECT":
-            return "upgrade_not_supported"
+            if not websocket or not websocket_key:
+                return "upgrade_not_supported"
+            method = b"GET"
+            ended = True  # the stream's DATA is the tunnel's, not a body
+            reader.on_header(b"sec-websocket-key", websocket_key)
         reader.on_header(b"host", authority)
         if cookies:
             reader.on_header(b"cookie", b"; ".join(cookies))
@@ -132,4 +148,4 @@ def request_head(reader: RequestHeadReader, headers: list[tuple[bytes, bytes]], 
         return decided.code
     if ended and decided.body == BODY_LENGTH:  # a declared body that cannot come
         return REFUSED
-    return method, decided
+    return method, decided, websocket

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -317,3 +318,103 @@ async def test_trailers_pass_both_ways_and_never_become_the_next_answers_headers
     first, _, second = data.partition(b"0\r\nX-Checksum: 900150983cd24fb0\r\n\r\n")
     assert b"3\r\nabc\r\n" in first and second.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"x-checksum" not in second.lower()
+
+
+def ws_frame(opcode: int, payload: bytes) -> bytes:
+    """A client's (masked) WebSocket frame (RFC 6455 5.2)."""
+    size = len(payload)
+    head = bytes((0x80 | opcode,))
+    if size < 126:
+        head += bytes((0x80 | size,))
+    elif size < 1 << 16:
+        head += bytes((0x80 | 126,)) + size.to_bytes(2, "big")
+    else:
+        head += bytes((0x80 | 127,)) + size.to_bytes(8, "big")
+    mask = os.urandom(4)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def ws_message(buffer: bytearray) -> tuple[int, bytes] | None:
+    """(opcode, payload) of the server's first whole frame in `buffer`, taken out of it."""
+    if len(buffer) < 2:
+        return None
+    size, at = buffer[1] & 0x7F, 2
+    if size == 126:
+        size, at = int.from_bytes(buffer[2:4], "big"), 4
+    elif size == 127:
+        size, at = int.from_bytes(buffer[2:10], "big"), 10
+    if len(buffer) < at + size:
+        return None
+    opcode, payload = buffer[0] & 0x0F, bytes(buffer[at:at + size])
+    del buffer[:at + size]
+    return opcode, payload
+
+
+async def ws_receive(answer: Answer, timeout_s: float = 20.0) -> tuple[int, bytes]:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (message := ws_message(answer.body)) is None:
+        assert asyncio.get_running_loop().time() < deadline, "no WebSocket message"
+        await asyncio.sleep(0.005)
+    return message
+
+
+async def test_a_websocket_over_h2_wakes_its_app_and_echoes_a_mebibyte() -> None:
+    edge = await start_edge([{"name": "echo"}], FakePlacement(backend="hello"))
+    client = await H2Client.open(edge.port)
+    try:
+        await asyncio.sleep(0.1)  # the edge's SETTINGS
+        assert client.conn.remote_settings.enable_connect_protocol == 1
+        sid = client.open_websocket(b"echo.localhost")
+        answer = client.answers[sid]
+        await client.send(sid, ws_frame(0x1, b"early"))  # before the tunnel opens: kept
+        deadline = asyncio.get_running_loop().time() + 20
+        while answer.status == 0:
+            assert asyncio.get_running_loop().time() < deadline and not answer.done.is_set()
+            await asyncio.sleep(0.01)
+        assert answer.status == 200 and b"sec-websocket-accept" not in answer.headers
+        assert edge.placement.wakes == [1]  # the CONNECT woke the app
+        assert await ws_receive(answer) == (0x1, b"early")
+        payload = os.urandom(1 << 20)
+        await client.send(sid, ws_frame(0x2, payload))
+        assert await ws_receive(answer) == (0x2, payload)
+        await client.send(sid, b"", end=True)  # the client ends its side: the edge, the rest
+        await asyncio.wait_for(answer.done.wait(), 10)
+        state = await edge.state()
+        assert state["apps"]["echo"]["in_flight"] == 0  # type: ignore[index]
+        plain = await client.request(b"echo.localhost")  # the connection still serves
+        assert plain.status == 200
+    finally:
+        await client.close()
+        await edge.close()
+
+
+async def test_the_machine_closing_a_websocket_over_h2_ends_the_stream() -> None:
+    edge = await start_edge([{"name": "echo"}], FakePlacement(backend="hello"))
+    client = await H2Client.open(edge.port)
+    try:
+        sid = client.open_websocket(b"echo.localhost")
+        await client.send(sid, ws_frame(0x1, b"close-me"))  # the app closes with 1000
+        answer = client.answers[sid]
+        await asyncio.wait_for(answer.done.wait(), 20)
+        assert answer.status == 200 and answer.reset in (None, 0)
+        assert ws_message(answer.body) == (0x8, b"\x03\xe8")
+    finally:
+        await client.close()
+        await edge.close()
+
+
+async def test_an_idle_websocket_over_h2_is_closed() -> None:
+    edge = await start_edge([{"name": "echo"}], FakePlacement(backend="hello"),
+                            tunnel_idle_timeout_s=0.4)
+    client = await H2Client.open(edge.port)
+    try:
+        sid = client.open_websocket(b"echo.localhost")
+        answer = client.answers[sid]
+        await client.send(sid, ws_frame(0x1, b"hi"))
+        assert await ws_receive(answer) == (0x1, b"hi")
+        await asyncio.wait_for(answer.done.wait(), 10)  # nothing either way: closed
+        state = await edge.state()
+        assert state["apps"]["echo"]["in_flight"] == 0  # type: ignore[index]
+    finally:
+        await client.close()
+        await edge.close()

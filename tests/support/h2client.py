@@ -91,6 +91,33 @@ class H2Client:
         await asyncio.wait_for(answer.done.wait(), timeout_s)
         return answer
 
+    def open_websocket(self, host: bytes, path: bytes = b"/ws") -> int:
+        """An RFC 8441 extended CONNECT: the stream stays open both ways."""
+        stream_id = self.conn.get_next_available_stream_id()
+        self.answers[stream_id] = Answer()
+        self.conn.send_headers(stream_id, [
+            (b":method", b"CONNECT"), (b":protocol", b"websocket"), (b":scheme", b"http"),
+            (b":authority", host), (b":path", path), (b"sec-websocket-version", b"13")])
+        self.flush()
+        return stream_id
+
+    async def send(self, stream_id: int, data: bytes, end: bool = False) -> None:
+        """DATA within the edge's windows (waiting for them), END_STREAM after if `end`."""
+        view = memoryview(data)
+        while view:
+            window = min(self.conn.local_flow_control_window(stream_id),
+                         self.conn.max_outbound_frame_size)
+            if window <= 0:
+                await asyncio.sleep(0.005)
+                continue
+            self.conn.send_data(stream_id, bytes(view[:window]))
+            view = view[window:]
+            self.flush()
+            await self.writer.drain()
+        if end:
+            self.conn.end_stream(stream_id)
+            self.flush()
+
     def ack(self, stream_id: int, size: int) -> None:
         self.conn.acknowledge_received_data(size, stream_id)
         self.flush()

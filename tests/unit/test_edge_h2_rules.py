@@ -1,4 +1,4 @@
-"""HTTP/2's pure rules: frame budgets read off raw frames, and well-formed request heads."""
+"""HTTP/2's pure rules: frame budgets over frame headers, and well-formed request heads."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ LIMITS = Limits(resets_per_s=10, settings_per_s=5, pings_per_s=5, priority_per_s
 
 
 def feed(budget: FrameBudget, frames: list[hf.Frame], now: float = 0.0) -> str | None:
-    return budget.feed(b"".join(f.serialize() for f in frames), now)
+    """The first reason over the frames, read by their headers as the protocol does."""
+    for frame in frames:
+        raw = frame.serialize()
+        reason = budget.frame(raw[3], raw[4], int.from_bytes(raw[:3], "big"), now)
+        if reason is not None:
+            return reason
+    return None
 
 
 def test_resets_within_the_burst_pass_and_past_it_give_a_reason() -> None:
@@ -81,14 +87,6 @@ def test_empty_data_frames_in_a_row_are_bounded_and_a_payload_resets_the_run() -
     assert feed(budget, [hf.DataFrame(1, data=b"")] * 2) == "too many empty frames in a row"
 
 
-def test_frames_split_across_reads_at_any_byte_are_read_alike() -> None:
-    data = b"".join(f.serialize() for f in [hf.DataFrame(1, data=b"abc")] * 3
-                    + [hf.RstStreamFrame(3)] * 21)
-    budget = FrameBudget(LIMITS)
-    reasons = [budget.feed(data[i:i + 1], 0.0) for i in range(len(data))]
-    assert [r for r in reasons if r] == ["too many stream resets per second"]
-
-
 GOOD = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"a.localhost"),
         (b":path", b"/")]
 
@@ -126,10 +124,28 @@ def test_a_head_becomes_the_http11_head_a_machine_is_sent() -> None:
     decided = request_head(reader(), [*GOOD, (b"cookie", b"a=1"), (b"cookie", b"b=2"),
                                       (b"x-a", b"1")], True, 1 << 20)
     assert not isinstance(decided, str)
-    method, head = decided
-    assert method == b"GET" and head.host == "a.localhost" and head.target == b"/"
+    method, head, websocket = decided
+    assert method == b"GET" and not websocket and head.host == "a.localhost" and head.target == b"/"
     assert b"cookie: a=1; b=2\r\n" in head.forward and b"x-a: 1\r\n" in head.forward
     assert head.body == BODY_NONE
+
+
+def test_an_extended_connect_becomes_a_websocket_upgrade_with_the_edges_key() -> None:
+    connect = [(b":method", b"CONNECT"), (b":protocol", b"websocket"), (b":scheme", b"http"),
+               (b":authority", b"a.localhost"), (b":path", b"/ws"),
+               (b"sec-websocket-version", b"13")]
+    assert malformed(connect) is None
+    decided = request_head(reader(), connect, False, 1 << 20, websocket_key=b"k==")
+    assert not isinstance(decided, str)
+    method, head, websocket = decided
+    assert method == b"GET" and websocket and head.target == b"/ws" and head.body == BODY_NONE
+    assert b"sec-websocket-key: k==\r\n" in head.forward
+    assert b"sec-websocket-version: 13\r\n" in head.forward
+    assert request_head(reader(), connect, False, 1 << 20) == "upgrade_not_supported"
+    other = [(n, b"connect-udp" if n == b":protocol" else v) for n, v in connect]
+    assert request_head(reader(), other, False, 1 << 20, b"k==") == "upgrade_not_supported"
+    assert malformed([(b":method", b"GET"), *connect[1:]]) is not None  # :protocol, no CONNECT
+    assert malformed([h for h in connect if h[0] != b":path"]) is not None
 
 
 def test_a_body_of_unknown_length_goes_chunked_and_a_declared_one_keeps_its_length() -> None:
