@@ -77,6 +77,7 @@ class ClientConnection(Downstream):
         self.parser = self._new_parser(False)
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
         self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
+        self.opening: bytes | None = b""  # the first bytes, while they may be an h2 preface
         self.early: list[bytes] = []  # bytes the client sent before the 101 (bounded)
         self.early_bytes = 0
         self.made_up_head = False
@@ -145,6 +146,10 @@ class ClientConnection(Downstream):
         if self.tunnel is not None:
             self._tunnel_in(data)
             return
+        if self.opening is not None:
+            data = self._opening(data)
+            if not data:
+                return
         while not self.stopped:
             try:
                 self.parser.feed_data(data)
@@ -158,7 +163,7 @@ class ClientConnection(Downstream):
             except httptools.HttpParserError as exc:
                 if self.config.h2 and not self.exchanges and data.startswith(PREFACE):
                     # llhttp stops at "PRI * HTTP/2.0": HTTP/2 with prior knowledge (no
-                    # check on the warm path; a preface split before its 18th byte gets 505)
+                    # check on the warm path; a preface split across reads: `_opening`)
                     self._to_h2(data)
                     return
                 found = self.reader.rejection
@@ -268,6 +273,17 @@ class ClientConnection(Downstream):
         conn.connection_made(transport)
         if data:
             conn.data_received(data)
+
+    def _opening(self, data: bytes) -> bytes:
+        """A connection's first bytes: while they could be the start of the HTTP/2 preface
+        they are kept (b""), so that a preface split across reads reaches llhttp whole;
+        then the bytes to parse."""
+        data = self.opening + data if self.opening else data
+        if self.config.h2 and len(data) < len(PREFACE) and PREFACE.startswith(data):
+            self.opening = data
+            return b""
+        self.opening = None
+        return data
 
     def _tunnel_opened(self, rest: bytes) -> bool:
         """After the head of an upgrade: a WebSocket one takes the rest of the bytes. (Its

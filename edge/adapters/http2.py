@@ -165,8 +165,12 @@ class H2Connection(StreamOwner):
 
     def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         stream = self.streams.get(stream_id)
-        if stream is not None:
-            stream.request_trailers = trailer_lines(headers)
+        if stream is None:
+            return
+        if any(name[:1] == b":" for name, _ in headers):
+            self._malformed(stream)  # pseudo-headers in trailers (RFC 9113 8.1)
+            return
+        stream.request_trailers = trailer_lines(headers)
 
     def on_end(self, stream_id: int) -> None:
         self._body_end(stream_id)
@@ -200,7 +204,7 @@ class H2Connection(StreamOwner):
         why = malformed(headers)
         if why is not None:
             log.debug("malformed HTTP/2 request from %s: %s", self.peer.decode("latin-1"), why)
-            self.reset(stream, PROTOCOL_ERROR)
+            self._malformed(stream)
             return
         if self.going_away or self.shell.closing:
             stream.send_error(None, "shutting_down")
@@ -208,7 +212,7 @@ class H2Connection(StreamOwner):
         decided = request_head(self.reader, headers, ended, self.config.max_body_bytes,
                                _websocket_key(headers) if self.config.h2_websockets else b"")
         if decided == REFUSED:
-            self.reset(stream, PROTOCOL_ERROR)
+            self._malformed(stream)
             return
         if isinstance(decided, str):
             stream.send_error(None, decided)
@@ -240,7 +244,7 @@ class H2Connection(StreamOwner):
         head = exchange.head
         if head.body == BODY_LENGTH and exchange.received + len(data) > head.content_length:
             self._credit(stream_id, flow_length)
-            self.reset(stream, PROTOCOL_ERROR)  # more than it declared
+            self._malformed(stream)  # more than it declared
             return
         exchange.feed_body(data)
         if stream.pause_reasons:
@@ -264,9 +268,15 @@ class H2Connection(StreamOwner):
             return
         head = exchange.head
         if head.body == BODY_LENGTH and exchange.received != head.content_length:
-            self.reset(stream, PROTOCOL_ERROR)  # less than it declared
+            self._malformed(stream)  # less than it declared
             return
         exchange.end_body(stream.request_trailers)
+
+    def _malformed(self, stream: H2Stream) -> None:
+        """A stream error of the client's making: RST_STREAM PROTOCOL_ERROR, counted
+        against the reset budget (which raises H2ConnectionError past it)."""
+        self.drop(stream)
+        self.h2.stream_error(stream.stream_id, PROTOCOL_ERROR)
 
     def _credit(self, stream_id: int, size: int) -> None:
         """Give back `size` bytes of window (the connection's, and the stream's if open)."""
@@ -379,8 +389,14 @@ class H2Connection(StreamOwner):
         self._close_transport()
 
     def _close_transport(self) -> None:
+        """Close after what is queued: the last answers before a GOAWAY go out whole."""
+        if self.closed:
+            return
         self.closed = True
+        data = self.h2.data_to_send()
         if self.transport is not None:
+            if data:
+                self.transport.write(data)
             self.transport.close()
 
     def close_if_idle(self) -> bool:

@@ -2,7 +2,8 @@
 frame is acted on (edge/core/h2proto.py): the 2023-2024 floods end in GOAWAY
 `ENHANCE_YOUR_CALM`.
 
-- rapid reset (CVE-2023-44487): RST_STREAM frames per second;
+- rapid reset (CVE-2023-44487): RST_STREAM frames per second, and the stream
+  errors a client causes, which make the edge reset (CVE-2025-8671);
 - CONTINUATION floods (CVE-2024-27316 family): CONTINUATION frames per header
   block, and the block's bytes (HPACK bombs grow from a small block, so the
   decoded size is bounded separately, by the header list size edge/core/hpack.py
@@ -79,6 +80,14 @@ class FrameBudget:
         self._block_bytes = 0
         self._empty = 0  # empty frames in a row
 
+    def stream_error(self, now: float) -> str | None:
+        """A stream the client made us reset (a stream error): it spends the same budget as
+        a reset the client sends, or a client could reset streams through us instead
+        (CVE-2025-8671, "MadeYouReset")."""
+        if self._buckets[RST_STREAM].take(now):
+            return None
+        return "too many stream resets per second (stream errors)"
+
     def frame(self, kind: int, flags: int, length: int, now: float) -> str | None:
         """The reason the frame (by its header) goes over a budget, or None."""
         limits = self.limits
@@ -92,15 +101,17 @@ class FrameBudget:
         if kind == HEADERS:
             self._block_frames = -1 if flags & END_HEADERS else 0
             self._block_bytes = length
+            if length > limits.header_block_bytes:
+                return "a header block over its size limit"
         elif kind == CONTINUATION and self._block_frames >= 0:
             self._block_frames += 1
             self._block_bytes += length
             if self._block_frames > limits.continuations_per_block:
                 return "too many CONTINUATION frames in one header block"
+            if self._block_bytes > limits.header_block_bytes:
+                return "a header block over its size limit"
             if flags & END_HEADERS:
                 self._block_frames = -1
-        if self._block_frames >= 0 and self._block_bytes > limits.header_block_bytes:
-            return "a header block over its size limit"
         if kind in (DATA, HEADERS, CONTINUATION) and length == 0 and not flags & END_STREAM:
             self._empty += 1
             if self._empty > limits.empty_frames_in_a_row:

@@ -6,7 +6,8 @@ error: pseudo-headers other than :method, :scheme, :authority, :path and :protoc
 repeated, or after a regular header; a missing :method, :scheme or :path (plain CONNECT
 aside); a :protocol without CONNECT; a name with
 upper-case letters, separators or controls; a value holding CR, LF or NUL (which would
-split the HTTP/1.1 head the machine reads); a connection-specific header; TE other than
+split the HTTP/1.1 head the machine reads), or white space at either end of a value
+(RFC 9113 8.2.1); a connection-specific header; TE other than
 "trailers"; a Host that names another authority than :authority; a :method that is
 not a token; a space or control byte in :path, :authority or :scheme (they make the
 HTTP/1.1 request line).
@@ -25,7 +26,7 @@ CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connectio
 _NOT_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")  # a lower-case token's complement
 _NOT_TOKEN = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-zA-Z]")
 _CTL_OR_SPACE = re.compile(rb"[\x00-\x20\x7f]")
-_CR_LF_NUL = re.compile(rb"[\r\n\x00]")
+_BAD_VALUE = re.compile(rb"[\r\n\x00]|^[ \t]|[ \t]$")  # also: white space around a value
 
 
 # fields that frame or route a message: never taken from trailers
@@ -39,7 +40,7 @@ def trailer_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     that frames or routes a message (RFC 9110 6.5.1)."""
     lines = []
     for name, value in headers:
-        if (name[:1] == b":" or not name or _NOT_NAME.search(name) or _CR_LF_NUL.search(value)
+        if (name[:1] == b":" or not name or _NOT_NAME.search(name) or _BAD_VALUE.search(value)
                 or name in _NOT_IN_TRAILERS):
             continue
         lines.append(name + b": " + value.strip() + b"\r\n")
@@ -52,8 +53,8 @@ def malformed(headers: list[tuple[bytes, bytes]]) -> str | None:
     regular = False
     host: bytes | None = None
     for name, value in headers:
-        if _CR_LF_NUL.search(value):
-            return f"a CR, LF or NUL in the value of {name[:40]!r}"
+        if _BAD_VALUE.search(value):
+            return f"a CR, LF or NUL in, or white space around, the value of {name[:40]!r}"
         if name[:1] == b":":
             if regular:
                 return "a pseudo-header after a regular header"

@@ -109,6 +109,7 @@ class H2Server:
         self.recv_window = settings.connection_window
         self.recv_owed = 0
         self.goaway_sent = False
+        self.now = 0.0  # the time of the bytes being handled (for the budgets)
 
     # -- start and receive ---------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class H2Server:
 
     def receive(self, data: bytes, now: float) -> None:
         """Handle the client's bytes; raises `H2ConnectionError`."""
+        self.now = now
         if self.preface_left:
             take = min(self.preface_left, len(data))
             at = len(PREFACE) - self.preface_left
@@ -218,7 +220,7 @@ class H2Server:
         body = self._unpad(flags, payload)
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_ended:
-            if stream_id > self.last_stream_id:
+            if self._idle(stream_id):
                 raise H2ConnectionError(PROTOCOL_ERROR, "DATA on an idle stream")
             self.ack_data(0, size)  # nobody takes it: the connection's window stays open
             if stream is not None or stream_id not in self.recently_reset:
@@ -319,7 +321,7 @@ class H2Server:
             return
         stream = self.streams.get(stream_id)
         if stream is None:
-            if stream_id > self.last_stream_id:
+            if self._idle(stream_id):
                 raise H2ConnectionError(PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return  # closed: ignored
         if not increment:
@@ -331,12 +333,16 @@ class H2Server:
             return
         self.events.on_window(stream_id)
 
+    def _idle(self, stream_id: int) -> bool:
+        """Never opened: past the last the client opened, or even (we push none)."""
+        return stream_id > self.last_stream_id or not stream_id & 1
+
     def _rst_stream(self, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise H2ConnectionError(PROTOCOL_ERROR, "RST_STREAM on stream 0")
         if len(payload) != 4:
             raise H2ConnectionError(FRAME_SIZE_ERROR, "RST_STREAM not of 4 bytes")
-        if stream_id > self.last_stream_id:
+        if self._idle(stream_id) and stream_id not in self.streams:
             raise H2ConnectionError(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         if self.streams.pop(stream_id, None) is not None:
             self._remember_reset(stream_id)
@@ -348,7 +354,7 @@ class H2Server:
         if flags & ACK:
             if payload:
                 raise H2ConnectionError(FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
-            self.decoder.allowed_table_bytes = self.settings.header_table  # now in force
+            self.decoder.limit(self.settings.header_table)  # now in force
             return
         if len(payload) % 6:
             raise H2ConnectionError(FRAME_SIZE_ERROR, "SETTINGS not in 6-byte units")
@@ -473,7 +479,16 @@ class H2Server:
             self._frame(RST_STREAM, 0, stream_id, _U32.pack(code))
             self._remember_reset(stream_id)
 
+    def stream_error(self, stream_id: int, code: int) -> None:
+        """Reset a stream for the client's fault (a malformed request, a body that does not
+        match its length, …): the same as `_stream_error`, for the user of the core. Raises
+        `H2ConnectionError` past the reset budget."""
+        self._stream_error(stream_id, code)
+
     def _stream_error(self, stream_id: int, code: int) -> None:
+        reason = self.budget.stream_error(self.now)
+        if reason is not None:
+            raise H2ConnectionError(ENHANCE_YOUR_CALM, reason)
         known = stream_id in self.streams
         self.streams.pop(stream_id, None)
         self._frame(RST_STREAM, 0, stream_id, _U32.pack(code))

@@ -3,20 +3,21 @@ blocks and an encoder for the answers'. Pure: bytes in, header lists out.
 
 Decoder: the whole of RFC 7541 — indexed fields, literals with and without
 indexing, never-indexed literals, table size updates (only at a block's start,
-and never above what we advertised), Huffman strings (the code table is the
-`hpack` package's; decoded strings are memoised, as the same few values come
-again and again). A block is always decoded whole, so the dynamic table stays in
-step with the client's, but past `max_list_bytes` (each field counting its name,
-value and 32, as SETTINGS_MAX_HEADER_LIST_SIZE does) the fields are counted and
-dropped: a small block that repeats a large table entry (an HPACK bomb) costs
-its bytes, not its expansion. Any coding error is `CompressionError`, which ends
-the connection (COMPRESSION_ERROR).
+never above what we advertised, and required once a lowered size took effect),
+Huffman strings (the code table is the `hpack` package's; short decoded strings
+are memoised process-wide, as the same few values come again and again). A block
+is always decoded whole, so the dynamic table stays in step with the client's,
+but past `max_list_bytes` (each field counting its name, value and 32, as
+SETTINGS_MAX_HEADER_LIST_SIZE does) the fields are counted and dropped: a small
+block that repeats a large table entry (an HPACK bomb) costs its bytes, not its
+expansion. Any coding error is `CompressionError`, which ends the connection
+(COMPRESSION_ERROR).
 
 Encoder: never touches the dynamic table — a field is a static index when the
 whole field is in the static table (`:status: 200`), else a literal without
 indexing under the static table's name index, or with a literal name. So the
 client's table size is never our concern, and the encoding of a field is a pure
-function of the field, memoised.
+function of the field, memoised (short fields only).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ STATIC_COUNT = len(STATIC)  # 61
 ENTRY_OVERHEAD = 32  # what a table entry (and a header list field) costs beyond its bytes
 MAX_INTEGER = 1 << 32  # larger integers are an error, not a long loop
 _MEMO_LIMIT = 4096  # memoised strings / encodings kept before the memo starts over
+_MEMO_STRING = 64  # Huffman strings up to this long are memoised (one memo per process:
+_HUFFMAN: dict[bytes, bytes] = {}  # at most 4096 x (64 + 80) bytes, whatever clients send)
+_MEMO_FIELD = 256  # fields up to this long are memoised by an encoder
 
 
 class CompressionError(Exception):
@@ -65,7 +69,11 @@ class Decoder:
         self.max_list_bytes = max_list_bytes
         self.table: deque[tuple[bytes, bytes]] = deque()  # newest first
         self.size = 0
-        self.huffman: dict[bytes, bytes] = {}
+
+    def limit(self, table_bytes: int) -> None:
+        """Our SETTINGS_HEADER_TABLE_SIZE took effect: a table over it must be shrunk by a
+        size update at the start of the next block (RFC 7541 4.2), or it is an error."""
+        self.allowed_table_bytes = table_bytes
 
     def decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
         """(the fields, whether the list went over `max_list_bytes` and was cut)."""
@@ -76,6 +84,8 @@ class Decoder:
         end = len(block)
         while at < end:
             first = block[at]
+            if first & 0xE0 != 0x20 and self.table_bytes > self.allowed_table_bytes:
+                raise CompressionError("no table size update down to the size allowed")
             if first & 0x80:  # indexed field
                 index, at = _integer(block, at, 7)
                 field = self._field(index)
@@ -131,15 +141,16 @@ class Decoder:
         raw = block[at:end]
         if not huffman:
             return raw, end
-        decoded = self.huffman.get(raw)
+        decoded = _HUFFMAN.get(raw)
         if decoded is None:
             try:
                 decoded = decode_huffman(raw)
             except HPACKDecodingError as exc:
                 raise CompressionError(f"bad Huffman coding: {exc}") from None
-            if len(self.huffman) >= _MEMO_LIMIT:
-                self.huffman.clear()
-            self.huffman[raw] = decoded
+            if length <= _MEMO_STRING:
+                if len(_HUFFMAN) >= _MEMO_LIMIT:
+                    _HUFFMAN.clear()
+                _HUFFMAN[raw] = decoded
         return decoded, end
 
     def _add(self, field: tuple[bytes, bytes]) -> None:
@@ -213,9 +224,10 @@ class Encoder:
             coded = memo.get(field)
             if coded is None:
                 coded = encode_field(field[0], field[1])
-                if len(memo) >= _MEMO_LIMIT:
-                    memo.clear()
-                memo[field] = coded
+                if len(field[0]) + len(field[1]) <= _MEMO_FIELD:
+                    if len(memo) >= _MEMO_LIMIT:
+                        memo.clear()
+                    memo[field] = coded
             parts.append(coded)
         return b"".join(parts)
 

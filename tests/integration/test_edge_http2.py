@@ -11,9 +11,14 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
+import h2.config
+import h2.connection
 import h2.errors
+import h2.events
 import h2.exceptions
+import hpack
 import hyperframe.frame
 import pytest
 
@@ -418,3 +423,82 @@ async def test_an_idle_websocket_over_h2_is_closed() -> None:
     finally:
         await client.close()
         await edge.close()
+
+
+async def raw_answer(port: int, after_request: Any) -> tuple[int, bool, bool]:
+    """(the :status of stream 1, whether it ended, whether a GOAWAY came) for a GET of
+    /sleep?ms=400 on a raw connection, `after_request(writer)` awaited 0.1 s in (the h2
+    client cannot be used: it stops reading at a GOAWAY, sent or received)."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                header_encoding=None))
+    conn.initiate_connection()
+    conn.send_headers(1, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", WEB),
+                          (b":path", b"/sleep?ms=400")], end_stream=True)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(conn.data_to_send())
+    await asyncio.sleep(0.1)
+    await after_request(writer)
+    data = b""
+    while chunk := await asyncio.wait_for(reader.read(65536), 10):
+        data += chunk
+    writer.close()
+    status, ended, goaway = 0, False, False
+    while len(data) >= 9:
+        frame, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9:9 + length]))
+        data = data[9 + length:]
+        if isinstance(frame, hyperframe.frame.GoAwayFrame):
+            goaway = True
+        elif frame.stream_id == 1 and isinstance(frame, hyperframe.frame.HeadersFrame):
+            status = int(dict(hpack.Decoder().decode(frame.data, raw=True))[b":status"])
+        if frame.stream_id == 1 and "END_STREAM" in frame.flags:
+            ended = True
+    return status, ended, goaway
+
+
+async def test_an_answer_in_flight_when_the_client_sends_goaway_still_arrives(
+    edge: EdgeHarness,
+) -> None:
+    async def goaway(writer: asyncio.StreamWriter) -> None:
+        writer.write(hyperframe.frame.GoAwayFrame(0, last_stream_id=0).serialize())
+
+    assert await raw_answer(edge.port, goaway) == (200, True, False)
+
+
+async def test_a_stopping_edge_finishes_the_streams_it_accepted() -> None:
+    edge = await start_warm_edge()
+    stopping: list[asyncio.Task[None]] = []
+
+    async def stop(writer: asyncio.StreamWriter) -> None:  # GOAWAY, then the grace period
+        stopping.append(asyncio.create_task(edge.runtime.stop()))  # type: ignore[attr-defined]
+
+    try:
+        assert await raw_answer(edge.port, stop) == (200, True, True)
+        await stopping[0]
+    finally:
+        await edge.close()
+
+
+@pytest.mark.parametrize("cut", [1, 3, 10, 17, 18, 23])
+async def test_a_preface_split_across_reads_is_still_http2(edge: EdgeHarness, cut: int) -> None:
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                header_encoding=None))
+    conn.initiate_connection()
+    conn.send_headers(1, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", WEB),
+                          (b":path", b"/")], end_stream=True)
+    data = conn.data_to_send()
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    try:
+        writer.write(data[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(data[cut:])
+        ended = False
+        while not ended:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk and not chunk.startswith(b"HTTP/1.1"), chunk[:40]
+            events = conn.receive_data(chunk)
+            ended = any(isinstance(e, h2.events.StreamEnded) for e in events)
+            writer.write(conn.data_to_send())
+    finally:
+        writer.close()

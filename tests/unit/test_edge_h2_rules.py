@@ -80,6 +80,20 @@ def test_a_block_that_ends_resets_the_continuation_count() -> None:
         assert feed(budget, frames) is None
 
 
+def test_the_last_continuation_counts_against_the_block_size() -> None:
+    budget = FrameBudget(LIMITS)  # header_block_bytes=100
+    assert feed(budget, [hf.HeadersFrame(1, data=b"x" * 60),
+                         hf.ContinuationFrame(1, data=b"x" * 60, flags=["END_HEADERS"])]) == \
+        "a header block over its size limit"
+
+
+def test_stream_errors_spend_the_reset_budget() -> None:
+    budget = FrameBudget(LIMITS)  # 10 resets/s, burst 20
+    assert feed(budget, [hf.RstStreamFrame(i) for i in range(1, 20, 2)]) is None  # 10
+    assert all(budget.stream_error(0.0) is None for _ in range(10))  # and 10 more
+    assert budget.stream_error(0.0) == "too many stream resets per second (stream errors)"
+
+
 def test_empty_data_frames_in_a_row_are_bounded_and_a_payload_resets_the_run() -> None:
     budget = FrameBudget(LIMITS)
     assert feed(budget, [hf.DataFrame(1, data=b""), hf.DataFrame(1, data=b""),
@@ -98,6 +112,8 @@ def test_a_well_formed_head_passes() -> None:
 
 @pytest.mark.parametrize(("headers", "why"), [
     ([*GOOD, (b"x-a", b"1\r\nInjected: yes")], "CR, LF or NUL"),
+    ([*GOOD, (b"x-a", b" 1")], "white space around"),
+    ([*GOOD, (b"x-a", b"1\t")], "white space around"),
     ([*GOOD, (b"X-Upper", b"1")], "lower-case token"),
     ([*GOOD, (b"connection", b"close")], "connection-specific"),
     ([*GOOD, (b"transfer-encoding", b"chunked")], "connection-specific"),

@@ -404,3 +404,40 @@ def _block(headers: list[tuple[str, str]]) -> bytes:
     import hpack
 
     return bytes(hpack.Encoder().encode(headers))
+
+
+@pytest.mark.parametrize("frame", [
+    make(0x0, 0, 2, b"x"),  # DATA on an even stream, never opened (we push none)
+    make(0x3, 0, 2, U32),
+    make(0x8, 0, 2, U32),
+])
+def test_frames_on_even_streams_are_on_idle_streams(frame: bytes) -> None:
+    h2s, _, _ = connected()
+    h2s.receive(make(0x1, 0x5, 5, _block(REQUEST)), 0.0)
+    with pytest.raises(H2ConnectionError) as caught:
+        h2s.receive(frame, 0.0)
+    assert caught.value.code == PROTOCOL_ERROR
+
+
+def test_stream_errors_the_client_causes_spend_the_reset_budget() -> None:
+    """MadeYouReset (CVE-2025-8671): streams opened and then made to fail by a frame the
+    server must reset for count as resets, or the rapid-reset budget is bypassed."""
+    events = Recorder()
+    h2s = H2Server(events, Settings(), FrameBudget(Limits(resets_per_s=5), 0.0))
+    h2s.receive(PREFACE + raw(hf.SettingsFrame(0)), 0.0)
+    with pytest.raises(H2ConnectionError) as caught:
+        for sid in range(1, 200, 2):  # open, then a WINDOW_UPDATE of 0: a stream error each
+            h2s.receive(make(0x1, 0x5, sid, _block(REQUEST)) + make(0x8, 0, sid, bytes(4)),
+                        0.0)
+    assert caught.value.code == ENHANCE_YOUR_CALM
+    assert len([c for c in events.calls if c[0] == "request"]) <= 11  # burst 10, then GOAWAY
+
+
+def test_a_lowered_table_size_must_be_taken_up_by_the_client() -> None:
+    h2s, _, _ = connected(header_table=1024)  # acknowledged by the client in `connected`
+    with pytest.raises(H2ConnectionError) as caught:
+        h2s.receive(make(0x1, 0x5, 1, b"\x82\x86\x84"), 0.0)  # no size update first
+    assert caught.value.code == COMPRESSION_ERROR
+    h2s, events, _ = connected(header_table=1024)
+    h2s.receive(make(0x1, 0x5, 1, b"\x3f\xe1\x07" + _block(REQUEST)), 0.0)  # 1024, then fields
+    assert events.calls == [("request", 1, True, False)]

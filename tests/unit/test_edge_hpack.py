@@ -110,3 +110,14 @@ def test_the_hpack_packages_encoding_decodes_alike_across_blocks() -> None:
                   for _ in range(rng.randrange(1, 8))]
         huffman = rng.random() < 0.5
         assert ours.decode(theirs.encode(fields, huffman=huffman)) == (fields, False)
+
+
+def test_long_huffman_strings_are_not_memoised() -> None:
+    from edge.core import hpack as ours
+
+    theirs = hpack.Encoder()
+    short, long = b"s" * 20, bytes(range(33, 127)) * 3
+    Decoder().decode(theirs.encode([(b"x-short", short), (b"x-long", long)], huffman=True))
+    memo = ours._HUFFMAN
+    assert short in memo.values() and long not in memo.values()
+    assert all(len(raw) <= ours._MEMO_STRING for raw in memo)
