@@ -1,18 +1,22 @@
 """thaw: a serverless-style edge autoscaler.
 
 Services: `up` (the whole platform in one process), `edge`, `placement`, `agent`.
-App owners and operators: `apps`, `deploy`, `machines`, `status`, `tokens`, `image`.
+App owners and operators: `apps`, `deploy`, `machines`, `status`, `releases`, `events`,
+`tokens`, `image`; `completion` for your shell. `--debug` shows a failure's traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
+import importlib.metadata
 import os
+import re
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from thaw.commands import add_client_commands, run_client_command
 from thaw.logs import setup_logging
@@ -248,21 +252,121 @@ async def wait_for_signal() -> None:
 SERVICES = {"up": run_up, "edge": run_edge, "placement": run_placement, "agent": run_agent}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["image"]:
-        from thaw.imagebuild import image_main
+class Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a mistyped command or choice, and a description
+    for every sub-command (its help line, when it has none of its own)."""
 
-        return image_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="thaw", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    def error(self, message: str) -> NoReturn:
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            close = difflib.get_close_matches(wrong.group(1), choices, n=1)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        super().error(message)
+
+
+# help lines of flags and arguments many commands share, by (command, name) or by name
+HELP = {
+    "state_dir": "where this service keeps its durable state",
+    "log_level": "debug, info, warning or error",
+    "registry": "the shared view: memory (one process) or redis://HOST:PORT/DB",
+    "domain": "apps are served as NAME.DOMAIN",
+    "region": "the region this service runs in",
+    "host": "the address to listen on",
+    "admin_port": "the edge's admin port (metrics, state; 0: any free port)",
+    "tls_port": "the HTTPS port (with TLS)",
+    ("up", "edge_port"): "the edge's port (HTTP/1.1 and h2c)",
+    ("up", "api_port"): "placement's API port",
+    ("up", "agents"): "how many worker agents to run",
+    ("edge", "port"): "the proxy's port (HTTP/1.1 and h2c)",
+    ("edge", "placement"): "placement's URL, for wakes",
+    ("placement", "port"): "the API's port",
+    ("agent", "port"): "the agent's port (0: any free port)",
+    ("agent", "cpus"): "CPUs this worker offers to machines",
+    ("agent", "memory_mb"): "memory this worker offers to machines, MiB",
+    ("agent", "cache_budget_mb"): "the image layer cache's bound, MiB",
+    ("agent", "heartbeat_s"): "seconds between heartbeats to the registry",
+    ("agent", "sandbox"): "run machines in a bubblewrap sandbox: auto, on or off",
+    ("agent", "stop_machines_on_exit"): "stop this worker's machines when it exits",
+    "name": "the app's name",
+    "app": "the app's name",
+    "id": "the id (see the list command)",
+    "set": "an AppConfig field, e.g. --set concurrency.soft_limit=20 (repeatable)",
+    "config": "the app's thaw.toml (default ./thaw.toml)",
+    "image": "the image to run instead of thaw.toml's",
+    "version": "the release to roll back to",
+}
+
+
+def _describe(parser: argparse.ArgumentParser, command: str = "") -> None:
+    """Every sub-command gets its help line as its description, and every flag and
+    argument without a help line gets HELP's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                if not child.description:
+                    child.description = helps.get(name)
+                _describe(child, command or name)
+        elif not action.help:
+            action.help = HELP.get((command, action.dest)) or HELP.get(action.dest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="thaw", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"thaw {version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
+                                metavar="COMMAND")
     up_parser(sub)
     edge_parser(sub)
     placement_parser(sub)
     agent_parser(sub)
     sub.add_parser("image", help="build OCI images: thaw image build DIR -t NAME:TAG ...")
     add_client_commands(sub, env_default)
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"],
+                            help="the shell to complete for")
+    _describe(parser)
+    return parser
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("thaw")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one line, unless --debug
+        if debug:
+            raise
+        command = next((a for a in argv if not a.startswith("-")), "")
+        print(f"thaw {command}: {exc}".replace("thaw : ", "thaw: "), file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str]) -> int:
+    if argv[:1] == ["image"]:
+        from thaw.imagebuild import image_main
+
+        return image_main(argv[1:])
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "completion":
+        from thaw.completion import SHELLS
+
+        print(SHELLS[args.shell](parser), end="")
+        return 0
     setup_logging(getattr(args, "log_level", "info"))
     service = SERVICES.get(args.command)
     if service is None:

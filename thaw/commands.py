@@ -29,21 +29,22 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                         env: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
-                        help="placement's API (default $THAW_API_URL or http://127.0.0.1:4280)")
+                        metavar="[http://]HOST:PORT",
+                        help="placement's API (default $THAW_API_URL or 127.0.0.1:4280)")
     common.add_argument("--token", default=env("TOKEN", ""),
                         help=f"bearer token (default $THAW_TOKEN, else ./{LOCAL_TOKEN})")
 
     apps = sub.add_parser("apps", help="create, list, show, update, delete apps")
     apps_sub = apps.add_subparsers(dest="action", required=True)
-    create = apps_sub.add_parser("create", parents=[common])
-    create.add_argument("name")
-    create.add_argument("--image", required=True)
+    create = apps_sub.add_parser("create", parents=[common], help="create an app")
+    create.add_argument("name", help="the app's name (its host is NAME.DOMAIN)")
+    create.add_argument("--image", required=True, help="the image to run, e.g. REGISTRY/NAME:TAG")
     create.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="any AppConfig field, e.g. --set concurrency.soft_limit=20")
-    apps_sub.add_parser("list", parents=[common])
-    for action in ("show", "delete"):
-        apps_sub.add_parser(action, parents=[common]).add_argument("name")
-    update = apps_sub.add_parser("update", parents=[common])
+    apps_sub.add_parser("list", parents=[common], help="the apps you can see")
+    for action, what in (("show", "an app's whole config"), ("delete", "delete an app")):
+        apps_sub.add_parser(action, parents=[common], help=what).add_argument("name")
+    update = apps_sub.add_parser("update", parents=[common], help="change an app's fields")
     update.add_argument("name")
     update.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
 
@@ -53,9 +54,9 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     machines = sub.add_parser("machines", help="list, start, stop, suspend, destroy machines")
     m_sub = machines.add_subparsers(dest="action", required=True)
-    m_sub.add_parser("list", parents=[common]).add_argument("app")
+    m_sub.add_parser("list", parents=[common], help="an app's machines").add_argument("app")
     for action in ("start", "stop", "suspend", "destroy"):
-        p = m_sub.add_parser(action, parents=[common])
+        p = m_sub.add_parser(action, parents=[common], help=f"{action} a machine")
         p.add_argument("app")
         p.add_argument("id")
 
@@ -96,7 +97,23 @@ def token_from(given: str, api: str) -> str:
         return ""
 
 
+def api_url(given: str) -> str:
+    """`--api`: http://host:port, or host:port (http:// is assumed)."""
+    if "://" not in given:
+        given = "http://" + given
+    parts = urlsplit(given)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"--api: expected host:port or http://host:port, not {given!r}")
+    try:
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError:
+        raise ValueError(f"--api: expected host:port or http://host:port, not {given!r}") \
+            from None
+    return given
+
+
 def run_client_command(args: argparse.Namespace) -> int:
+    args.api = api_url(args.api)
     client = ApiClient(args.api, token_from(args.token, args.api))
     try:
         if args.command == "tokens":
@@ -165,8 +182,14 @@ def _apps(client: ApiClient, args: argparse.Namespace) -> int:
 
 def load_thaw_toml(path: Path) -> dict[str, Any]:
     """thaw.toml: AppConfig fields at the top level; `app` is accepted for `name`."""
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"no {path} here (pass -c PATH, or write one: see docs/cli.md)") \
+            from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
     if "app" in data:
         data["name"] = data.pop("app")
     return data
