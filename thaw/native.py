@@ -32,7 +32,8 @@ MANIFEST = "manifest.json"
 SOURCES = (
     "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
     "edge/core/exchange.py", "edge/core/hpack.py", "edge/core/h2wire.py",
-    "edge/core/h2budget.py", "edge/core/h2proto.py", "edge/exchange.py", "edge/adapters/http1.py",
+    "edge/core/h2budget.py", "edge/core/h2send.py", "edge/core/h2proto.py",
+    "edge/exchange.py", "edge/adapters/http1.py",
     "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
     "edge/service.py", "edge/view.py",
 )

@@ -380,8 +380,7 @@ class H2Connection(StreamOwner):
     # -- endings -------------------------------------------------------------------------
 
     def _close_with(self, code: int, reason: str) -> None:
-        self.h2.goaway(code, reason.encode()[:100])
-        self._send_now()  # the GOAWAY goes before the close
+        self.h2.goaway(code, reason.encode()[:100])  # (sent by _close_transport, before the close)
         for stream in list(self.streams.values()):
             if stream.exchange is not None:
                 stream.exchange.abort()

@@ -4,6 +4,8 @@ flags, error codes and settings (RFC 9113, RFC 8441), what the core reports
 
 from __future__ import annotations
 
+import struct
+
 from mypy_extensions import mypyc_attr
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
@@ -27,6 +29,10 @@ MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE, ENABLE_CONNECT_PROTOCOL = 5, 6, 8
 DEFAULT_WINDOW = 65535
 DEFAULT_FRAME = 16384
 MAX_WINDOW = (1 << 31) - 1
+
+FRAME_HEAD = struct.Struct(">HBBBL")  # a frame header: length (24 bits as 16 + 8), type, flags, id
+SETTING = struct.Struct(">HL")
+U32 = struct.Struct(">L")
 
 
 class H2ConnectionError(Exception):

@@ -65,23 +65,8 @@ class H2Client:
         self.conn.send_headers(stream_id, headers, end_stream=body is None)
         self.flush()
         if body is not None:
-            asyncio.get_running_loop().create_task(self._send_body(stream_id, body))
+            asyncio.get_running_loop().create_task(self.send(stream_id, body, end=True))
         return stream_id
-
-    async def _send_body(self, stream_id: int, body: bytes) -> None:
-        view = memoryview(body)
-        while view:
-            window = min(self.conn.local_flow_control_window(stream_id),
-                         self.conn.max_outbound_frame_size)
-            if window <= 0:
-                await asyncio.sleep(0.005)
-                continue
-            self.conn.send_data(stream_id, bytes(view[:window]))
-            view = view[window:]
-            self.flush()
-            await self.writer.drain()
-        self.conn.end_stream(stream_id)
-        self.flush()
 
     async def request(self, host: bytes, path: bytes = b"/", method: bytes = b"GET",
                       body: bytes | None = None, extra: list[tuple[bytes, bytes]] | None = None,
