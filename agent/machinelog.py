@@ -8,13 +8,28 @@ from pathlib import Path
 
 def read_log(path: Path, tail_bytes: int) -> bytes:
     """The last ``tail_bytes`` bytes of the log (b"" if there is no log)."""
+    return read_log_from(path, -1, tail_bytes)[2]
+
+
+MAX_READ_BYTES = 1 << 20
+
+
+def read_log_from(path: Path, offset: int, max_bytes: int) -> tuple[int, int, bytes]:
+    """Up to ``max_bytes`` of the log from byte ``offset``: (start, size, data), where
+    ``start`` is where ``data`` begins and ``size`` the log's size now. A negative offset,
+    or one past the end (the log was trimmed since), starts at the last ``max_bytes``:
+    a follower that passes ``start + len(data)`` back reads each byte once, and after a
+    trim picks up from the kept tail."""
+    max_bytes = max(0, min(max_bytes, MAX_READ_BYTES))
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - tail_bytes))
-            return f.read(tail_bytes)
+            if offset < 0 or offset > size:
+                offset = max(0, size - max_bytes)
+            f.seek(offset)
+            return offset, size, f.read(max_bytes)
     except FileNotFoundError:
-        return b""
+        return 0, 0, b""
 
 
 def trim_log(path: Path, max_bytes: int, keep_bytes: int) -> bool:

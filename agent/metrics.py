@@ -1,8 +1,21 @@
-"""Prometheus metrics of one agent (its own registry: `thaw up` runs several agents)."""
+"""Prometheus metrics of one agent (its own registry: `thaw up` runs several agents).
+
+The image cache's pull counts are read when /metrics is scraped (`watch_cache`):
+a pull that found the image whole is a hit, one that downloaded or unpacked
+anything a miss, so the hit ratio is hits / (hits + misses) of pulls (a machine
+restarted on its cached image is no pull at all).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from imagecache.stats import PullStats
 
 
 class AgentMetrics:
@@ -30,5 +43,31 @@ class AgentMetrics:
         self.machines = Gauge("thaw_agent_machines", "Machines by state", ["state"], registry=r)
         self.layer_bytes = Gauge("thaw_agent_cache_bytes", "Bytes of cached layers", registry=r)
 
+    def watch_cache(self, stats: PullStats) -> None:
+        """Export the image cache's pull counts (`stats` is updated in place)."""
+        self.registry.register(CacheCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CacheCollector(Collector):
+    def __init__(self, stats: PullStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats
+        for name, text, value in (
+            ("thaw_agent_image_cache_hits", "Image pulls that found the image whole",
+             stats.hits),
+            ("thaw_agent_image_cache_misses", "Image pulls that downloaded or unpacked",
+             stats.misses),
+            ("thaw_agent_image_pull_failures", "Image pulls that failed", stats.failures),
+            ("thaw_agent_layer_downloads", "Layer blobs downloaded", stats.layers_downloaded),
+            ("thaw_agent_layer_download_bytes", "Bytes of layer blobs downloaded",
+             stats.bytes_downloaded),
+        ):
+            yield CounterMetricFamily(name, text, value=value)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())

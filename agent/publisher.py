@@ -2,6 +2,8 @@
 
 The registry is a replicated view; publishing failures are logged and repaired
 by the periodic full resync, never allowed to block or fail a machine operation.
+Readiness (/readyz) is the publisher's word: the op log is writable, this worker
+has been published since start, and the registry answers now.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ log = logging.getLogger("thaw.agent")
 
 HEARTBEATS_PER_TTL = 3
 RESYNC_EVERY_BEATS = 10
+READY_CHECK_S = 2.0  # /readyz: the registry must answer within this
 
 
 class Publisher:
@@ -37,6 +40,7 @@ class Publisher:
         self._kick = asyncio.Event()
         self.generation = GenerationWatch()
         self._republishing: str | None = None  # a generation whose republish is under way
+        self.published = False  # a heartbeat reached the registry since start
 
     def machine_changed(self, mid: str) -> None:
         machine = self.agent.state.machines.get(mid)
@@ -105,6 +109,22 @@ class Publisher:
 
     async def _heartbeat(self, interval: float) -> None:
         await self.registry.publish_worker(self.worker_status(), interval * HEARTBEATS_PER_TTL)
+        self.published = True
+
+    async def readiness(self) -> tuple[bool, str]:
+        """(ready, why not): the op log takes records, this worker was published (its
+        machines recovered first), and the registry answers now."""
+        broken = self.agent.journal.oplog.broken
+        if broken:
+            return False, f"the op log is broken: {broken}"
+        if not self.published:
+            return False, "not yet published to the registry"
+        try:
+            await asyncio.wait_for(self.registry.generation(), READY_CHECK_S)
+        except Exception as exc:  # any failure to reach the registry: not ready
+            log.debug("readiness check failed: %r", exc)
+            return False, "the registry does not answer"
+        return True, ""
 
     async def _watch_generation(self) -> None:
         """A new registry generation: the view was lost; publish everything again."""

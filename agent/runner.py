@@ -70,6 +70,7 @@ class AgentRuntime:
         )
         agent = Agent(config, cache=cache, driver=ProcessDriver(sandbox=config.sandbox),
                       worker_id=worker_id)
+        agent.metrics.watch_cache(cache.stats)
         self.agent = agent
         epoch = agent.boot(repair=config.repair_log)
         assert config.cluster_keys is not None  # checked by the config

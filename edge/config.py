@@ -74,6 +74,11 @@ class EdgeConfig:
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
     tls: TlsConfig | None = None  # also serve HTTPS (HTTP/1.1 and h2 by ALPN) on tls.port
+    # JSON lines, one per answer (edge/core/accesslog.py): "" off, "stdout" (or "-"), or a
+    # file path (appended to; reopened when moved away)
+    access_log: str = ""
+    access_log_sample_rate: float = 1.0  # share of warm non-5xx answers logged; cold and
+    #                                      5xx ones always are
 
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
@@ -104,3 +109,5 @@ class EdgeConfig:
             raise ValueError("region must not be empty")
         if self.underscore_headers not in ("drop", "reject"):
             raise ValueError('underscore_headers must be "drop" or "reject"')
+        if not 0.0 <= self.access_log_sample_rate <= 1.0:
+            raise ValueError("access_log_sample_rate must be in [0, 1]")

@@ -19,6 +19,7 @@ beyond that.
 from __future__ import annotations
 
 import asyncio
+from time import perf_counter
 from typing import Protocol
 
 from edge.config import EdgeConfig
@@ -151,14 +152,15 @@ class Shell:
 
 class Exchange:
     __slots__ = (
-        "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "error",
-        "head", "held_at", "hold_s", "http10", "method", "phase", "progress_at", "received",
-        "request_id", "sent_all", "shell", "slot", "status", "trailers", "upgrade", "upstream",
-        "upstream_head", "wake",
+        "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "code",
+        "error", "head", "held_at", "hold_s", "http10", "method", "phase", "progress_at",
+        "received", "request_id", "sent", "sent_all", "shell", "slot", "started", "status",
+        "trailers", "upgrade", "upstream", "upstream_head", "wake",
     )
 
     def __init__(self, shell: Shell, client: Downstream, method: bytes, head: RequestHead,
                  keep_alive: bool, http10: bool) -> None:
+        self.started = perf_counter()  # for its duration (metrics, access log)
         self.shell = shell
         self.client = client
         self.method = method
@@ -173,7 +175,9 @@ class Exchange:
         self.sent_all = False
         self.chunks: list[bytes] = []
         self.buffered = 0
-        self.received = 0
+        self.received = 0  # request body (or tunnel) bytes from the client
+        self.sent = 0  # response body (or tunnel) bytes from the machine
+        self.code = ""  # the edge's own answer, when it made one (edge/errors.py codes)
         self.attempts = 0
         self.held_at = 0.0  # loop time it was first held (0: never)
         self.hold_s = 0.0  # how long it was held in all, when released
@@ -280,6 +284,7 @@ class Exchange:
 
     def response_body(self, data: bytes) -> None:
         self.progress_at = self.shell.loop.time()
+        self.sent += len(data)
         self.client.send_body(self, data)
 
     def response_end(self, trailers: bytes = b"") -> None:
@@ -301,12 +306,14 @@ class Exchange:
 
     def to_client(self, data: bytes) -> None:
         self.progress_at = self.shell.loop.time()
+        self.sent += len(data)
         self.client.tunnel_data(self, data)
 
     def to_machine(self, data: bytes) -> None:
         upstream = self.upstream
         if upstream is not None and self.phase == TUNNEL:
             self.progress_at = self.shell.loop.time()
+            self.received += len(data)
             upstream.write(data)
 
     def tunnel_closed(self) -> None:
@@ -336,6 +343,7 @@ class Exchange:
         """End with the edge's answer for `code` (or a cut once response bytes went out)."""
         if self.phase in TERMINAL:
             return
+        self.code = code
         upstream = self.upstream
         self.upstream = None
         if upstream is not None:

@@ -17,9 +17,9 @@ from typing import Any
 from edge.adapters.placement import PlacementClient
 from edge.core.autostop import MachineActivity, machines_to_stop
 from edge.errors import EdgeError
-from edge.metrics import EdgeMetrics
 from edge.view import STARTED, AppEntry, MachineSlot, View
 from placement.api import AutostopRequest, SuspectReport
+from thaw.logs import event
 
 log = logging.getLogger("thaw.edge.wake")
 
@@ -71,12 +71,11 @@ class Suspects:
 class Autostop:
     """Every `autostop_interval_s`, asks placement to stop (or suspend) idle machines."""
 
-    def __init__(self, view: View, placement: PlacementClient, metrics: EdgeMetrics,
-                 spawn: Spawn, loop: asyncio.AbstractEventLoop, interval_s: float,
+    def __init__(self, view: View, placement: PlacementClient, spawn: Spawn,
+                 loop: asyncio.AbstractEventLoop, interval_s: float,
                  on_kept: Callable[[AppEntry], None]) -> None:
         self.view = view
         self.placement = placement
-        self.metrics = metrics
         self.spawn = spawn
         self.loop = loop
         self.interval_s = interval_s
@@ -118,11 +117,15 @@ class Autostop:
         try:
             stopped = await self.placement.autostop(app.name, slot.id, AutostopRequest(idle_s))
         except EdgeError as exc:
-            log.warning("autostop of %s/%s failed: %s", app.name, slot.id, exc.message)
+            event(log, "autostop", logging.WARNING, app=app.name, machine=slot.id,
+                  worker=slot.worker, idle_s=round(idle_s, 1), result="error",
+                  message=exc.message)
             stopped, result = False, "error"
         else:
             result = "stopped" if stopped else "kept"
-        self.metrics.autostops.labels(app.name, result).inc()
+            event(log, "autostop", app=app.name, machine=slot.id, worker=slot.worker,
+                  idle_s=round(idle_s, 1), result=result)
+        app.stats.autostopped(result)
         if stopped:
             self.view.mark(slot, "stopped")
             return

@@ -1,65 +1,158 @@
-"""Prometheus metrics of one edge (its own registry: `thaw up` runs it beside others)."""
+"""Prometheus metrics of one edge, made when /metrics is scraped.
+
+Nothing here is touched per request: the shell counts into plain values
+(edge/core/stats.py `AppStats`, one per app, on the app's view entry), and this
+collector reads them, the view and the hold queues at scrape time. An app's
+series are therefore exactly the apps the view holds: when an app is deleted
+its entry goes, and so does every series labelled with it. Requests that routed
+to no app (404 `unknown_app`, malformed requests) are counted under `app=""`.
+Each edge has its own registry: `thaw up` runs it beside placement and agents.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+from edge.config import EdgeConfig
+from edge.core.stats import AppStats, Histogram
+from edge.view import AppEntry, View
 
 
-class RequestCounts(Collector):
-    """Requests by (app, status) in a plain dict: the hot path pays one dict update."""
+class HeldCounts(Protocol):
+    @property
+    def total(self) -> int: ...
 
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, int], int] = {}
+    def held(self, app: str) -> int: ...
 
-    def add(self, app: str, status: int) -> None:
-        key = (app, status)
-        self.counts[key] = self.counts.get(key, 0) + 1
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "thaw_edge_requests", "Requests answered, by app and status", labels=["app", "status"]
-        )
-        for (app, status), count in sorted(self.counts.items()):
-            family.add_metric([app, str(status)], count)
-        yield family
+class Dropped(Protocol):
+    @property
+    def dropped(self) -> int: ...
+
+
+class Observed(Protocol):
+    """What the collector reads of the edge's shell (read only)."""
+
+    @property
+    def view(self) -> View: ...
+    @property
+    def wakes(self) -> HeldCounts: ...
+    @property
+    def unrouted(self) -> AppStats: ...
+    @property
+    def connections(self) -> Sized: ...
+    @property
+    def config(self) -> EdgeConfig: ...
+    @property
+    def access_log(self) -> Dropped | None: ...
+
+
+def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogram) -> None:
+    family.add_metric(labels, values.cumulative(), values.sum)
+
+
+def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
+                 queues: HeldCounts) -> list[Metric]:
+    """Every per-app family, for the apps given (and app="" for unrouted answers)."""
+    requests = CounterMetricFamily(
+        "thaw_edge_requests", "Requests answered, by app and status", labels=["app", "status"])
+    duration = HistogramMetricFamily(
+        "thaw_edge_request_duration_seconds",
+        "Time from a request's head to the end of its answer (held time included), by app "
+        "and code class (1xx: WebSocket tunnels, for as long as they were open)",
+        labels=["app", "code_class"])
+    in_flight = GaugeMetricFamily(
+        "thaw_edge_in_flight_requests", "Requests at the app's machines now", labels=["app"])
+    held = GaugeMetricFamily(
+        "thaw_edge_held_requests", "Requests held now, waiting for a machine", labels=["app"])
+    machines = GaugeMetricFamily(
+        "thaw_edge_machines", "Machines the edge routes to now (started, not draining)",
+        labels=["app"])
+    hold = HistogramMetricFamily(
+        "thaw_edge_hold_seconds", "Time a request was held (released, or 504 hold_timeout)",
+        labels=["app"])
+    wake = HistogramMetricFamily(
+        "thaw_edge_wake_seconds", "Wake calls to placement, any result", labels=["app"])
+    phases = HistogramMetricFamily(
+        "thaw_edge_wake_phase_seconds",
+        "Placement's timings of answered wakes (place|pull|boot)", labels=["app", "phase"])
+    wakes = CounterMetricFamily(
+        "thaw_edge_wakes", "Wakes by result (ok|no_capacity|start_failed|deadline|…)",
+        labels=["app", "result"])
+    connect_errors = CounterMetricFamily(
+        "thaw_edge_upstream_connect_errors", "Failed connects to the app's machines",
+        labels=["app"])
+    autostops = CounterMetricFamily(
+        "thaw_edge_autostops", "Auto-stop calls by result (stopped|kept|error)",
+        labels=["app", "result"])
+    for status, values in sorted(unrouted.responses.items()):
+        requests.add_metric(["", str(status)], values.count)
+    for name, values in sorted(unrouted.by_class().items()):
+        histogram(duration, ["", name], values)
+    for app, entry in apps:
+        stats = entry.stats
+        for status, values in sorted(stats.responses.items()):
+            requests.add_metric([app, str(status)], values.count)
+        for name, values in sorted(stats.by_class().items()):
+            histogram(duration, [app, name], values)
+        in_flight.add_metric([app], entry.in_flight)
+        held.add_metric([app], queues.held(app))
+        machines.add_metric([app], len(entry.routable))
+        if stats.hold.count:
+            histogram(hold, [app], stats.hold)
+        if stats.wake.count:
+            histogram(wake, [app], stats.wake)
+        for phase, values in sorted(stats.phases.items()):
+            histogram(phases, [app, phase], values)
+        for result, count in sorted(stats.wakes.items()):
+            wakes.add_metric([app, result], count)
+        if stats.connect_errors:
+            connect_errors.add_metric([app], stats.connect_errors)
+        for result, count in sorted(stats.autostops.items()):
+            autostops.add_metric([app, result], count)
+    return [requests, duration, in_flight, held, machines, hold, wake, phases, wakes,
+            connect_errors, autostops]
+
+
+class EdgeCollector(Collector):
+    def __init__(self, edge: Observed) -> None:
+        self.edge = edge
+
+    def collect(self) -> Iterator[Metric]:
+        edge = self.edge
+        queues = edge.wakes
+        yield from app_families(sorted(edge.view.apps.items()), edge.unrouted, queues)
+        yield GaugeMetricFamily("thaw_edge_held_requests_all",
+                                "Requests held now, over all apps", value=queues.total)
+        yield GaugeMetricFamily("thaw_edge_held_requests_limit",
+                                "Requests the edge may hold over all apps (max_held_total)",
+                                value=edge.config.max_held_total)
+        yield GaugeMetricFamily("thaw_edge_connections", "Client connections open now",
+                                value=len(edge.connections))
+        access_log = edge.access_log
+        if access_log is not None:
+            yield CounterMetricFamily("thaw_edge_access_log_dropped_lines",
+                                      "Access-log lines dropped (the writer behind, or failing)",
+                                      value=access_log.dropped)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # families are made per scrape: nothing to check at register time
 
 
 class EdgeMetrics:
-    def __init__(self) -> None:
+    def __init__(self, edge: Observed) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = RequestCounts()
-        r.register(self.requests)
-        self.held = Gauge("thaw_edge_held_requests", "Requests held now", ["app"], registry=r)
-        self.hold_seconds = Histogram(
-            "thaw_edge_hold_seconds", "Time a request was held", ["app"], buckets=SECONDS,
-            registry=r,
-        )
-        self.wake_seconds = Histogram(
-            "thaw_edge_wake_seconds", "Wake call latency", ["app"], buckets=SECONDS, registry=r
-        )
-        self.wake_phase_seconds = Histogram(
-            "thaw_edge_wake_phase_seconds", "Placement timings of wakes (place|pull|boot)",
-            ["phase"], buckets=SECONDS, registry=r,
-        )
-        self.wakes = Counter(
-            "thaw_edge_wakes", "Wakes by result (ok|no_capacity|start_failed|deadline|error)",
-            ["app", "result"], registry=r,
-        )
-        self.connect_errors = Counter(
-            "thaw_edge_upstream_connect_errors", "Failed connects to machines", ["app"],
-            registry=r,
-        )
-        self.autostops = Counter(
-            "thaw_edge_autostops", "Auto-stop requests by result (stopped|kept|error)",
-            ["app", "result"], registry=r,
-        )
+        self.registry.register(EdgeCollector(edge))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -25,6 +25,7 @@ from thaw.registry import Registry
 log = logging.getLogger("thaw.edge")
 
 STALE_SWEEP_S = 5.0
+READY_CHECK_S = 2.0  # /readyz: the registry must answer within this
 
 
 class EdgeRuntime:
@@ -73,7 +74,7 @@ class EdgeRuntime:
         if config.tls is not None:
             self._tls_door = TlsDoor(edge, config.tls, config.h2, config.host)
             self._tls_port = await self._tls_door.start()
-        self._admin = web.AppRunner(build_admin_app(edge), access_log=None)
+        self._admin = web.AppRunner(build_admin_app(edge, self.ready), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
         await site.start()
@@ -83,6 +84,20 @@ class EdgeRuntime:
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
                  f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
                  self._admin_port)
+
+    async def ready(self) -> tuple[bool, str]:
+        """Ready to take traffic: not stopping, the view loaded from the registry, and the
+        registry answering now. (Not ready, the edge still serves what its view routes.)"""
+        if self.edge is None or self.edge.closing:
+            return False, "stopping"
+        if self._feed is None or not self._feed.loaded:
+            return False, "the view is not loaded from the registry yet"
+        try:
+            await asyncio.wait_for(self.registry.generation(), READY_CHECK_S)
+        except Exception as exc:  # any failure to reach the registry: not ready
+            log.debug("readiness check failed: %r", exc)
+            return False, "the registry does not answer"
+        return True, ""
 
     async def _sweep_stale(self) -> None:
         while True:

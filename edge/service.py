@@ -7,9 +7,11 @@ timer fired — goes to `AppWakes` (edge/core/appwake.py), and this is the only
 place its effects (`CallPlacement`, `Release`, `Fail`, `ArmTimer`) are carried
 out. Where a request that lost its machine goes is edge/core/exchange.py's
 rule. Every exchange ends in exactly one answer; accounting (in-flight per
-machine, held counts, metrics) happens in `exchange_ended` only. An answer the
-edge makes itself says a code and its fixed message: the detail goes to the
-log, with the app and the request id (`fail`).
+machine, held counts, metrics, the access log) happens in `exchange_ended`
+only. An answer the edge makes itself says a code and its fixed message: the
+detail goes to the log, with the app and the request id (`fail`). What is
+counted goes into plain values (each app's `stats`, `unrouted`) that /metrics
+reads when scraped (edge/metrics.py).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import logging
 import os
 import random
 from collections.abc import Coroutine
+from time import perf_counter
 from typing import Any
 
+from edge.adapters.accesslog import AccessLog
 from edge.adapters.placement import PlacementClient
 from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
@@ -37,14 +41,17 @@ from edge.core.appwake import (
 )
 from edge.core.exchange import AGAIN, GIVE_UP, Event, after_connect_failure, after_loss
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
+from edge.core.stats import AppStats
 from edge.errors import EdgeError, status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
 from edge.metrics import EdgeMetrics
 from edge.view import AppEntry, MachineSlot, View
 from placement.api import WakeRequest
+from thaw.logs import event
 
 log = logging.getLogger("thaw.edge")
+wake_log = logging.getLogger("thaw.edge.wake")
 
 
 class Edge(Shell):
@@ -52,7 +59,11 @@ class Edge(Shell):
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.view = view
-        self.metrics = EdgeMetrics()
+        self.unrouted = AppStats()  # answers to requests that routed to no app
+        self.access_log: AccessLog | None = None
+        if config.access_log:
+            self.access_log = AccessLog(config.access_log, config.access_log_sample_rate,
+                                        self.loop)
         self.wakes: AppWakes[Exchange] = AppWakes(config.max_held_total)
         self.pool = UpstreamPool(self)
         self.connections: set[ClientSide] = set()
@@ -65,8 +76,9 @@ class Edge(Shell):
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.placement = PlacementClient(config)
         self.suspects = Suspects(view, self.placement, self.spawn, self.loop, self.instance_id)
-        self.autostop = Autostop(view, self.placement, self.metrics, self.spawn, self.loop,
+        self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
                                  config.autostop_interval_s, self._room)
+        self.metrics = EdgeMetrics(self)
         view.on_machine_removed = self._machine_removed
         view.on_machine_added = self._machine_added
         view.on_app_removed = self._app_removed
@@ -153,7 +165,7 @@ class Edge(Shell):
                         exc: BaseException) -> None:
         """Nothing was delivered, whatever the method: another machine, then a hold (the
         rule is `after_connect_failure`). The worker is reported as suspect."""
-        self.metrics.connect_errors.labels(app.name).inc()
+        app.stats.connect_errors += 1
         log.warning("connect to machine %s (%s) of app %s failed (request %s): %r", slot.id,
                     slot.address, app.name, _request_id(exchange), exc)
         self.view.mark(slot, "gone")
@@ -205,8 +217,11 @@ class Edge(Shell):
     def exchange_ended(self, exchange: Exchange, answered: bool) -> None:
         """Accounting of an exchange that answered, or whose client went away first."""
         app = exchange.app
+        seconds = perf_counter() - exchange.started
         if answered:
-            self.metrics.requests.add(app.name if app else "", exchange.status)
+            (app.stats if app is not None else self.unrouted).answered(exchange.status, seconds)
+        if self.access_log is not None:
+            self.access_log.record(exchange, answered, seconds)
         if app is None:
             return
         if exchange.held_at:  # (set on the first hold and kept: most requests skip this)
@@ -219,7 +234,8 @@ class Edge(Shell):
                 self._room(app)
 
     def count_rejected(self, code: str) -> None:
-        self.metrics.requests.add("", status_of(code))
+        """A connection refused before a request was made of it (no duration to speak of)."""
+        self.unrouted.answered(status_of(code), 0.0)
 
     def fail(self, exchange: Exchange, code: str, detail: str) -> None:
         """End `exchange` with the edge's answer for `code`, which says the code and its
@@ -297,16 +313,15 @@ class Edge(Shell):
 
     def _release(self, release: Release[Exchange]) -> None:
         app = self.view.apps.get(release.app)
-        hold_seconds = self.metrics.hold_seconds.labels(release.app)
         for released in release.items:
             exchange = released.item
             if exchange.ended:
                 continue
             exchange.hold_s = released.hold_s
             exchange.wake = released.wake
-            hold_seconds.observe(released.hold_s)
             slot = None
             if app is not None:  # (the core counted the room: a slot is there)
+                app.stats.hold.observe(released.hold_s)
                 concurrency = app.config.concurrency
                 slot = balance.pick(app.routable, concurrency.soft_limit,
                                     concurrency.hard_limit, self.random)
@@ -320,9 +335,10 @@ class Edge(Shell):
                 if not e.ended]
         if not live:
             return
-        if fail.code == "hold_timeout":
+        entry = self.view.apps.get(fail.app)
+        if fail.code == "hold_timeout" and entry is not None:
             for _, waited in live:
-                self.metrics.hold_seconds.labels(fail.app).observe(waited)
+                entry.stats.hold.observe(waited)
         log.info("answered %s to %d requests of app %s (%s): %s", fail.code, len(live),
                  fail.app, " ".join(_request_id(e) for e, _ in live), fail.detail)
         for exchange, _ in live:
@@ -339,14 +355,17 @@ class Edge(Shell):
         # Judge "did this wake add anything" against what was routable when it was sent:
         # the registry feed may report the woken machines before the answer arrives.
         before = {slot.id for slot in entry.routable} if entry is not None else set()
+        stats = entry.stats if entry is not None else AppStats()
         started = self.loop.time()
         try:
             answer = await self.placement.wake(name, request,
                                                call.deadline_ms / 1000 + self.config.wake_grace_s)
         except EdgeError as exc:
-            self.metrics.wake_seconds.labels(name).observe(self.loop.time() - started)
-            self.metrics.wakes.labels(name, exc.code).inc()
-            log.warning("wake of %s failed: %s %s", name, exc.code, exc.message)
+            took = self.loop.time() - started
+            stats.woke(exc.code, took, None)
+            event(wake_log, "wake", logging.WARNING, app=name, count=call.count,
+                  result=exc.code, wake_ms=round(took * 1000, 1), held=self.wakes.held(name),
+                  message=exc.message)
             entry = self.view.apps.get(name)
             if entry is None:
                 self.run(self.wakes.app_deleted(name, self.loop.time()))
@@ -355,11 +374,13 @@ class Edge(Shell):
                                                    self.shape(entry), exc.code, exc.message))
             return
         timings = answer.timings
-        self.metrics.wake_seconds.labels(name).observe(self.loop.time() - started)
-        self.metrics.wakes.labels(name, "ok").inc()
-        for phase, ms in (("place", timings.place_ms), ("pull", timings.pull_ms),
-                          ("boot", timings.boot_ms)):
-            self.metrics.wake_phase_seconds.labels(phase).observe(ms / 1000.0)
+        took = self.loop.time() - started
+        stats.woke("ok", took, (timings.place_ms, timings.pull_ms, timings.boot_ms))
+        event(wake_log, "wake", app=name, count=call.count, result="ok",
+              machines=len(answer.machines), wake_ms=round(took * 1000, 1),
+              place_ms=round(timings.place_ms, 1), pull_ms=round(timings.pull_ms, 1),
+              boot_ms=round(timings.boot_ms, 1), held=self.wakes.held(name),
+              shortfall=answer.shortfall)
         entry = self.view.apps.get(name)
         if entry is None:  # deleted meanwhile: its held requests were answered 404
             return
@@ -381,6 +402,8 @@ class Edge(Shell):
     async def close(self) -> None:
         await self.autostop.stop()
         await self.placement.close()
+        if self.access_log is not None:
+            await self.access_log.close()
 
 
 def _request_id(exchange: Exchange) -> str:

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from edge.core.stats import AppStats
 from thaw.appconfig import AppConfig
 from thaw.registry import MachineRecord
 from thaw.registry.types import boot_span_ms
@@ -56,7 +57,8 @@ class MachineSlot:
 
 
 class AppEntry:
-    """An app's config, machines and counters; `routable` is rebuilt on every change."""
+    """An app's config, machines and counters; `routable` is rebuilt on every change.
+    `stats` is what /metrics says of the app: it goes with the entry when the app does."""
 
     def __init__(self, config: AppConfig) -> None:
         self.config = config
@@ -64,6 +66,7 @@ class AppEntry:
         self.machines: dict[str, MachineSlot] = {}
         self.routable: list[MachineSlot] = []
         self.in_flight = 0
+        self.stats = AppStats()
 
     def rebuild(self) -> None:
         self.routable = [m for m in self.machines.values() if m.routable]

@@ -44,6 +44,7 @@ from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError, only_image_errors, os_failure
 from imagecache.flights import Flights, single_flight
 from imagecache.resolver import ImageResolver
+from imagecache.stats import PullStats
 
 T = TypeVar("T")
 
@@ -108,6 +109,7 @@ class ImageCache:
         self._in_use: Counter[str] = Counter()  # image and layer digests of pulls in flight
         self._blob_flights: Flights = {}
         self._image_flights: Flights = {}
+        self.stats = PullStats()
         self._recover()
 
     # ---- queries -------------------------------------------------------------
@@ -218,8 +220,12 @@ class ImageCache:
         Raises ImageError, whatever failed (a local OSError is `no_space` or `io_error`,
         anything else unforeseen `io_error`).
         """
-        with only_image_errors(f"pull of {ref}"):
-            return await self._pull(ref)
+        try:
+            with only_image_errors(f"pull of {ref}"):
+                return await self._pull(ref)
+        except ImageError:
+            self.stats.failures += 1
+            raise
 
     async def _pull(self, ref: str) -> Image:
         parsed = parse_reference(ref)
@@ -227,6 +233,7 @@ class ImageCache:
         if isinstance(parsed, RegistryRef) and parsed.digest:
             cached = self.image(parsed.digest)
             if cached is not None:
+                self.stats.hits += 1
                 self._touch(cached)
                 return cached
         resolved = await self._resolver.resolve_within(source, ref)
@@ -243,7 +250,12 @@ class ImageCache:
     async def _materialise(self, ref: str, source: ImageSource, resolved: Resolved) -> Image:
         digest = resolved.digest
         image = self._images.get(digest)
-        if image is not None and not all(self._store.has(x.digest) for x in image.layers):
+        whole = image is not None and all(self._store.has(x.digest) for x in image.layers)
+        if whole:
+            self.stats.hits += 1
+        else:
+            self.stats.misses += 1
+        if image is not None and not whole:
             await self._fetch_layers(image.layers, source)  # gone behind the cache's back
         if image is None:
             await single_flight(
@@ -327,6 +339,8 @@ class ImageCache:
                     write = self._store.write(layer.digest, layer.size, chunks, self._check_disk)
                     await self._timed(layer.digest, layer.size, write)
                     self._sizes[layer.digest] = layer.size
+                    self.stats.layers_downloaded += 1
+                    self.stats.bytes_downloaded += layer.size
             self._touch_layer(layer.digest)
             self._notify(LayerChange(digest=layer.digest, size=layer.size, present=True))
 

@@ -3,7 +3,7 @@ takes and answers. The OpenAPI document is generated from these (placement/opena
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -115,11 +115,14 @@ class Release(msgspec.Struct, frozen=True):
 
 
 class DeployRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`POST /v1/apps/{app}/deploy`: optionally a new image reference, resolved now, and
-    a strategy for this rollout (default: the app's `deploy.strategy`)."""
+    """`POST /v1/apps/{app}/deploy`: optionally changes of the app's fields (a JSON merge
+    patch, as PATCH takes — stored with the deploy in one change, so it is one release),
+    a new image reference, resolved now, and a strategy for this rollout (default: the
+    app's `deploy.strategy`)."""
 
     image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
     strategy: Strategy | None = None
+    config: dict[str, Any] | None = None
 
 
 class DeployResult(msgspec.Struct, frozen=True):
@@ -214,6 +217,25 @@ class DecisionView(msgspec.Struct, frozen=True):
     offers: list[OfferView]
 
 
+class MachineLog(msgspec.Struct, frozen=True):
+    """One machine's new log lines (stdout and stderr, as the machine wrote them)."""
+
+    machine: str
+    worker: str
+    state: str
+    lines: list[str]
+
+
+class LogsAnswer(msgspec.Struct, frozen=True):
+    """`GET /v1/apps/{app}/logs`: each machine's lines since `?cursor=` (from its tail
+    without one); pass `cursor` back to follow. `unreachable`: machines whose worker
+    did not answer (their lines come once it does)."""
+
+    logs: list[MachineLog]
+    cursor: str
+    unreachable: list[str] = msgspec.field(default_factory=list)
+
+
 class TokenRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`POST /v1/tokens`: an admin token, or one scoped to existing apps."""
 
@@ -248,3 +270,10 @@ class TokenCreated(msgspec.Struct, frozen=True):
 
 class Health(msgspec.Struct, frozen=True):
     ok: bool
+
+
+class Readiness(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`/readyz`: 200 when ready to serve; 503 with `reason` when not."""
+
+    ready: bool
+    reason: str = ""

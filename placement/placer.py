@@ -25,9 +25,11 @@ from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, ne
 from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.metrics import PlacementMetrics
 from thaw.appconfig import AppConfig
+from thaw.logs import event
 from thaw.registry import WorkerStatus
 
 log = logging.getLogger("thaw.placement")
+decision_log = logging.getLogger("thaw.placement.decision")
 
 # When to re-send a timed-out offer in order to release what it may have created.
 RELEASE_DELAYS_S = (0.5, 2.0, 5.0)
@@ -111,7 +113,7 @@ class Placer:
             app_machines=rnd.app_machines, held_bytes=rnd.held_bytes, sampler=self.rng,
         )
         self.metrics.decision_seconds.observe(time.perf_counter() - began)
-        self.metrics.decisions.labels(decision.outcome).inc()
+        self.metrics.decided(decision.app, decision.outcome)
         return decision
 
     async def place(
@@ -193,10 +195,22 @@ class Placer:
     def forget(self, app: str) -> None:
         """The app is deleted: its decisions are not a new app of the same name's."""
         self.decisions.pop(app, None)
+        self.metrics.forget(app)
 
     def record(self, decision: Decision, answers: list[Answer]) -> None:
+        """Keep a decision with its offers' answers (GET …/placements), and log its
+        summary: one line per placement."""
+        view = decision_view(decision, answers, self.fleet.clock())
         kept = self.decisions.setdefault(decision.app, deque(maxlen=self.decisions_kept))
-        kept.append(decision_view(decision, answers, self.fleet.clock()))
+        kept.append(view)
+        chosen = next((a for a in answers if a.reply is Reply.ACCEPTED), None)
+        score = next((s.score for s in decision.ranked
+                      if chosen is not None and s.worker == chosen.worker), 0.0)
+        event(decision_log, "placement", app=decision.app, region=decision.region,
+              outcome=view["outcome"], worker=chosen.worker if chosen else "",
+              machine=chosen.machine_id if chosen else "", score=round(score, 4),
+              candidates=len(decision.ranked), considered=decision.considered,
+              fleet=decision.fleet, filtered=len(decision.filtered), offers=len(answers))
 
 
 def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) -> dict[str, Any]:

@@ -8,6 +8,10 @@ actions as tasks; what they work on is busy until they end, so a pass never issu
 action twice. Every action ends by asking for another pass: the loop is
 level-triggered and converges. Passes are asked for by app changes, deploys, the
 registry's change feed (a worker or machine change) and a timer (`period_s`).
+
+What each pass observed (the app's machines by worker and state) and the actions
+it took (by action and outcome) are kept as plain counts for /metrics
+(placement/metrics.py reads them when scraped); an app's go when it is deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from placement.core.offers import NoCapacity
 from placement.core.wake import machine_release
 from placement.errors import NotFound, PlacementError
 from placement.fleet import Fleet
+from placement.metrics import machine_counts, outcome_class
 from placement.placer import NewMachine, Placer, Round
 from placement.republish import Republisher
 from placement.waker import Waker
@@ -72,6 +77,10 @@ class Reconciler:
         self.drain_s = drain_s
         self.clock = clock
         self.work: dict[str, AppWork] = {}
+        # for /metrics: app -> (worker, state) -> machines at its last pass, and
+        # app -> (action, outcome) -> actions taken
+        self.observed: dict[str, dict[tuple[str, str], int]] = {}
+        self.actions: dict[str, dict[tuple[str, str], int]] = {}
         self._workers_seen: set[str] = set()  # live at the last pass: a new one asks for all
         self._loops: list[asyncio.Task[None]] = []
 
@@ -109,7 +118,7 @@ class Reconciler:
                 try:
                     await self.reconcile_app(app)
                 except NotFound:
-                    self.work.pop(app, None)
+                    self.forget(app)
                     return
                 except Exception:
                     log.exception("reconcile pass over app %s failed", app)
@@ -117,6 +126,17 @@ class Reconciler:
                     return
         finally:
             work.passing = False
+
+    def forget(self, app: str) -> None:
+        """`app` is gone: nothing of it is kept (work, observations, counts)."""
+        self.work.pop(app, None)
+        self.observed.pop(app, None)
+        self.actions.pop(app, None)
+
+    @property
+    def live_workers(self) -> int:
+        """Workers live at the last pass."""
+        return len(self._workers_seen)
 
     async def _timer(self) -> None:
         while True:
@@ -178,6 +198,7 @@ class Reconciler:
                                       live=False))
                 if record.id in fenced and record.state != "lost":  # a write that failed,
                     self._spawn(app, work, self._publish_lost(config, record.id))  # or lost
+        self.observed[app] = machine_counts(seen)
         now = asyncio.get_running_loop().time()
         work.declined = {m: t for m, t in work.declined.items() if t > now}
         claimed = self.waker.claimed.get(app, set())
@@ -395,6 +416,9 @@ class Reconciler:
                outcome: str = "ok") -> None:
         log.info("reconcile %s: %s %s: %s (%s)", config.name, action, machine or "-", reason,
                  outcome)
+        counts = self.actions.setdefault(config.name, {})
+        key = (action, outcome_class(outcome))
+        counts[key] = counts.get(key, 0) + 1
         self.store.add_event(config.uid, AppEvent(self.clock(), action, reason, machine,
                                                   outcome))
 

@@ -71,6 +71,8 @@ class PlacementRuntime:
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
                                    self._waker, config.domain,
                                    registry_grace_s=2 * market.heartbeat_freshness_s)
+        metrics.watch(lambda: {config.name for config in store.list()},
+                      self.placement.reconciler)
         published = await self.placement.republisher.check()
         self.placement.republisher.start()
         self.placement.reconciler.start()

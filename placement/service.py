@@ -26,6 +26,7 @@ from placement.api import (
     AppDeleted,
     AppEvent,
     CreateMachineRequest,
+    LogsAnswer,
     Release,
     SuspectAnswer,
     SuspectReport,
@@ -38,6 +39,7 @@ from placement.core.offers import NoCapacity
 from placement.core.wake import GONE
 from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
 from placement.fleet import Fleet
+from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
@@ -58,7 +60,8 @@ from thaw.registry import Registry
 log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release")  # placement's own
 DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
-MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
+MAX_WAITS_PER_APP = 16
+READY_CHECK_S = 2.0  # long polls of one app's machines at once
 
 
 class Placement:
@@ -190,14 +193,19 @@ class Placement:
 
     # -- deploy ----------------------------------------------------------------
 
-    async def deploy(self, name: str, image: str | None, strategy: str | None = None
-                     ) -> dict[str, Any]:
-        """Resolve the image (it may have moved) and pin it; a change of what machines are
-        made from is a new release, rolled out by the reconciler. Answers once the first
-        reconcile pass is done (the machines it made, and why any could not be)."""
+    async def deploy(self, name: str, image: str | None, strategy: str | None = None,
+                     patch: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Apply `patch` (the owner's fields, as update_app takes them), resolve the image
+        (it may have moved) and pin it: a change of what machines are made from is one new
+        release, rolled out by the reconciler. Answers once the first reconcile pass is
+        done (the machines it made, and why any could not be)."""
         async with self.locks.hold(name):
             current = self.store.get(name)
-            config = check(msgspec.structs.replace(current, image=image)) if image else current
+            config = current
+            if patch:
+                own = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
+                config = self._routable(patched(current, own))
+            config = check(msgspec.structs.replace(config, image=image)) if image else config
             config = await self._pinned(config)
             release = None
             if config != current or not current.release:
@@ -319,6 +327,21 @@ class Placement:
             for config in self.store.list():
                 self.reconciler.poke(config.name)
         return SuspectAnswer(worker=worker, failed=failed, reason=reason)
+
+    async def ready(self) -> tuple[bool, str]:
+        """Ready: the registry answers, and every stored app is published under its
+        current generation (the views the edges and the reconciler read are filled)."""
+        try:
+            await asyncio.wait_for(self.republisher.check(), READY_CHECK_S)
+        except Exception as exc:  # any failure to reach the registry: not ready
+            log.debug("readiness check failed: %r", exc)
+            return False, "the registry does not answer"
+        return True, ""
+
+    async def logs(self, app: str, cursor: str, tail_bytes: int, machine: str = ""
+                   ) -> LogsAnswer:
+        return await app_logs(self.fleet, self.agents, self.store.get(app), cursor, tail_bytes,
+                              machine)
 
     def placements(self, app: str) -> list[dict[str, Any]]:
         self.store.get(app)

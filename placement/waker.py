@@ -34,6 +34,7 @@ from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from thaw.appconfig import AppConfig
+from thaw.logs import event
 from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.placement")
@@ -344,11 +345,17 @@ class Waker:
         states = states_of(views, config)
         decision = decide_autostop(config, states, machine_id)
         if isinstance(decision, Refuse):
+            event(log, "autostop", logging.DEBUG, app=config.name, machine=machine_id,
+                  result="kept", reason=decision.code)
             raise Conflict(decision.message, code=decision.code)
         action = "suspend" if decision.suspend else "stop"
         status, body = await self.agents.call("POST", url, f"/v1/machines/{machine_id}/{action}")
         if status != 200:
+            event(log, "autostop", logging.WARNING, app=config.name, machine=machine_id,
+                  result="error", status=status)
             raise AgentReplied(status, body)
+        event(log, "autostop", app=config.name, machine=machine_id,
+              result="suspended" if decision.suspend else "stopped")
         return body if isinstance(body, dict) else {}
 
 

@@ -9,11 +9,13 @@ is refused — nothing accepted can stall something later.
 
 from __future__ import annotations
 
+import difflib
 import re
 import signal
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from imagecache.core.reference import parse_reference
 from imagecache.errors import ImageError
@@ -167,7 +169,8 @@ def decoded(data: bytes | dict[str, Any], kind: type[T]) -> T:
             return msgspec.json.decode(data, type=kind)
         return msgspec.convert(data, type=kind)
     except msgspec.ValidationError as exc:
-        raise InvalidConfig(field_of(str(exc)), str(exc)) from None
+        raise InvalidConfig(field_of(str(exc)), str(exc) + did_you_mean(str(exc), kind)) \
+            from None
     except msgspec.DecodeError as exc:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
     except RecursionError:
@@ -201,9 +204,32 @@ def _merge(base: Any, patch: Any) -> Any:
     return out
 
 
+def did_you_mean(message: str, kind: Any) -> str:
+    """For msgspec's "unknown field `imgae` - at `$.guest`": "; did you mean `image`?"
+    naming the closest field of the struct at that path ("" when none is close)."""
+    found = re.match(r"Object contains unknown field `([^`]*)`(?: - at `\$((?:\.\w+)*)`)?$",
+                     message)
+    if found is None:
+        return ""
+    info: Any = msgspec.inspect.type_info(kind)
+    for part in filter(None, (found.group(2) or "").split(".")):
+        nested = {f.name: f.type for f in getattr(info, "fields", ())}.get(part)
+        if nested is None:
+            return ""
+        info = nested
+    names = [f.name for f in getattr(info, "fields", ())]
+    close = [n for n in names if n.startswith(found.group(1))] or difflib.get_close_matches(
+        found.group(1), names, n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
+
+
 def field_of(message: str) -> str:
     """The field a msgspec error names: "... - at `$.a.b`", "... in `$.env`" or
-    "... required field `image`"."""
+    "... required field `image`"; an unknown field is named with its path."""
+    unknown = re.match(r"Object contains unknown field `([^`]*)`(?: - at `\$\.([^`]+)`)?",
+                       message)
+    if unknown:
+        return f"{unknown.group(2)}.{unknown.group(1)}" if unknown.group(2) else unknown.group(1)
     at = re.search(r"`\$\.([^`]+)`", message)
     if at:
         return re.sub(r"\[[^\]]*\]", "", at.group(1))

@@ -1,8 +1,10 @@
 """thaw: a serverless-style edge autoscaler.
 
 Services: `up` (the whole platform in one process), `edge`, `placement`, `agent`.
-App owners and operators: `apps`, `deploy`, `machines`, `status`, `releases`, `events`,
-`tokens`, `image`; `completion` for your shell. `--debug` shows a failure's traceback.
+App owners: `launch`, `deploy`, `apps`, `scale`, `machines`, `logs`, `status`, `releases`,
+`rollback`, `events`, `placements`, `image`. Operators: `tokens`, `loadtest`. `--json` on
+every one of these prints the API's answer for scripts; `completion` for your shell;
+`--debug` shows a failure's traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from thaw.commands import add_client_commands, run_client_command
+from thaw.loadtest import add_parser as loadtest_parser
+from thaw.loadtest import run as run_loadtest
 from thaw.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -143,6 +147,12 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--tls-cert-dir", default=e("TLS_CERT_DIR", ""),
                    help="certificates chosen by SNI: NAME.pem, or NAME.crt + NAME.key")
     p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
+    p.add_argument("--access-log", default=e("ACCESS_LOG", "off"), metavar="off|stdout|PATH",
+                   help="JSON access log, one line per answer: off (default), stdout, or a "
+                        "file (appended to; reopened when rotated)")
+    p.add_argument("--access-log-sample", type=float,
+                   default=float(e("ACCESS_LOG_SAMPLE", "1")), metavar="RATE",
+                   help="share of warm non-5xx answers logged, 0..1 (cold and 5xx: all)")
     add_cluster_key_flag(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
@@ -162,6 +172,11 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
     p.add_argument("--hello-set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the example app (e.g. idle_timeout_s=2)")
+    p.add_argument("--access-log", default=e("ACCESS_LOG", ""), metavar="off|stdout|PATH",
+                   help="the edge's JSON access log (default: STATE_DIR/access.log)")
+    p.add_argument("--access-log-sample", type=float,
+                   default=float(e("ACCESS_LOG_SAMPLE", "1")), metavar="RATE",
+                   help="share of warm non-5xx answers logged, 0..1 (cold and 5xx: all)")
     add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
@@ -199,7 +214,9 @@ async def run_edge(args: argparse.Namespace) -> int:
                         port=args.port, admin_port=args.admin_port, region=args.region,
                         max_held_total=args.max_held_total,
                         underscore_headers=args.underscore_headers,
-                        cluster_keys=cluster_keys(args.cluster_key_file), tls=tls)
+                        cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
+                        access_log="" if args.access_log == "off" else args.access_log,
+                        access_log_sample_rate=args.access_log_sample)
     runtime = EdgeRuntime(config, open_registry(args.registry))
     await runtime.start()
     from thaw.native import state as native_state
@@ -214,7 +231,7 @@ async def run_edge(args: argparse.Namespace) -> int:
 
 
 def up_config(args: argparse.Namespace) -> UpConfig:
-    from thaw.commands import settings
+    from thaw.cmdbase import settings
     from thaw.up import UpConfig
 
     return UpConfig(
@@ -225,6 +242,7 @@ def up_config(args: argparse.Namespace) -> UpConfig:
         only_allowed_registries=args.only_allowed_registries,
         allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
         tls=args.tls, tls_port=args.tls_port,
+        access_log=args.access_log, access_log_sample_rate=args.access_log_sample,
     )
 
 
@@ -326,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent_parser(sub)
     sub.add_parser("image", help="build OCI images: thaw image build DIR -t NAME:TAG ...")
     add_client_commands(sub, env_default)
+    loadtest_parser(sub).set_defaults(run=run_loadtest)
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh", "fish"],
                             help="the shell to complete for")

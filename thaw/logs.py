@@ -1,5 +1,11 @@
 """Structured JSON logs, one object per line on stderr, with credentials scrubbed.
 
+Lifecycle events (a wake, an auto-stop, a placement decision) are logged with
+`event(logger, "wake", app=..., place_ms=...)`: one line whose message reads
+`wake app=hello place_ms=12.5 …` and whose JSON object also carries each field
+as its own key (`"event": "wake", "app": "hello", "place_ms": 12.5`), for log
+pipelines to filter on without parsing the message.
+
 Our own code logs token ids, never tokens; but a library may quote what it was
 sent (aiohttp's parser logs a malformed header line whole), so every line and
 traceback is scrubbed of bearer tokens, `Authorization` values and signatures
@@ -13,6 +19,7 @@ import logging
 import re
 import sys
 import time
+from typing import Any
 
 # A header as a line (`Authorization: …`) or in a repr (`'Authorization': '…'`); a bearer
 # value long enough to be a credential (not the word in "a bearer token is required").
@@ -41,9 +48,30 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id:
             entry["request_id"] = request_id
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                entry.setdefault(key, scrubbed(value) if isinstance(value, str) else value)
         if record.exc_info:
             entry["exc"] = scrubbed(self.formatException(record.exc_info))
         return json.dumps(entry)
+
+
+def event(logger: logging.Logger, name: str, level: int = logging.INFO,
+          **fields: Any) -> None:
+    """Log lifecycle event `name` with its fields: `name k=v k=v` as the message, and the
+    fields as keys of the JSON line (values as given: round floats before)."""
+    if not logger.isEnabledFor(level):
+        return
+    text = " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+    logger.log(level, "%s %s", name, text, extra={"fields": {"event": name, **fields}})
+
+
+def _text(value: Any) -> str:
+    """A value as key=value shows it: quoted when it has spaces (or is empty)."""
+    text = str(value)
+    return json.dumps(text) if not text or any(c.isspace() or c in "\"=" for c in text) \
+        else text
 
 
 def setup_logging(level: str = "info") -> None:

@@ -31,10 +31,11 @@ BUILD_DIR = ROOT / ".native"
 MANIFEST = "manifest.json"
 SOURCES = (
     "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
-    "edge/core/exchange.py", "edge/core/hpack.py", "edge/core/h2wire.py",
+    "edge/core/exchange.py", "edge/core/stats.py", "edge/core/hpack.py", "edge/core/h2wire.py",
     "edge/core/h2budget.py", "edge/core/h2send.py", "edge/core/h2proto.py",
     "edge/exchange.py", "edge/adapters/http1.py",
     "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
+    "edge/core/accesslog.py", "edge/adapters/accesslog.py",
     "edge/service.py", "edge/view.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches

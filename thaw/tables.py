@@ -1,15 +1,54 @@
-"""Plain-text tables for `thaw status` and list commands."""
+"""The CLI's output: plain-text tables that fit a terminal, or JSON for scripts."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
+WIDTH = 100  # columns a table may take
+GAP = "  "
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = WIDTH) -> str:
+    """Rows under upper-case headers, at most `width` columns: the widest columns are
+    shortened (with "…") until the table fits."""
     cells = [[str(row.get(col, "")) for col in columns] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
-    lines = ["  ".join(col.upper().ljust(w) for col, w in zip(columns, widths, strict=True))]
+    excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
+    while excess > 0:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        floor = max(len(columns[widest]), 8)
+        if widths[widest] <= floor:
+            break
+        cut = min(excess, widths[widest] - floor)
+        widths[widest] -= cut
+        excess -= cut
+    lines = [GAP.join(col.upper().ljust(w) for col, w in zip(columns, widths, strict=True))]
     for r in cells:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        lines.append(GAP.join(shorten(c, w).ljust(w) for c, w in zip(r, widths, strict=True)))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its middle replaced by "…" when too long
+    (both ends of an image reference or a path are the informative parts)."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
+
+
+def emit(as_json: bool, value: Any, human: str | Callable[[], str]) -> None:
+    """The answer for a script (`--json`: the API's JSON) or for a person."""
+    if as_json:
+        print(json.dumps(value, indent=2, sort_keys=True))
+    else:
+        print(human() if callable(human) else human)

@@ -5,11 +5,18 @@ other — signed with a cluster key made on first start (`<state>/cluster.key`) 
 and share the embedded (in-memory) registry. Nothing in the services knows it runs
 this way beyond the registry it was handed. An admin token is made on first start
 too (`<state>/admin.token`, mode 0600), which the CLI finds by itself.
+
+For operators it writes two files in the state directory: `access.log` (the
+edge's JSON access log, unless `--access-log` says otherwise) and
+`prometheus-targets.json`, every service's /metrics address with a `service`
+label in Prometheus' file_sd format (agents and the edge's admin port listen on
+ports chosen at start), which deploy/prometheus/prometheus.yml reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -31,6 +38,9 @@ from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
 
 log = logging.getLogger("thaw.up")
+
+ACCESS_LOG_FILE = "access.log"
+TARGETS_FILE = "prometheus-targets.json"
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hello"
 
@@ -62,6 +72,8 @@ class UpConfig:
     allow_layouts: tuple[str, ...] = ()  # beyond <state>/images
     tls: bool = False  # also HTTPS on tls_port, certificates from a local CA (thaw/localca.py)
     tls_port: int = 8443
+    access_log: str = ""  # "": <state>/access.log; "off"; "stdout"; or a file path
+    access_log_sample_rate: float = 1.0
 
 
 class Platform:
@@ -106,11 +118,34 @@ class Platform:
         self.edge = EdgeRuntime(
             EdgeConfig(placement_url=self.api_url, domain=self.config.domain,
                        port=self.config.edge_port, admin_port=self.config.admin_port,
-                       cluster_keys=keys, tls=tls),
+                       cluster_keys=keys, tls=tls, access_log=self.access_log_target(state),
+                       access_log_sample_rate=self.config.access_log_sample_rate),
             self.registry,
         )
         await self.edge.start()
+        write_targets(state / TARGETS_FILE, self.targets())
         await self._ensure_hello(state)
+
+    def access_log_target(self, state: Path) -> str:
+        """The edge's access log: <state>/access.log unless told otherwise ("" is off)."""
+        chosen = self.config.access_log
+        if chosen == "off":
+            return ""
+        return chosen or str(state / ACCESS_LOG_FILE)
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Every service's metrics address, as Prometheus file_sd target groups."""
+        assert self.edge is not None
+        groups = [
+            {"targets": [f"{self.edge.config.admin_host}:{self.edge.admin_port}"],
+             "labels": {"service": "edge"}},
+            {"targets": [_host_port(self.api_url)], "labels": {"service": "placement"}},
+        ]
+        for agent in self.agents:
+            worker = agent.agent.worker_id if agent.agent is not None else ""
+            groups.append({"targets": [_host_port(agent.url)],
+                           "labels": {"service": "agent", "worker": worker}})
+        return groups
 
     def _agent_config(self, state: Path, index: int, keys: KeyRing, egress: EgressPolicy
                       ) -> AgentConfig:
@@ -151,6 +186,7 @@ class Platform:
         local = self.config.state_dir.resolve() == (Path.cwd() / ".thaw").resolve()
         token_hint = (f"the CLI uses the admin token in {token_file}" if local else
                       f"export THAW_TOKEN=$(cat {token_file})   # the admin token, for the CLI")
+        access_log = self.access_log_target(self.config.state_dir)
         return "\n".join(
             [
                 f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
@@ -165,6 +201,22 @@ class Platform:
                 "",
                 f"  thaw status --api {self.api_url}      # {token_hint}",
                 f"  curl -H \"Authorization: Bearer $(cat {token_file})\" {self.api_url}/v1/apps",
+                "",
+                f"access log: {access_log or 'off'}; Prometheus targets (file_sd): "
+                f"{self.config.state_dir / TARGETS_FILE} (deploy/prometheus/prometheus.yml, "
+                "docs/observability.md)",
                 "Ctrl-C stops everything.",
             ]
         )
+
+
+def _host_port(url: str) -> str:
+    """host:port of an http://host:port URL."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def write_targets(path: Path, groups: list[dict[str, Any]]) -> None:
+    """Replace `path` whole (Prometheus re-reads file_sd files when they change)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(groups, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,7 +1,7 @@
 """The agent's internal HTTP API (aiohttp). Errors become JSON in one middleware.
 
-Every route but `/healthz` and `/metrics` answers only calls signed with the cluster
-key and addressed to this agent (thaw/auth/signing.py); anything else is 401 and
+Every route but `/healthz`, `/readyz` and `/metrics` answers only calls signed with the
+cluster key and addressed to this agent (thaw/auth/signing.py); anything else is 401 and
 does nothing.
 """
 
@@ -20,7 +20,7 @@ from agent.core.machine import IllegalTransition, MachineState
 from agent.core.records import MachineSpec
 from agent.errors import AgentError, BadRequest
 from agent.launch import machine_dir
-from agent.machinelog import read_log
+from agent.machinelog import read_log_from
 from agent.publisher import Publisher, machine_view
 from agent.service import Agent
 from imagecache.errors import ImageError
@@ -41,7 +41,7 @@ IMAGE_ERROR_STATUS = {
 }
 MAX_WAIT_S = 300.0
 log = logging.getLogger("thaw.agent")
-UNSIGNED_PATHS = frozenset({"/healthz", "/metrics"})
+UNSIGNED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -108,6 +108,7 @@ def build_app(agent: Agent, publisher: Publisher, verifier: Verifier) -> web.App
             web.post("/v1/images/pull", routes.pull),
             web.get("/metrics", routes.metrics),
             web.get("/healthz", routes.healthz),
+            web.get("/readyz", routes.readyz),
         ]
     )
     return app
@@ -193,10 +194,13 @@ class AgentRoutes:
         self.agent.machine(mid)
         try:
             tail = int(request.query.get("tail_bytes", "65536"))
+            offset = int(request.query.get("offset", "-1"))
         except ValueError:
-            raise BadRequest("tail_bytes must be an integer") from None
-        data = read_log(machine_dir(self.agent.config.state_dir, mid) / "log", max(tail, 0))
-        return web.Response(body=data, content_type="text/plain", charset="utf-8")
+            raise BadRequest("tail_bytes and offset must be integers") from None
+        start, size, data = read_log_from(machine_dir(self.agent.config.state_dir, mid) / "log",
+                                          offset, tail)
+        return web.Response(body=data, content_type="text/plain", charset="utf-8",
+                            headers={"X-Log-Offset": str(start), "X-Log-Size": str(size)})
 
     async def status(self, request: web.Request) -> web.Response:
         return json_response(self.publisher.status())
@@ -215,6 +219,11 @@ class AgentRoutes:
             return json_response({"ok": False, "error": "log_broken", "message": broken,
                                   "epoch": self.agent.state.epoch}, 503)
         return json_response({"ok": True, "epoch": self.agent.state.epoch})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, reason = await self.publisher.readiness()
+        return json_response({"ready": True} if ready else {"ready": False, "reason": reason},
+                             200 if ready else 503)
 
 
 def wait_timeout(request: web.Request, name: str, default: str) -> float:

@@ -1,7 +1,8 @@
-"""The edge's admin port (aiohttp): /metrics, /healthz, /v1/state."""
+"""The edge's admin port (aiohttp): /metrics, /healthz, /readyz, /v1/state."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -24,16 +25,22 @@ class Edge(Protocol):
     connections: set[Any]
 
 
-def build_admin_app(edge: Edge) -> web.Application:
+Readiness = Callable[[], Awaitable[tuple[bool, str]]]  # (ready, why not)
+
+
+def build_admin_app(edge: Edge, readiness: Readiness) -> web.Application:
     app = web.Application()
 
     async def metrics(request: web.Request) -> web.Response:
-        for name in edge.view.apps:
-            edge.metrics.held.labels(name).set(edge.wakes.held(name))
         return web.Response(body=edge.metrics.render(), content_type="text/plain")
 
     async def healthz(request: web.Request) -> web.Response:
         return _json({"ok": not edge.closing})
+
+    async def readyz(request: web.Request) -> web.Response:
+        ready, reason = await readiness()
+        return _json({"ready": True} if ready else {"ready": False, "reason": reason},
+                     200 if ready else 503)
 
     async def state(request: web.Request) -> web.Response:
         return _json(state_of(edge))
@@ -41,6 +48,7 @@ def build_admin_app(edge: Edge) -> web.Application:
     app.add_routes([
         web.get("/metrics", metrics),
         web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
         web.get("/v1/state", state),
     ])
     return app

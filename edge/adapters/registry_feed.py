@@ -36,6 +36,7 @@ class RegistryFeed:
         self.position: str | None = None  # of the last change applied
         self.generation = GenerationWatch()
         self.rebuilding_until = 0.0  # loop time: until then loads only add
+        self.loaded = False  # a full load has reached the view (readiness)
         self._resync_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -61,6 +62,7 @@ class RegistryFeed:
         self.view.set_apps(configs, prune=prune)
         for config in configs:
             self._apply_machines(config.name, records[config.name], prune=prune)
+        self.loaded = True
 
     def _apply_machines(self, app: str, records: list[MachineRecord], *, prune: bool) -> None:
         entry = self.view.apps.get(app)

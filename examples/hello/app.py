@@ -128,6 +128,10 @@ class Hello(BaseHTTPRequestHandler):
 
 def main() -> None:
     port = int(os.environ.get("PORT", "8080"))
+    # a listen backlog for a burst: the edge opens many connections to a fresh machine
+    # at once, and http.server's default of 5 makes the kernel drop the rest (each then
+    # retried by the client's SYN 1 s later)
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", port), Hello)
     server.daemon_threads = True
 

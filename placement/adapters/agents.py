@@ -46,7 +46,13 @@ class AgentClient:
         for session in self._sessions.values():
             await session.close()
 
-    async def call(
+    async def call(self, method: str, url: str, path: str, body: Any = None,
+                   **options: Any) -> tuple[int, Any]:
+        """The answer's status and JSON body (`options` as `read` takes them)."""
+        status, _, raw = await self.read(method, url, path, body, **options)
+        return status, decode(raw)
+
+    async def read(
         self,
         method: str,
         url: str,
@@ -56,7 +62,8 @@ class AgentClient:
         params: dict[str, str] | None = None,
         timeout_s: float | None = None,
         long_poll: bool = False,
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, dict[str, str], bytes]:
+        """The answer as it came: status, headers and body (a log is not JSON)."""
         data = msgspec.json.encode(body) if body is not None else b""
         target = yarl.URL(url + path)
         if params:
@@ -67,8 +74,7 @@ class AgentClient:
             async with self._http(long_poll).request(
                 method, signed_url, data=data or None, headers=headers, timeout=limit,
             ) as response:
-                raw = await response.read()
-                return response.status, decode(raw)
+                return response.status, dict(response.headers), await response.read()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("agent call %s %s%s failed: %r", method, url, path, exc)
             raise AgentUnreachable(f"a worker did not answer {method} {path}") from None

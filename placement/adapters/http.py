@@ -24,12 +24,15 @@ from placement.api import (
     AutostopRequest,
     CreateMachineRequest,
     DeployRequest,
+    Readiness,
     RollbackRequest,
     SuspectReport,
     TokenRequest,
     WakeRequest,
 )
+from placement.core.logs import BadCursor
 from placement.errors import BadRequest, NotFound, PlacementError
+from placement.machinelogs import DEFAULT_TAIL, MAX_TAIL
 from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
@@ -133,7 +136,7 @@ class Routes:
     async def deploy(self, request: web.Request) -> web.Response:
         body = await decoded(request, DeployRequest)
         return json_response(await self.p.deploy(request.match_info["app"], body.image,
-                                                 body.strategy))
+                                                 body.strategy, body.config))
 
     async def releases(self, request: web.Request) -> web.Response:
         return json_response(self.p.releases(request.match_info["app"]))
@@ -190,6 +193,17 @@ class Routes:
                                    params={"state": state, "timeout_s": str(timeout_s)},
                                    timeout_s=timeout_s + 5)
 
+    async def logs(self, request: web.Request) -> web.Response:
+        cursor = request.query.get("cursor", "")
+        try:
+            tail_bytes = int(request.query.get("tail_bytes", str(DEFAULT_TAIL)))
+            return json_response(await self.p.logs(
+                request.match_info["app"], cursor, min(max(tail_bytes, 0), MAX_TAIL),
+                request.query.get("machine", "")[:64]))
+        except (ValueError, BadCursor) as exc:
+            raise BadRequest(f"tail_bytes must be an integer; cursor machine:offset pairs "
+                             f"({exc})") from None
+
     async def placements(self, request: web.Request) -> web.Response:
         return json_response(self.p.placements(request.match_info["app"]))
 
@@ -243,6 +257,10 @@ class Routes:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"ok": True})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, reason = await self.p.ready()
+        return json_response(Readiness(ready=ready, reason=reason), 200 if ready else 503)
 
     async def openapi(self, request: web.Request) -> web.Response:
         return json_response(openapi_document())

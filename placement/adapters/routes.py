@@ -19,7 +19,9 @@ from placement.api import (
     DeployRequest,
     DeployResult,
     Health,
+    LogsAnswer,
     MachineWaited,
+    Readiness,
     Release,
     RollbackRequest,
     SuspectAnswer,
@@ -32,6 +34,8 @@ from placement.api import (
     WorkerView,
 )
 from placement.core.access import Access
+from placement.core.logs import MAX_CURSOR_CHARS
+from placement.machinelogs import MAX_TAIL
 from thaw.appconfig import AppConfig
 
 MACHINE_STATES = [state.value for state in MachineState]
@@ -90,6 +94,16 @@ ROUTES: tuple[Route, ...] = (
               ("state", {"type": "string", "enum": MACHINE_STATES}, "default started"),
               ("timeout_s", {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
                "seconds (default 60)"))),
+    Route("GET", APP + "/logs", "logs", Access.APP,
+          "The app's machine logs: each machine's lines from its tail, or since ?cursor= "
+          "(the cursor of the last answer, to follow)", None, LogsAnswer, query=(
+              ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS,
+                          "pattern": "^[A-Za-z0-9_:,-]*$"},
+               "machine:offset pairs from the last answer"),
+              ("tail_bytes", {"type": "integer", "minimum": 0, "maximum": MAX_TAIL},
+               "bytes of each log's tail on a first read (default 16384)"),
+              ("machine", {"type": "string", "pattern": "^[A-Za-z0-9_-]{0,64}$"},
+               "only this machine's log (default: the newest 100 machines')"))),
     Route("GET", APP + "/placements", "placements", Access.APP,
           "The last placement decisions, with per-term breakdowns and filter reasons",
           None, list[DecisionView]),
@@ -112,6 +126,9 @@ ROUTES: tuple[Route, ...] = (
           "The edge could not connect to a machine on this worker: placement checks and "
           "may count the worker failed", SuspectReport, SuspectAnswer),
     Route("GET", "/healthz", "healthz", Access.PUBLIC, "Liveness", None, Health),
+    Route("GET", "/readyz", "readyz", Access.PUBLIC,
+          "Readiness: the registry answers and the apps are published to it (503 with the "
+          "reason otherwise)", None, Readiness),
     Route("GET", "/metrics", "metrics_text", Access.PUBLIC, "Prometheus metrics (text)"),
     Route("GET", "/openapi.json", "openapi", Access.PUBLIC, "This document"),
 )

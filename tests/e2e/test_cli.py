@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
     assert listed.returncode == 0 and "ID" in listed.stdout
     assert len(listed.stdout.strip().splitlines()) == 2  # header + the running machine
     status = thaw(up, "status")
-    assert status.returncode == 0 and "WORKERS" in status.stdout and "APP greeter" in status.stdout
+    assert status.returncode == 0 and "WORKERS" in status.stdout and "greeter" in status.stdout
+    assert max(len(line) for line in status.stdout.splitlines()) <= 100
 
     again = thaw(up, "deploy", "-c", str(toml))  # nothing changed: no release, no version
     assert again.returncode == 0, again.stderr
@@ -76,7 +78,8 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
                    "--set", "concurrency.soft_limit=4", "--set", "concurrency.hard_limit=6")
     assert created.returncode == 0, created.stderr
     updated = thaw(up, "apps", "update", "owned", "--set", "max_machines=5")
-    assert updated.returncode == 0 and '"max_machines": 5' in updated.stdout
+    assert updated.returncode == 0
+    assert updated.stdout.strip() == "updated owned: max_machines 3 -> 5"
     bad = thaw(up, "apps", "create", "broken", "--image", "x",
                "--set", "concurrency.hard_limit=1")
     assert bad.returncode == 2 and "concurrency.hard_limit" in bad.stderr
@@ -91,3 +94,111 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
 def test_an_unknown_app_is_a_clear_error_not_a_traceback(up: ThawUp) -> None:
     shown = thaw(up, "apps", "show", "nope")
     assert shown.returncode == 1 and "HTTP 404" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_launch_writes_a_thaw_toml_that_deploy_accepts_and_a_second_deploy_changes_nothing(
+    up: ThawUp, tmp_path: Path
+) -> None:
+    build_image(HELLO, "hello:v3", layout=tmp_path / "layout")
+    launched = thaw(up, "launch", "--name", "launched", "--image",
+                    f"oci:{tmp_path / 'layout'}:v3", "--soft-limit", "4", "--hard-limit", "6",
+                    "--cpus", "0.25", "--memory-mb", "64", "-c", str(tmp_path / "thaw.toml"))
+    assert launched.returncode == 0, launched.stderr
+    text = (tmp_path / "thaw.toml").read_text()
+    assert 'app = "launched"' in text and "# max_machines = 3" in text  # defaults commented
+    again = thaw(up, "launch", "--name", "x", "--image", "r/x:1", "-c", str(tmp_path / "thaw.toml"))
+    assert again.returncode != 0 and "exists" in again.stderr  # never overwritten silently
+    deployed = thaw(up, "deploy", "-c", str(tmp_path / "thaw.toml"))
+    assert deployed.returncode == 0, deployed.stderr
+    assert deployed.stdout.startswith("created app launched: release 1")
+    _, app = call("GET", f"{up.api}/v1/apps/launched", token=up.token)
+    assert app["concurrency"] == {"type": "requests", "soft_limit": 4, "hard_limit": 6}
+    same = thaw(up, "deploy", "-c", str(tmp_path / "thaw.toml"))
+    assert same.returncode == 0 and "up to date: release 1" in same.stdout
+    _, after = call("GET", f"{up.api}/v1/apps/launched", token=up.token)
+    assert after["version"] == app["version"]  # a no-op deploy stores nothing
+
+    # thaw.toml is the declared shape: a machine field changed is one release, one version
+    (tmp_path / "thaw.toml").write_text(text.replace("# kill_timeout_s = 5.0",
+                                                     "kill_timeout_s = 6.0"))
+    changed = thaw(up, "deploy", "-c", str(tmp_path / "thaw.toml"))
+    assert changed.returncode == 0, changed.stderr
+    assert changed.stdout.startswith("release 2 of launched")
+    assert "complete" in changed.stdout  # the rollout followed to its end
+    _, last = call("GET", f"{up.api}/v1/apps/launched", token=up.token)
+    assert (last["version"], last["release"]) == (app["version"] + 1, 2)
+
+
+def test_a_mistyped_thaw_toml_field_gets_a_suggestion_from_the_cli_and_the_api(
+    up: ThawUp, tmp_path: Path
+) -> None:
+    toml = tmp_path / "thaw.toml"
+    toml.write_text('app = "typo"\nimage = "r/x:1"\nmax_machnes = 2\n[guest]\ncpu = 1\n')
+    run = thaw(up, "deploy", "-c", str(toml))
+    assert run.returncode == 2 and "did you mean `max_machines`?" in run.stderr
+    status, body = call("POST", f"{up.api}/v1/apps", {"name": "typo", "image": "r/x:1",
+                                                       "guest": {"cpu": 1}}, token=up.token)
+    assert status == 422 and body["field"] == "guest.cpu"
+    assert "did you mean `cpus`?" in body["message"]
+
+
+def test_scale_machines_logs_and_placements(up: ThawUp, tmp_path: Path) -> None:
+    build_image(HELLO, "hello:v4", layout=tmp_path / "layout")
+    created = thaw(up, "apps", "create", "scaled", "--image", f"oci:{tmp_path / 'layout'}:v4",
+                   "--set", "guest.cpus=0.25", "--set", "guest.memory_mb=64")
+    assert created.returncode == 0, created.stderr
+    scaled = thaw(up, "scale", "min", "2", "-a", "scaled")
+    assert scaled.returncode == 0 and scaled.stdout.startswith("scaled: min 2, max 3")
+    _, app = call("GET", f"{up.api}/v1/apps/scaled", token=up.token)
+    assert app["min_machines_running"] == 2
+
+    made = thaw(up, "machines", "create", "scaled", "--wait", "--json")
+    assert made.returncode == 0, made.stderr
+    machine = json.loads(made.stdout)
+    assert machine["state"] == "started"
+    stopped = thaw(up, "machines", "stop", "scaled", machine["id"], "--wait")
+    assert stopped.stdout.strip() == f"machine {machine['id']} of scaled: stopped"
+
+    logs = thaw(up, "logs", "scaled")  # the example app prints "hello ID listening on …"
+    assert logs.returncode == 0, logs.stderr
+    assert f"{machine['id']}  hello {machine['id']} listening on" in logs.stdout
+
+    placements = thaw(up, "placements", "scaled", "-n", "1")
+    assert placements.returncode == 0 and "placed" in placements.stdout
+    assert "WORKER" in placements.stdout and "LAYERS" in placements.stdout
+
+    destroyed = thaw(up, "machines", "destroy", "scaled", machine["id"], "--wait")
+    assert destroyed.stdout.strip() == f"machine {machine['id']} of scaled: destroyed", \
+        destroyed.stderr
+    count = thaw(up, "scale", "count", "0", "-a", "scaled", "--json")
+    assert json.loads(count.stdout)["min_machines_running"] == 0
+
+
+def test_logs_follow_prints_what_a_machine_writes_after_it_started(
+    up: ThawUp, tmp_path: Path
+) -> None:
+    build_image(HELLO, "hello:v5", layout=tmp_path / "layout")
+    assert thaw(up, "apps", "create", "followed", "--image", f"oci:{tmp_path / 'layout'}:v5",
+                "--set", "guest.cpus=0.25", "--set", "guest.memory_mb=64").returncode == 0
+    env = {**os.environ, "THAW_TOKEN": up.token}
+    follower = subprocess.Popen([sys.executable, "-m", "thaw", "logs", "followed", "-f",
+                                 "--interval", "0.2", "--api", up.api],
+                                stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        made = thaw(up, "machines", "create", "followed", "--wait", "--json")
+        mid = json.loads(made.stdout)["id"]
+        assert follower.stdout is not None
+        line = follower.stdout.readline()  # the machine's first line, read as it came
+        assert line.startswith(f"{mid}  hello {mid} listening on")
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+
+
+def test_json_output_of_every_read_command_parses(up: ThawUp) -> None:
+    for args in (("status",), ("status", "hello"), ("apps", "list"), ("apps", "show", "hello"),
+                 ("machines", "list", "hello"), ("releases", "hello"), ("events", "hello"),
+                 ("placements", "hello"), ("logs", "hello"), ("tokens", "list")):
+        run = thaw(up, *args, "--json")
+        assert run.returncode == 0, (args, run.stderr)
+        json.loads(run.stdout)

@@ -71,7 +71,7 @@ def test_the_public_api_fuzzed_from_its_openapi_document_never_fails_or_breaks_i
         env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.st_hooks",
              "PYTHONPATH": str(ROOT)},
     )
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert run.returncode == 0, run.stdout[:6000] + run.stderr[-2000:]
     counts = re.search(r"(\d+) generated, (\d+) passed", run.stdout)
     assert counts is not None and counts.group(1) == counts.group(2), run.stdout[-3000:]
     assert int(counts.group(1)) > 500  # every operation was exercised, not skipped

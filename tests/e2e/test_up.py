@@ -226,7 +226,7 @@ def test_the_cli_finds_the_local_admin_token_and_the_edge_needs_none(tmp_path: P
         status = subprocess.run([sys.executable, "-m", "thaw", "status", "--api", up.api],
                                 capture_output=True, text=True, timeout=60, cwd=tmp_path,
                                 env=env, check=False)
-        assert status.returncode == 0 and "APP hello" in status.stdout, status.stderr
+        assert status.returncode == 0 and "hello" in status.stdout, status.stderr
         elsewhere = subprocess.run([sys.executable, "-m", "thaw", "apps", "list", "--api",
                                     up.api], capture_output=True, text=True, timeout=60,
                                    cwd=tmp_path / ".thaw", env=env, check=False)

@@ -54,7 +54,7 @@ def test_every_route_declares_who_may_call_it_and_app_routes_need_the_apps_scope
     declared = {(r.method, r.path) for r in ROUTES}
     assert len(declared) == len(ROUTES)
     public = {r.path for r in ROUTES if r.access is Access.PUBLIC}
-    assert public == {"/healthz", "/metrics", "/openapi.json"}  # nothing else is open
+    assert public == {"/healthz", "/readyz", "/metrics", "/openapi.json"}  # nothing else open
     assert {r.path for r in ROUTES if r.access is Access.SIGNED} == {
         r.path for r in ROUTES if r.path.startswith("/internal/")}
     for route in ROUTES:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from thaw.cli import build_parser, main
-from thaw.commands import api_url
+from thaw.cmdbase import api_url
 from thaw.completion import command_tree
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from thaw.commands import token_from
+from thaw.cmdbase import token_from
 
 
 def test_the_local_admin_token_goes_only_to_an_api_on_this_host(

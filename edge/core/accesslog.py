@@ -1,0 +1,71 @@
+"""The access log's two decisions: which answers are logged, and what a line says.
+
+A line is one JSON object ending in a newline, its keys in the order of `line`'s
+parameters. Every answer to a request that was held (cold) and every 5xx is
+logged; other answers are logged with probability `sample_rate` (1: all, 0:
+none of them). A request whose client went away before its answer is logged
+with status 499, as nginx does. Times are milliseconds rounded to the
+microsecond; `path` is the request target without its query string (queries
+carry tokens too often to be written to disk by default).
+
+Pure: the caller gives every value, the wall time and the random draw included.
+(Compiled with the edge's hot modules: a logged answer pays for its line.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+CLIENT_GONE = 499  # the client closed its side before the answer (nginx's code)
+
+_encoder = msgspec.json.Encoder()
+
+
+def logged(status: int, cold: bool, sample_rate: float, draw: Callable[[], float]) -> bool:
+    """Whether an answer is logged: cold and 5xx always, others with probability
+    `sample_rate` in [0, 1] (`draw` is called only when it decides)."""
+    if cold or status >= 500 or sample_rate >= 1.0:
+        return True
+    return sample_rate > 0.0 and draw() < sample_rate
+
+
+def ms(seconds: float) -> float:
+    """Milliseconds to the microsecond (as `round(x, 3)`, at a fraction of its cost)."""
+    return thousandths(seconds * 1000.0)
+
+
+def thousandths(value: float) -> float:
+    return round(value * 1000.0) / 1000.0
+
+
+def path_of(target: bytes) -> str:
+    """The request target without its query string, as text."""
+    return target.partition(b"?")[0].decode("latin-1")
+
+
+def line(*, ts: float, request_id: str, app: str, machine: str, worker: str, method: str,
+         host: str, path: str, proto: str, status: int, code: str, bytes_in: int,
+         bytes_out: int, duration_s: float, client: str,
+         cold: tuple[float, float, float, float] | None) -> bytes:
+    """One line. `ts`: wall time the exchange ended (s since the epoch); `app`,
+    `machine`, `worker`: "" where there is none (routed to no app; answered by the edge
+    itself); `proto`: http/1.1, http/1.0 or h2; `code`: the edge's own answer
+    (hold_timeout, no_capacity, …) or ""; `bytes_in`/`bytes_out`: request and response
+    body bytes (a tunnel's bytes each way); `duration_s`: from the request's head to
+    the end of its answer; `cold`: for a request that was held, its hold (s) and the
+    place, pull and boot milliseconds of the wake whose machine took it, else None."""
+    entry: dict[str, str | int | float | bool] = {
+        "ts": thousandths(ts), "request_id": request_id, "app": app, "machine": machine,
+        "worker": worker, "method": method, "host": host, "path": path, "proto": proto,
+        "status": status, "code": code, "bytes_in": bytes_in, "bytes_out": bytes_out,
+        "duration_ms": ms(duration_s), "client": client, "cold": cold is not None,
+    }
+    if cold is not None:
+        hold_s, place_ms, pull_ms, boot_ms = cold
+        entry["hold_ms"] = ms(hold_s)
+        entry["place_ms"] = thousandths(place_ms)
+        entry["pull_ms"] = thousandths(pull_ms)
+        entry["boot_ms"] = thousandths(boot_ms)
+    return _encoder.encode(entry) + b"\n"

@@ -1,0 +1,83 @@
+"""The CLI's pure parts: tables that fit 100 columns, thaw launch's file, deploy's patch,
+and docs/cli.md's field table made from AppConfig itself."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from thaw.appconfig import AppConfig, parse
+from thaw.appfields import fields, markdown_table, toml_value
+from thaw.cmd_apps import changed, declared, replacing
+from thaw.launch import as_config, default_name, render
+from thaw.tables import shorten, table
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def test_a_table_fits_100_columns_by_shortening_its_widest_columns_in_the_middle() -> None:
+    rows = [{"name": "hello", "image": "oci:/" + "x" * 150 + ":latest", "state": "started"}]
+    out = table(rows, ["name", "state", "image"])
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert ":latest" in out and "oci:/" in out and "…" in out
+    narrow = table([{"a": "1"}], ["a"])
+    assert narrow == "A\n1"
+
+
+def test_shorten_keeps_both_ends() -> None:
+    assert shorten("abcdefghij", 5) == "ab…ij"
+    assert shorten("abc", 5) == "abc"
+
+
+def test_launch_renders_every_field_and_its_text_parses_as_the_config_deploy_sends() -> None:
+    text = render({"name": "web", "image": "registry:5000/web:v1",
+                   "concurrency.soft_limit": 4, "regions": ["local"]})
+    data = as_config(tomllib.loads(text))
+    config = parse(data)
+    assert (config.name, config.concurrency.soft_limit, config.max_machines) == ("web", 4, 3)
+    for field in fields():  # every field is in the file, set or commented at its default
+        key = "app" if field.path == "name" else field.key
+        assert f"{key} = " in text, field.path
+
+
+def test_launch_names_an_app_after_its_directory_when_that_is_a_valid_name() -> None:
+    assert default_name("My_Web App") == "my-web-app"
+    assert default_name("___") == ""
+
+
+def test_toml_values_are_read_back_as_written() -> None:
+    for value in ("a \"quoted\" ünïcode\n", 3, 0.5, True, ["a", "b"], {"K": "v"}, {}, []):
+        assert tomllib.loads(f"x = {toml_value(value)}")["x"] == value
+
+
+def test_deploy_sends_every_declared_field_and_removes_env_no_longer_declared() -> None:
+    wanted = declared(parse({"name": "a", "image": "r/a:1", "env": {"KEEP": "1"}}))
+    assert "version" not in wanted and "image_digest" not in wanted
+    assert wanted["max_machines"] == 3  # a field left out of thaw.toml is its default
+    current = msgspec.to_builtins(AppConfig(name="a", image="r/a:1",
+                                            env={"KEEP": "0", "OLD": "x"}))
+    patch = replacing(current, wanted)
+    assert patch["env"] == {"OLD": None, "KEEP": "1"}
+
+
+def test_update_prints_what_changed() -> None:
+    before = msgspec.to_builtins(AppConfig(name="a", image="r/a:1"))
+    after = {**before, "max_machines": 5, "concurrency": {**before["concurrency"],
+                                                           "soft_limit": 9}}
+    assert changed(before, after) == ("updated a: max_machines 3 -> 5, "
+                                      "concurrency.soft_limit 20 -> 9")
+    assert changed(before, before) == "a: nothing changed"
+
+
+def test_docs_cli_md_lists_every_thaw_toml_field_with_its_default_and_bound() -> None:
+    assert markdown_table() in DOCS.read_text(), (
+        "docs/cli.md's thaw.toml table is out of date: paste `python -m thaw.appfields`")
+
+
+@pytest.mark.parametrize("field", [f.path for f in fields()])
+def test_every_field_has_a_meaning_and_a_bound(field: str) -> None:
+    doc = next(f for f in fields() if f.path == field)
+    assert doc.meaning and doc.bound

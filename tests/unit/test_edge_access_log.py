@@ -1,0 +1,157 @@
+"""The edge's access log: which answers are logged, what a line says, how lines are written
+(in-memory transports and a temp file; no sockets, no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from edge.adapters.accesslog import AccessLog
+from edge.config import EdgeConfig
+from edge.core.accesslog import line, logged, path_of
+from edge.view import View
+from tests.support.credentials import RING
+from thaw.appconfig import parse
+
+REQUEST = (b"GET /items/7?token=secret HTTP/1.1\r\nHost: web.localhost\r\n"
+           b"X-Request-Id: req-1\r\n\r\n")
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+
+def never() -> float:
+    raise AssertionError("no draw was needed")
+
+
+def test_cold_requests_and_5xx_are_always_logged_others_by_the_sample_rate() -> None:
+    assert logged(200, True, 0.0, never) and logged(503, False, 0.0, never)
+    assert logged(200, False, 1.0, never)
+    assert not logged(200, False, 0.0, never)
+    assert logged(404, False, 0.25, lambda: 0.2) and not logged(404, False, 0.25, lambda: 0.3)
+
+
+def test_the_path_leaves_the_query_string_out() -> None:
+    assert path_of(b"/a/b?token=x&y=1") == "/a/b" and path_of(b"/") == "/"
+
+
+def test_a_warm_line_has_no_wake_phases_and_a_cold_one_has_them_all() -> None:
+    base: dict[str, Any] = dict(
+        ts=1.5, request_id="r", app="web", machine="m1", worker="w1", method="GET",
+        host="web.localhost", path="/", proto="http/1.1", status=200, code="", bytes_in=0,
+        bytes_out=5, duration_s=0.00025, client="127.0.0.1")
+    text = line(**base, cold=None)
+    assert text.endswith(b"}\n") and text.count(b"\n") == 1
+    warm = json.loads(text)
+    assert list(warm) == ["ts", "request_id", "app", "machine", "worker", "method", "host",
+                          "path", "proto", "status", "code", "bytes_in", "bytes_out",
+                          "duration_ms", "client", "cold"]
+    assert warm["cold"] is False and warm["duration_ms"] == 0.25
+    cold = json.loads(line(**base, cold=(0.12, 10.0, 0.0, 100.0)))
+    assert cold["cold"] is True
+    assert [cold[k] for k in ("hold_ms", "place_ms", "pull_ms", "boot_ms")] == [
+        120.0, 10.0, 0.0, 100.0]
+
+
+def test_a_line_escapes_what_a_client_sent() -> None:
+    text = line(ts=1.0, request_id='a"b\\c\x01', app="", machine="", worker="",
+                method="GET", host="h", path='/"x', proto="h2", status=404,
+                code="unknown_app", bytes_in=0, bytes_out=0, duration_s=0.0, client="::1",
+                cold=None)
+    entry = json.loads(text)
+    assert entry["request_id"] == 'a"b\\c\x01' and entry["path"] == '/"x'
+
+
+async def test_lines_are_written_in_order_in_batches_and_the_file_is_reopened_when_moved(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "access.log"
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=10)
+    for i in range(5):
+        log.write(b'{"n": %d}\n' % i)
+    await log.close()
+    assert [json.loads(line)["n"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
+    assert (log.written, log.dropped) == (5, 0)
+
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=1)
+    log.write(b"before\n")
+    await log.drain()
+    path.rename(tmp_path / "access.log.1")  # logrotate moves it away
+    log.write(b"after\n")
+    await log.close()
+    assert (tmp_path / "access.log.1").read_text().endswith("before\n")
+    assert path.read_text() == "after\n"
+
+
+async def test_lines_past_the_memory_bound_are_dropped_and_counted(tmp_path: Path) -> None:
+    log = AccessLog(str(tmp_path / "access.log"), 1.0, asyncio.get_running_loop(),
+                    batch_bytes=1 << 20, max_pending_bytes=20)
+    for _ in range(5):
+        log.write(b"0123456789\n")  # 11 bytes: the first fits, each other would pass 20
+    assert log.dropped == 4
+    await log.close()
+    assert (tmp_path / "access.log").read_text() == "0123456789\n"
+
+
+class MemoryTransport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.out.append(b"".join(parts))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("10.1.2.3", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+async def test_a_warm_request_through_the_edge_is_logged_with_its_machine_and_bytes(
+    tmp_path: Path,
+) -> None:
+    from edge.adapters.http1 import ClientConnection
+    from edge.adapters.upstream import UpstreamConnection
+    from edge.service import Edge
+
+    path = tmp_path / "access.log"
+    view = View("localhost", asyncio.get_running_loop().time)
+    view.set_app("web", parse({"name": "web", "image": "x", "auto_stop": "off"}))
+    view.add_started("web", "m1", "127.0.0.1:9999", worker="w7")
+    edge = Edge(EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=RING,
+                           access_log=str(path), access_log_sample_rate=1.0), view)
+    client = ClientConnection(edge)
+    client.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    upstream = UpstreamConnection(edge.pool, "127.0.0.1:9999")
+    upstream.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    edge.pool.release(upstream, True)
+
+    client.data_received(REQUEST)
+    upstream.data_received(RESPONSE)
+    await edge.close()
+
+    [line] = [json.loads(text) for text in path.read_text().splitlines()]
+    assert line["request_id"] == "req-1" and line["app"] == "web"
+    assert (line["machine"], line["worker"]) == ("m1", "w7")
+    assert (line["method"], line["host"], line["path"]) == ("GET", "web.localhost", "/items/7")
+    assert (line["status"], line["code"], line["proto"]) == (200, "", "http/1.1")
+    assert (line["bytes_in"], line["bytes_out"], line["client"]) == (0, 5, "10.1.2.3")
+    assert line["cold"] is False and "hold_ms" not in line and line["duration_ms"] >= 0

@@ -1,0 +1,261 @@
+"""Commands on apps: apps, launch, deploy (with the rollout's progress), scale,
+releases, rollback, events."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from thaw.appconfig import AppConfig, parse
+from thaw.appfields import OWN_FIELDS
+from thaw.client import ApiClient, ApiError
+from thaw.cmdbase import add_app_flags, app_name, client_of, load_thaw_toml, settings
+from thaw.launch import add_launch
+from thaw.tables import emit, shorten, table, when
+
+if TYPE_CHECKING:
+    from thaw.cmdbase import Sub
+
+DONE = ("complete", "failed", "rolled_back")
+SCALES = {"min": "min_machines_running", "max": "max_machines"}
+
+
+def add(sub: Sub, common: argparse.ArgumentParser) -> None:
+    apps = sub.add_parser("apps", help="create, list, show, update, delete apps")
+    a = apps.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = a.add_parser("create", parents=[common], help="create an app")
+    create.add_argument("name", help="the app's name (its host is NAME.DOMAIN)")
+    create.add_argument("--image", required=True, help="the image to run, e.g. REGISTRY/NAME:TAG")
+    create.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="any AppConfig field, e.g. --set concurrency.soft_limit=20")
+    create.set_defaults(run=apps_create)
+    a.add_parser("list", parents=[common], help="the apps you can see").set_defaults(
+        run=apps_list)
+    show = a.add_parser("show", parents=[common], help="an app's whole config")
+    show.add_argument("name")
+    show.set_defaults(run=apps_show)
+    delete = a.add_parser("delete", parents=[common], help="delete an app and its machines")
+    delete.add_argument("name")
+    delete.set_defaults(run=apps_delete)
+    update = a.add_parser("update", parents=[common], help="change an app's fields")
+    update.add_argument("name")
+    update.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    update.set_defaults(run=apps_update)
+
+    add_launch(sub, common, deploy)
+
+    d = sub.add_parser("deploy", parents=[common],
+                       help="create or update the app of thaw.toml, then roll it out")
+    d.add_argument("-c", "--config", type=Path, default=Path("thaw.toml"))
+    d.add_argument("--image", default="")
+    d.add_argument("--strategy", choices=["rolling", "immediate", "canary"], default=None,
+                   help="this rollout's strategy (default: the app's deploy.strategy)")
+    d.add_argument("--detach", action="store_true",
+                   help="answer once the release is made; do not follow its rollout")
+    d.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="follow the rollout at most this long (default 300)")
+    d.set_defaults(run=deploy)
+
+    scale = sub.add_parser("scale", help="set how many machines an app runs")
+    s = scale.add_subparsers(dest="action", required=True, metavar="WHAT")
+    for what, text in (("count", "exactly N machines started: min = max = N"),
+                       ("min", "at least N machines started (min_machines_running)"),
+                       ("max", "at most N machines (max_machines)")):
+        p = s.add_parser(what, parents=[common], help=text)
+        p.add_argument("n", type=int, metavar="N", help="how many machines")
+        add_app_flags(p)
+        p.set_defaults(run=scale_app)
+
+    releases = sub.add_parser("releases", parents=[common], help="an app's releases, newest first")
+    releases.add_argument("app")
+    releases.set_defaults(run=list_releases)
+    rollback = sub.add_parser("rollback", parents=[common],
+                              help="a new release made from an earlier one")
+    rollback.add_argument("app")
+    rollback.add_argument("version", type=int)
+    rollback.set_defaults(run=roll_back)
+    events = sub.add_parser("events", parents=[common],
+                            help="what the reconciler did to an app, and why")
+    events.add_argument("app")
+    events.set_defaults(run=list_events)
+
+
+def digest(config: dict[str, Any]) -> str:
+    return str(config.get("image_digest", ""))[7:19] or "unresolved"
+
+
+def apps_create(args: argparse.Namespace) -> int:
+    body = {"name": args.name, "image": args.image, **settings(args.set)}
+    parse(body)  # fail early, naming the field
+    made = client_of(args).post("/v1/apps", body)
+    emit(args.json, made, f"created app {made['name']}: {made['image']} ({digest(made)}), "
+                          f"release {made['release']}")
+    return 0
+
+
+def apps_list(args: argparse.Namespace) -> int:
+    apps = client_of(args).get("/v1/apps")
+    rows = [{**a, "min": a["min_machines_running"], "max": a["max_machines"]} for a in apps]
+    emit(args.json, apps, lambda: table(rows, ["name", "release", "min", "max", "auto_stop",
+                                               "image"]))
+    return 0
+
+
+def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        return [pair for k, v in value.items() for pair in flat(v, f"{prefix}{k}.")]
+    return [(prefix.rstrip("."), value)]
+
+
+def apps_show(args: argparse.Namespace) -> int:
+    config = client_of(args).get(f"/v1/apps/{args.name}")
+    emit(args.json, config, lambda: "\n".join(f"{k:<24} {v}" for k, v in flat(config)))
+    return 0
+
+
+def apps_update(args: argparse.Namespace) -> int:
+    client = client_of(args)
+    before = client.get(f"/v1/apps/{args.name}")
+    after = client.patch(f"/v1/apps/{args.name}", settings(args.set))
+    emit(args.json, after, lambda: changed(before, after))
+    return 0
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> str:
+    old = dict(flat(before))
+    diffs = [f"{k} {old.get(k)} -> {v}" for k, v in flat(after)
+             if old.get(k) != v and k not in ("version", "release")]
+    if not diffs:
+        return f"{after['name']}: nothing changed"
+    release = (f"; release {after['release']}" if after["release"] != before["release"]
+               else "")
+    return f"updated {after['name']}: " + ", ".join(diffs) + release
+
+
+def apps_delete(args: argparse.Namespace) -> int:
+    gone = client_of(args).delete(f"/v1/apps/{args.name}")
+    n = len(gone["machines"])
+    emit(args.json, gone, f"deleted app {args.name} and {n} machine{'s' * (n != 1)}")
+    return 0
+
+
+def deploy(args: argparse.Namespace) -> int:
+    """Make the app what thaw.toml says (a field left out is its default), then deploy:
+    a change of what machines are made from is a new release, followed as it rolls out."""
+    body = load_thaw_toml(args.config)
+    if args.image:
+        body["image"] = args.image
+    wanted = declared(parse(body))
+    name = wanted["name"]
+    client = client_of(args)
+    created = None
+    request: dict[str, Any] = {"strategy": args.strategy} if args.strategy else {}
+    try:
+        request["config"] = replacing(client.get(f"/v1/apps/{name}"), wanted)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        created = client.post("/v1/apps", wanted)
+    result = client.post(f"/v1/apps/{name}/deploy", request)
+    release = result.get("release")
+    app = result["app"]
+    if args.json:
+        emit(True, result, "")
+    elif created is not None:
+        print(f"created app {name}: release {app['release']}, {app['image']} ({digest(app)})")
+    elif release is None:
+        print(f"{name} is up to date: release {app['release']}, {app['image']} "
+              f"({digest(app)})")
+    else:
+        print(f"release {release['version']} of {name}: {release['image']} "
+              f"({digest(release)}), {release['strategy']}")
+    if result.get("shortfall") and not args.json:
+        print(f"  note: {result['shortfall']}")
+    if release is None or args.detach:
+        return 0
+    return follow_rollout(client, name, release["version"], args.wait_timeout, args.json)
+
+
+def declared(config: AppConfig) -> dict[str, Any]:
+    """Every field an owner sets, defaults included (placement's own fields left out)."""
+    fields: dict[str, Any] = msgspec.to_builtins(config)
+    return {k: v for k, v in fields.items() if k not in OWN_FIELDS}
+
+
+def replacing(current: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that makes `current` exactly `wanted`: every field given, and
+    an env variable no longer declared removed (null)."""
+    env = {**{k: None for k in current.get("env", {}) if k not in wanted["env"]},
+           **wanted["env"]}
+    return {**wanted, "env": env}
+
+
+def follow_rollout(client: ApiClient, app: str, version: int, timeout_s: float,
+                   quiet: bool) -> int:
+    """Print each change of the release's status and of how many machines run it, until
+    the rollout ends (exit 1 unless it completed) or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[Any, ...] = ()
+    while True:
+        release = next(r for r in client.get(f"/v1/apps/{app}/releases")
+                       if r["version"] == version)
+        live = [m for m in client.get(f"/v1/apps/{app}/machines")
+                if m["state"] not in ("destroying", "destroyed")]
+        on = sum(1 for m in live if m.get("release") == version)
+        now = (release["status"], on, len(live))
+        if now != seen and not quiet:
+            print(f"  {release['status']}: {on} of {len(live)} machines on release {version}"
+                  + (f" ({release['reason']})" if release["reason"] else ""))
+        seen = now
+        if release["status"] in DONE:
+            return 0 if release["status"] == "complete" else 1
+        if time.monotonic() > deadline:
+            print(f"  still {release['status']} after {timeout_s:g} s: "
+                  f"thaw releases {app} shows how it goes")
+            return 1
+        time.sleep(0.5)
+
+
+def scale_app(args: argparse.Namespace) -> int:
+    name = app_name(args)
+    client = client_of(args)
+    before = client.get(f"/v1/apps/{name}")
+    if args.action == "count":
+        patch = {"min_machines_running": args.n, "max_machines": max(args.n, 1)}
+    else:
+        patch = {SCALES[args.action]: args.n}
+        if args.action == "min" and args.n > before["max_machines"]:
+            patch["max_machines"] = args.n  # min above max raises max with it
+    after = client.patch(f"/v1/apps/{name}", patch)
+    emit(args.json, after, f"{name}: min {after['min_machines_running']}, "
+                           f"max {after['max_machines']} (was min "
+                           f"{before['min_machines_running']}, max {before['max_machines']})")
+    return 0
+
+
+def list_releases(args: argparse.Namespace) -> int:
+    releases = client_of(args).get(f"/v1/apps/{args.app}/releases")
+    rows = [{**r, "created": when(r["created_at"]), "image": shorten(r["image"], 40)}
+            for r in releases]
+    emit(args.json, releases, lambda: table(
+        rows, ["version", "status", "strategy", "created", "image", "reason"]))
+    return 0
+
+
+def roll_back(args: argparse.Namespace) -> int:
+    made = client_of(args).post(f"/v1/apps/{args.app}/rollback", {"version": args.version})
+    emit(args.json, made, f"release {made['version']} of {args.app}: {made['image']} "
+                          f"(from release {args.version}), {made['status']}")
+    return 0
+
+
+def list_events(args: argparse.Namespace) -> int:
+    events = client_of(args).get(f"/v1/apps/{args.app}/events")
+    rows = [{**e, "when": when(e["at"])} for e in events]
+    emit(args.json, events, lambda: table(rows, ["when", "action", "machine", "outcome",
+                                                 "reason"]))
+    return 0

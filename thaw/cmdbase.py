@@ -1,0 +1,118 @@
+"""What the app-owner and operator commands share: their common flags, the API client
+they make from them, thaw.toml, `--set` pairs.
+
+The token sent is `--token`, else $THAW_TOKEN, else the local platform's admin token
+(`./.thaw/admin.token`, written by `thaw up`) — only for an API on this host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from thaw.appconfig import InvalidConfig
+from thaw.client import ApiClient
+
+LOCAL_TOKEN = Path(".thaw") / "admin.token"
+
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def common_flags(env: Any) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
+                        metavar="[http://]HOST:PORT",
+                        help="placement's API (default $THAW_API_URL or 127.0.0.1:4280)")
+    common.add_argument("--token", default=env("TOKEN", ""),
+                        help=f"bearer token (default $THAW_TOKEN, else ./{LOCAL_TOKEN})")
+    common.add_argument("--json", action="store_true",
+                        help="print the API's answer as JSON (for scripts)")
+    return common
+
+
+def token_from(given: str, api: str) -> str:
+    """`--token`/THAW_TOKEN, else the local platform's admin token — only for an API on
+    this host: a remote `--api` never receives it."""
+    if given:
+        return given
+    if urlsplit(api).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return ""
+    try:
+        return LOCAL_TOKEN.read_text().strip()
+    except OSError:
+        return ""
+
+
+def api_url(given: str) -> str:
+    """`--api`: http://host:port, or host:port (http:// is assumed)."""
+    if "://" not in given:
+        given = "http://" + given
+    parts = urlsplit(given)
+    wrong = ValueError(f"--api: expected host:port or http://host:port, not {given!r}")
+    if parts.scheme != "http" or not parts.hostname:
+        raise wrong
+    try:
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError:
+        raise wrong from None
+    return given
+
+
+def client_of(args: argparse.Namespace) -> ApiClient:
+    api = api_url(args.api)
+    return ApiClient(api, token_from(args.token, api))
+
+
+def settings(pairs: list[str]) -> dict[str, Any]:
+    """["concurrency.soft_limit=20", "auto_stop=stop"] -> nested dict (JSON values parsed)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise InvalidConfig(key, "expected FIELD=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def load_thaw_toml(path: Path) -> dict[str, Any]:
+    """thaw.toml: AppConfig fields at the top level; `app` is accepted for `name`."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"no {path} here (pass -c PATH, or write one: thaw launch)") \
+            from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    if "app" in data:
+        data["name"] = data.pop("app")
+    return data
+
+
+def app_name(args: argparse.Namespace) -> str:
+    """`-a APP`, else the `app` of ./thaw.toml (`-c PATH`), as flyctl does."""
+    if args.app:
+        return str(args.app)
+    name = load_thaw_toml(args.config).get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{args.config} names no app: pass -a APP")
+    return name
+
+
+def add_app_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-a", "--app", default="", help="the app (default: the app of thaw.toml)")
+    p.add_argument("-c", "--config", type=Path, default=Path("thaw.toml"),
+                   help="the thaw.toml that names the app when -a is not given")
