@@ -20,13 +20,13 @@ from agent.core.state import Machine
 from agent.service import Agent
 from thaw.registry import MachineRecord, Registry, WorkerStatus
 from thaw.registry.generation import GenerationWatch
+from thaw.registry.readiness import registry_answers
 from thaw.registry.types import MachineEvent as RegistryEvent
 
 log = logging.getLogger("thaw.agent")
 
 HEARTBEATS_PER_TTL = 3
 RESYNC_EVERY_BEATS = 10
-READY_CHECK_S = 2.0  # /readyz: the registry must answer within this
 
 
 class Publisher:
@@ -119,12 +119,7 @@ class Publisher:
             return False, f"the op log is broken: {broken}"
         if not self.published:
             return False, "not yet published to the registry"
-        try:
-            await asyncio.wait_for(self.registry.generation(), READY_CHECK_S)
-        except Exception as exc:  # any failure to reach the registry: not ready
-            log.debug("readiness check failed: %r", exc)
-            return False, "the registry does not answer"
-        return True, ""
+        return await registry_answers(self.registry.generation())
 
     async def _watch_generation(self) -> None:
         """A new registry generation: the view was lost; publish everything again."""

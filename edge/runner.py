@@ -21,11 +21,11 @@ from edge.config import EdgeConfig
 from edge.service import Edge
 from edge.view import View
 from thaw.registry import Registry
+from thaw.registry.readiness import registry_answers
 
 log = logging.getLogger("thaw.edge")
 
 STALE_SWEEP_S = 5.0
-READY_CHECK_S = 2.0  # /readyz: the registry must answer within this
 
 
 class EdgeRuntime:
@@ -92,12 +92,7 @@ class EdgeRuntime:
             return False, "stopping"
         if self._feed is None or not self._feed.loaded:
             return False, "the view is not loaded from the registry yet"
-        try:
-            await asyncio.wait_for(self.registry.generation(), READY_CHECK_S)
-        except Exception as exc:  # any failure to reach the registry: not ready
-            log.debug("readiness check failed: %r", exc)
-            return False, "the registry does not answer"
-        return True, ""
+        return await registry_answers(self.registry.generation())
 
     async def _sweep_stale(self) -> None:
         while True:

@@ -56,12 +56,12 @@ from thaw.appconfig import (
 )
 from thaw.hostnames import within_domain
 from thaw.registry import Registry
+from thaw.registry.readiness import registry_answers
 
 log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release")  # placement's own
 DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
-MAX_WAITS_PER_APP = 16
-READY_CHECK_S = 2.0  # long polls of one app's machines at once
+MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 
 
 class Placement:
@@ -331,12 +331,7 @@ class Placement:
     async def ready(self) -> tuple[bool, str]:
         """Ready: the registry answers, and every stored app is published under its
         current generation (the views the edges and the reconciler read are filled)."""
-        try:
-            await asyncio.wait_for(self.republisher.check(), READY_CHECK_S)
-        except Exception as exc:  # any failure to reach the registry: not ready
-            log.debug("readiness check failed: %r", exc)
-            return False, "the registry does not answer"
-        return True, ""
+        return await registry_answers(self.republisher.check())
 
     async def logs(self, app: str, cursor: str, tail_bytes: int, machine: str = ""
                    ) -> LogsAnswer:

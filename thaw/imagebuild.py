@@ -254,7 +254,8 @@ def _request(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="thaw image")
+    parser = argparse.ArgumentParser(
+        prog="thaw image", description="build OCI images: thaw image build DIR -t NAME:TAG ...")
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build DIR into an OCI image")
     build.add_argument("dir", type=Path)

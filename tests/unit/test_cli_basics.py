@@ -85,3 +85,14 @@ def test_completion_scripts_name_every_command(capsys: pytest.CaptureFixture[str
     script = capsys.readouterr().out
     check = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert check.returncode == 0, check.stderr
+
+
+def test_every_sub_commands_help_exits_zero_and_shows_its_description(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for path, parser in walk(build_parser()):
+        with pytest.raises(SystemExit) as done:
+            main([*path.split()[1:], "--help"])
+        out = capsys.readouterr().out
+        assert done.value.code == 0, path
+        assert parser.description and parser.description.split("\n")[0][:40] in out, path
