@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 from thaw.appconfig import InvalidConfig
 from thaw.client import ApiClient
 from thaw.cmd_machines import machine_table
-from thaw.cmdbase import client_of
+from thaw.cmdbase import GONE, client_of
 from thaw.tables import emit, shorten, table, when
 
 if TYPE_CHECKING:
     from thaw.cmdbase import Sub
 
 DURATION = re.compile(r"^(\d+)([smhd]?)$")
-GONE = ("destroying", "destroyed")
 
 
 def add(sub: Sub, common: argparse.ArgumentParser) -> None:

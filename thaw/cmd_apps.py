@@ -13,7 +13,7 @@ import msgspec
 from thaw.appconfig import AppConfig, parse
 from thaw.appfields import OWN_FIELDS
 from thaw.client import ApiClient, ApiError
-from thaw.cmdbase import add_app_flags, app_name, client_of, load_thaw_toml, settings
+from thaw.cmdbase import GONE, add_app_flags, app_name, client_of, load_thaw_toml, settings
 from thaw.launch import add_launch
 from thaw.tables import emit, shorten, table, when
 
@@ -204,7 +204,7 @@ def follow_rollout(client: ApiClient, app: str, version: int, timeout_s: float,
         release = next(r for r in client.get(f"/v1/apps/{app}/releases")
                        if r["version"] == version)
         live = [m for m in client.get(f"/v1/apps/{app}/machines")
-                if m["state"] not in ("destroying", "destroyed")]
+                if m["state"] not in GONE]
         on = sum(1 for m in live if m.get("release") == version)
         now = (release["status"], on, len(live))
         if now != seen and not quiet:

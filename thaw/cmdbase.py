@@ -97,9 +97,17 @@ def load_thaw_toml(path: Path) -> dict[str, Any]:
             from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    return app_fields(data)
+
+
+def app_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """thaw.toml's tables as AppConfig fields: `app` is accepted for `name`."""
     if "app" in data:
         data["name"] = data.pop("app")
     return data
+
+
+GONE = ("destroying", "destroyed")  # machine states that no longer count as the app's
 
 
 def app_name(args: argparse.Namespace) -> str:

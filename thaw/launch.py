@@ -18,6 +18,7 @@ from typing import Any
 
 from thaw.appconfig import APP_NAME, parse
 from thaw.appfields import FieldDoc, fields, toml_value
+from thaw.cmdbase import app_fields
 
 # flag -> thaw.toml field (beyond --name and --image)
 FLAGS = {
@@ -76,7 +77,7 @@ def launch(args: argparse.Namespace, deploy: Callable[[argparse.Namespace], int]
         if given is not None:
             values[field] = [given] if field == "regions" else given
     text = render(values)
-    parse(as_config(tomllib.loads(text)))  # what deploy will check, before it is written
+    parse(app_fields(tomllib.loads(text)))  # what deploy will check, before it is written
     args.config.write_text(text)
     if not args.json:
         print(f"wrote {args.config} for app {values['name']}"
@@ -97,12 +98,6 @@ def answer(ask: bool, question: str, default: str) -> str:
 def default_name(directory: str) -> str:
     name = re.sub(r"[^a-z0-9-]+", "-", directory.lower()).strip("-")[:63].strip("-")
     return name if APP_NAME.match(name) else ""
-
-
-def as_config(data: dict[str, Any]) -> dict[str, Any]:
-    if "app" in data:
-        data["name"] = data.pop("app")
-    return data
 
 
 def render(values: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ import pytest
 from thaw.appconfig import AppConfig, parse
 from thaw.appfields import fields, markdown_table, toml_value
 from thaw.cmd_apps import changed, declared, replacing
-from thaw.launch import as_config, default_name, render
+from thaw.cmdbase import app_fields
+from thaw.launch import default_name, render
 from thaw.tables import shorten, table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -35,7 +36,7 @@ def test_shorten_keeps_both_ends() -> None:
 def test_launch_renders_every_field_and_its_text_parses_as_the_config_deploy_sends() -> None:
     text = render({"name": "web", "image": "registry:5000/web:v1",
                    "concurrency.soft_limit": 4, "regions": ["local"]})
-    data = as_config(tomllib.loads(text))
+    data = app_fields(tomllib.loads(text))
     config = parse(data)
     assert (config.name, config.concurrency.soft_limit, config.max_machines) == ("web", 4, 3)
     for field in fields():  # every field is in the file, set or commented at its default
