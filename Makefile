@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.thaw-installed
 
 # Debian packages the tests start for real (command:package).
+# postgres: Debian keeps it in /usr/lib/postgresql/N/bin (looked for there too).
 SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap \
-           prometheus:prometheus
+           prometheus:prometheus postgres:postgresql
 EDGE_TESTS := tests/unit/test_edge_*.py tests/integration/test_edge_*.py \
               tests/integration/test_native_modules.py tests/e2e/test_up.py
 
@@ -24,7 +25,8 @@ sysdeps:
 	@missing=""; \
 	for pair in $(SYSDEPS); do \
 	  cmd=$${pair%%:*}; pkg=$${pair##*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd || missing="$$missing $$pkg"; \
+	  command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd \
+	    || ls /usr/lib/postgresql/*/bin/$$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

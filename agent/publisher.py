@@ -82,6 +82,7 @@ class Publisher:
             updated_at=self.agent.clock(), disk_full=view.disk_full,
             machines_running=starting + view.machines.get(MachineState.STARTED.value, 0),
             machines=len(self.agent.state.machines),
+            pull_bytes_per_s=round(self.agent.cache.stats.bytes_per_s, 1),
         )
 
     async def run(self) -> None:

@@ -39,13 +39,19 @@ from edge.core.exchange import (
     advance,
     resendable,
 )
-from edge.core.framing import BODY_CHUNKED, BODY_NONE, RequestHead, ResponseHead
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, RequestHead, ResponseHead
 from edge.errors import status_of
 from edge.view import AppEntry, MachineSlot
 
 PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM = 1, 2, 4  # why a client's reading is paused
 CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
+# A held request the app's predicted start would not be in time for (edge/core/appwake.py
+# `Shed`): 503 with the predicted wait as Retry-After. Made here because its Retry-After is
+# the request's own, not the configured one that every other error answer carries.
+PREDICTED_LATE = "predicted_late"
+PREDICTED_LATE_BODY = (b'{"error": "predicted_late", "message": "the app is starting and '
+                       b'will not be ready within this request\'s deadline"}')
 
 
 # The three ports are plain base classes, not typing Protocols, so that compiled (mypyc)
@@ -356,6 +362,24 @@ class Exchange:
                 self.close_after = True
             self.status = status_of(code)
             self.client.send_error(self, code)
+        self.finish(Event.FAIL)
+
+    def shed(self, retry_after_s: int) -> None:
+        """End a request that was held with 503 `predicted_late` and `Retry-After`."""
+        if self.phase in TERMINAL:
+            return
+        self.code = PREDICTED_LATE
+        self.status = 503
+        if not self.body_done:
+            self.close_after = True
+        client = self.client
+        body = PREDICTED_LATE_BODY
+        client.send_head(self, 503, ResponseHead(
+            BODY_LENGTH, len(body), False,
+            b"Content-Type: application/json\r\nRetry-After: %d\r\n" % retry_after_s))
+        if self.method != b"HEAD":
+            client.send_body(self, body)
+        client.send_end(self, b"")
         self.finish(Event.FAIL)
 
     def finish(self, event: Event) -> None:

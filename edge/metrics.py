@@ -11,7 +11,7 @@ Each edge has its own registry: `thaw up` runs it beside placement and agents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -55,6 +55,8 @@ class Observed(Protocol):
     def config(self) -> EdgeConfig: ...
     @property
     def access_log(self) -> Dropped | None: ...
+    @property
+    def shed(self) -> Mapping[tuple[str, str], int]: ...
 
 
 def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogram) -> None:
@@ -62,8 +64,10 @@ def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogra
 
 
 def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
-                 queues: HeldCounts) -> list[Metric]:
-    """Every per-app family, for the apps given (and app="" for unrouted answers)."""
+                 queues: HeldCounts,
+                 shed: Mapping[tuple[str, str], int] | None = None) -> list[Metric]:
+    """Every per-app family, for the apps given (and app="" for unrouted answers);
+    `shed`: requests answered at once rather than held, by (app, reason)."""
     requests = CounterMetricFamily(
         "thaw_edge_requests", "Requests answered, by app and status", labels=["app", "status"])
     duration = HistogramMetricFamily(
@@ -95,6 +99,12 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
     autostops = CounterMetricFamily(
         "thaw_edge_autostops", "Auto-stop calls by result (stopped|kept|error)",
         labels=["app", "result"])
+    sheds = CounterMetricFamily(
+        "thaw_edge_shed", "Held requests answered 503 at once, by reason (predicted_late: "
+        "the app's start is predicted after their deadline)", labels=["app", "reason"])
+    shed_by_app: dict[str, list[tuple[str, int]]] = {}
+    for (app, reason), count in sorted((shed or {}).items()):
+        shed_by_app.setdefault(app, []).append((reason, count))
     for status, values in sorted(unrouted.responses.items()):
         requests.add_metric(["", str(status)], values.count)
     for name, values in sorted(unrouted.by_class().items()):
@@ -120,8 +130,10 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
             connect_errors.add_metric([app], stats.connect_errors)
         for result, count in sorted(stats.autostops.items()):
             autostops.add_metric([app, result], count)
+        for reason, count in shed_by_app.get(app, ()):
+            sheds.add_metric([app, reason], count)
     return [requests, duration, in_flight, held, machines, hold, wake, phases, wakes,
-            connect_errors, autostops]
+            connect_errors, autostops, sheds]
 
 
 class EdgeCollector(Collector):
@@ -131,7 +143,8 @@ class EdgeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         edge = self.edge
         queues = edge.wakes
-        yield from app_families(sorted(edge.view.apps.items()), edge.unrouted, queues)
+        yield from app_families(sorted(edge.view.apps.items()), edge.unrouted, queues,
+                                edge.shed)
         yield GaugeMetricFamily("thaw_edge_held_requests_all",
                                 "Requests held now, over all apps", value=queues.total)
         yield GaugeMetricFamily("thaw_edge_held_requests_limit",

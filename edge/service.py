@@ -2,16 +2,16 @@
 
 Warm path: route Host -> app, `balance.pick` a machine, forward. Cold path:
 every event that matters to held requests — one found no machine, placement
-answered, a machine appeared or was lost, a request ended and left room, a
-timer fired — goes to `AppWakes` (edge/core/appwake.py), and this is the only
-place its effects (`CallPlacement`, `Release`, `Fail`, `ArmTimer`) are carried
-out. Where a request that lost its machine goes is edge/core/exchange.py's
-rule. Every exchange ends in exactly one answer; accounting (in-flight per
-machine, held counts, metrics, the access log) happens in `exchange_ended`
-only. An answer the edge makes itself says a code and its fixed message: the
-detail goes to the log, with the app and the request id (`fail`). What is
-counted goes into plain values (each app's `stats`, `unrouted`) that /metrics
-reads when scraped (edge/metrics.py).
+answered or predicted a wake's start, a machine appeared or was lost, a request
+ended and left room, a timer fired — goes to `AppWakes` (edge/core/appwake.py),
+and this is the only place its effects (`CallPlacement`, `Release`, `Fail`,
+`Shed`, `ArmTimer`) are carried out. Where a request that lost its machine goes
+is edge/core/exchange.py's rule. Every exchange ends in exactly one answer;
+accounting (in-flight per machine, held counts, metrics, the access log) happens
+in `exchange_ended` only. An answer the edge makes itself says a code and its
+fixed message: the detail goes to the log, with the app and the request id
+(`fail`). What is counted goes into plain values (each app's `stats`, `unrouted`,
+`shed`) that /metrics reads when scraped (edge/metrics.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import itertools
 import logging
 import os
 import random
+from collections import Counter
 from collections.abc import Coroutine
 from time import perf_counter
 from typing import Any
@@ -38,16 +39,18 @@ from edge.core.appwake import (
     Fail,
     Release,
     Shape,
+    Shed,
 )
 from edge.core.exchange import AGAIN, GIVE_UP, Event, after_connect_failure, after_loss
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
+from edge.core.holdqueue import request_timeout_s
 from edge.core.stats import AppStats
 from edge.errors import EdgeError, status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
 from edge.metrics import EdgeMetrics
 from edge.view import AppEntry, MachineSlot, View
-from placement.api import WakeRequest
+from placement.api import WakePrediction, WakeRequest
 from thaw.logs import event
 
 log = logging.getLogger("thaw.edge")
@@ -65,6 +68,7 @@ class Edge(Shell):
             self.access_log = AccessLog(config.access_log, config.access_log_sample_rate,
                                         self.loop)
         self.wakes: AppWakes[Exchange] = AppWakes(config.max_held_total)
+        self.shed: Counter[tuple[str, str]] = Counter()  # (app, reason) -> requests shed
         self.pool = UpstreamPool(self)
         self.connections: set[ClientSide] = set()
         self.random = random.Random()
@@ -267,7 +271,7 @@ class Edge(Shell):
             exchange.held_at = now
         exchange.to(Event.HOLD)
         self.run(self.wakes.hold(app.name, exchange, now, self.shape(app), since,
-                                 exchange.head.hold_timeout_s))
+                                 client_timeout_s(exchange)))
 
     def _room(self, app: AppEntry) -> None:
         """The app's machines may take more now (a request ended, a machine was kept)."""
@@ -286,6 +290,8 @@ class Edge(Shell):
             self.run(self.wakes.on_machine_lost(slot.app, self.loop.time(), self.shape(entry)))
 
     def _app_removed(self, name: str) -> None:
+        for key in [key for key in self.shed if key[0] == name]:
+            del self.shed[key]  # its series go with it
         self.run(self.wakes.app_deleted(name, self.loop.time()))
 
     def _timer(self, token: str) -> None:
@@ -301,6 +307,8 @@ class Edge(Shell):
                 self._release(effect)
             elif isinstance(effect, Fail):
                 self._fail_held(effect)
+            elif isinstance(effect, Shed):
+                self._shed(effect)
             elif isinstance(effect, CallPlacement):
                 self.spawn(self._wake(effect))
             elif isinstance(effect, ArmTimer):
@@ -344,6 +352,24 @@ class Edge(Shell):
         for exchange, _ in live:
             exchange.fail(fail.code)
 
+    def _shed(self, shed: Shed[Exchange]) -> None:
+        """503 `predicted_late` now, rather than a 504 at their deadlines."""
+        live = [(e, waited) for e, waited in zip(shed.items, shed.waits, strict=True)
+                if not e.ended]
+        if not live:
+            return
+        self.shed[(shed.app, "predicted_late")] += len(live)
+        log.info("answered predicted_late to %d requests of app %s (%s): its machine is "
+                 "predicted ready in %.3fs, after their deadlines", len(live), shed.app,
+                 " ".join(_request_id(e) for e, _ in live), shed.wait_s)
+        for exchange, waited in live:
+            exchange.hold_s = waited
+            exchange.shed(shed.retry_after_s)
+
+    def _predicted(self, call: CallPlacement, prediction: WakePrediction) -> None:
+        self.run(self.wakes.on_wake_predicted(call.wake, self.loop.time(),
+                                              prediction.predicted_ms))
+
     async def _wake(self, call: CallPlacement) -> None:
         """Placement's answer to one wake, fed back to AppWakes."""
         name = call.app
@@ -358,8 +384,9 @@ class Edge(Shell):
         stats = entry.stats if entry is not None else AppStats()
         started = self.loop.time()
         try:
-            answer = await self.placement.wake(name, request,
-                                               call.deadline_ms / 1000 + self.config.wake_grace_s)
+            answer = await self.placement.wake(
+                name, request, call.deadline_ms / 1000 + self.config.wake_grace_s,
+                lambda prediction: self._predicted(call, prediction))
         except EdgeError as exc:
             took = self.loop.time() - started
             stats.woke(exc.code, took, None)
@@ -376,10 +403,13 @@ class Edge(Shell):
         timings = answer.timings
         took = self.loop.time() - started
         stats.woke("ok", took, (timings.place_ms, timings.pull_ms, timings.boot_ms))
+        predicted_ms, ready_ms = call.wake.measured_ms()
         event(wake_log, "wake", app=name, count=call.count, result="ok",
               machines=len(answer.machines), wake_ms=round(took * 1000, 1),
               place_ms=round(timings.place_ms, 1), pull_ms=round(timings.pull_ms, 1),
               boot_ms=round(timings.boot_ms, 1), held=self.wakes.held(name),
+              predicted_ms=round(predicted_ms, 1),
+              ready_ms=round(ready_ms if ready_ms >= 0 else took * 1000, 1),
               shortfall=answer.shortfall)
         entry = self.view.apps.get(name)
         if entry is None:  # deleted meanwhile: its held requests were answered 404
@@ -404,6 +434,14 @@ class Edge(Shell):
         await self.placement.close()
         if self.access_log is not None:
             await self.access_log.close()
+
+
+def client_timeout_s(exchange: Exchange) -> float | None:
+    """The client's bound on its wait: the shorter of X-Thaw-Hold-Timeout-Ms and
+    X-Request-Timeout (read only once a request is held: the warm path never looks)."""
+    head = exchange.head
+    given = [t for t in (head.hold_timeout_s, request_timeout_s(head.forward)) if t is not None]
+    return min(given) if given else None
 
 
 def _request_id(exchange: Exchange) -> str:

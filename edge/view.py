@@ -81,6 +81,10 @@ class View:
         self.wall = wall
         self.apps: dict[str, AppEntry] = {}
         self.hosts: dict[str, str] = {}  # an app's own host name -> the one app claiming it
+        self._claims: dict[str, set[str]] = {}  # an app's own host name -> every claimant
+        self._claimed: dict[str, set[str]] = {}  # app -> the host names it claims
+        self._contested_news: set[str] = set()  # said at the end of the change
+        self._ignored_news: set[str] = set()
         self._routes: dict[str, AppEntry] = {}  # host -> app, filled by route()
         # (app, machine id) -> wall time the edge saw it stop serving: a registry record
         # older than that (a dead host's last word) must not bring it back.
@@ -107,9 +111,9 @@ class View:
         return entry
 
     def set_app(self, name: str, config: AppConfig | None) -> None:
-        """One app changed (None: deleted)."""
+        """One app changed (None: deleted). Costs the app's own hosts, not every app's."""
         self._put_app(name, config)
-        self._rebuild_hosts()
+        self._report_hosts()
 
     def set_apps(self, configs: list[AppConfig], *, prune: bool = True) -> None:
         """Every app at once (a full load): those not in `configs` are deleted, unless
@@ -119,42 +123,73 @@ class View:
             self._put_app(name, None)
         for config in configs:
             self._put_app(config.name, config)
-        self._rebuild_hosts()
+        self._report_hosts()
 
     def _put_app(self, name: str, config: AppConfig | None) -> None:
         entry = self.apps.get(name)
         if config is None:
             if entry is not None:
                 del self.apps[name]
+                self._claim(name, [])
+                self._routes.clear()  # some may lead to the entry that went
                 for slot in entry.machines.values():
                     self.on_machine_removed(slot)
                 self.on_app_removed(name)
         elif entry is None:
             self.apps[name] = AppEntry(config)
+            self._claim(name, config.hosts)
         else:
+            if config.hosts != entry.config.hosts:
+                self._claim(name, config.hosts)
             entry.config = config
 
-    def _rebuild_hosts(self) -> None:
-        """`hosts` from every app's own host names, compared lower-case without a trailing
-        dot; one under (or equal to) the edge's domain, or claimed by two apps, routes to
-        none (said once per rebuild)."""
-        claims: dict[str, set[str]] = {}
-        ignored: set[str] = set()
-        for app in self.apps.values():
-            for raw in app.config.hosts:
-                host = raw.lower().rstrip(".")
-                if host == self.domain or host.endswith(self.domain_suffix):
-                    ignored.add(host)
-                elif host:
-                    claims.setdefault(host, set()).add(app.name)
-        contested = {host: sorted(apps) for host, apps in claims.items() if len(apps) > 1}
-        self.hosts = {host: apps.pop() for host, apps in claims.items() if len(apps) == 1}
+    def _claim(self, app: str, raw_hosts: list[str]) -> None:
+        """`app` now claims `raw_hosts` (compared lower-case without a trailing dot): only
+        the host names it gained or lost are settled again. One under (or equal to) the
+        edge's domain is ignored; one claimed by two apps routes to none."""
+        claimed: set[str] = set()
+        for raw in raw_hosts:
+            host = raw.lower().rstrip(".")
+            if host == self.domain or host.endswith(self.domain_suffix):
+                self._ignored_news.add(host)
+            elif host:
+                claimed.add(host)
+        before = self._claimed.pop(app, set())
+        if claimed:
+            self._claimed[app] = claimed
+        if claimed == before:
+            return
+        for host in before - claimed:
+            claimants = self._claims[host]
+            claimants.discard(app)
+            if not claimants:
+                del self._claims[host]
+            self._settle(host)
+        for host in claimed - before:
+            self._claims.setdefault(host, set()).add(app)
+            self._settle(host)
         self._routes.clear()
+
+    def _settle(self, host: str) -> None:
+        claimants = self._claims.get(host)
+        if claimants is not None and len(claimants) == 1:
+            self.hosts[host] = next(iter(claimants))
+            return
+        self.hosts.pop(host, None)
+        if claimants is not None:
+            self._contested_news.add(host)
+
+    def _report_hosts(self) -> None:
+        """Say once which host names became contested or were ignored in this change."""
+        contested = {host: sorted(self._claims[host]) for host in self._contested_news
+                     if len(self._claims.get(host, ())) > 1}
         if contested:
             log.warning("hosts claimed by several apps route to none: %s", contested)
-        if ignored:
+        if self._ignored_news:
             log.warning("app hosts under the edge's domain %s are ignored: %s", self.domain,
-                        sorted(ignored))
+                        sorted(self._ignored_news))
+        self._contested_news.clear()
+        self._ignored_news.clear()
 
     def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
         """A registry record (None: deleted) for one machine, unless the edge knows better."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -336,11 +337,11 @@ class ImageCache:
             async with self._download_slots:
                 with self._room_for(layer.size, f"blob {layer.digest}"):
                     chunks = source.blob(layer.digest)
+                    began = time.monotonic()
                     write = self._store.write(layer.digest, layer.size, chunks, self._check_disk)
                     await self._timed(layer.digest, layer.size, write)
                     self._sizes[layer.digest] = layer.size
-                    self.stats.layers_downloaded += 1
-                    self.stats.bytes_downloaded += layer.size
+                    self.stats.downloaded(layer.size, time.monotonic() - began)
             self._touch_layer(layer.digest)
             self._notify(LayerChange(digest=layer.digest, size=layer.size, present=True))
 

@@ -40,11 +40,47 @@ class WakeTimings(msgspec.Struct, frozen=True):
 
 
 class WakeResponse(msgspec.Struct, frozen=True):
-    """200: at least one machine is ready. `shortfall` explains fewer than asked."""
+    """200: at least one machine is ready. `shortfall` explains fewer than asked.
+    `predicted_ms`: what the wake predicted (0: no prediction); `ready_ms`: when its
+    first machine was ready; both from the wake's receipt, to measure the prediction."""
 
     machines: list[WokenMachine]
     timings: WakeTimings = WakeTimings()
     shortfall: str = ""
+    predicted_ms: float = 0.0
+    ready_ms: float = 0.0
+
+
+# A wake's answer as a stream: an edge that sends `Accept: application/x-ndjson` may get
+# 200 with one JSON line per event, tagged by "line", as soon as each is known — first a
+# WakePrediction (once every machine's worker is decided, before any is ready), then
+# exactly one WakeAnswer or WakeRefusal (what the plain answer's status and body would
+# have been). A wake that ends before its prediction is made is answered plainly, as to
+# any other client; so is every client that does not ask.
+WAKE_STREAM_TYPE = "application/x-ndjson"
+
+
+class WakePrediction(msgspec.Struct, frozen=True, tag="prediction", tag_field="line"):
+    """When the wake's earliest machine is predicted ready, in ms from the wake's receipt
+    (placement/core/predict.py says how); `machines`: how many are starting."""
+
+    predicted_ms: float
+    machines: int = 0
+
+
+class WakeAnswer(msgspec.Struct, frozen=True, tag="answer", tag_field="line"):
+    answer: WakeResponse
+
+
+class WakeRefusal(msgspec.Struct, frozen=True, tag="error", tag_field="line"):
+    """The wake failed after its prediction: the status and body the plain answer has."""
+
+    status: int
+    error: str
+    message: str
+
+
+WakeLine = WakePrediction | WakeAnswer | WakeRefusal
 
 
 # Error bodies are {"error": code, "message": text}. Codes and statuses:

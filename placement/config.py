@@ -7,6 +7,7 @@ from pathlib import Path
 
 from imagecache.core.egress import EgressPolicy
 from placement.core.market import DEFAULT_UTILITY, MarketParams, UtilityPoints
+from placement.store.factory import check_store_url
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 from thaw.hostnames import BadHost, normalize_host
 
@@ -14,6 +15,7 @@ from thaw.hostnames import BadHost, normalize_host
 @dataclass(frozen=True)
 class PlacementConfig:
     state_dir: Path
+    store: str = "sqlite"  # or postgresql://USER@HOST:PORT/DB, shared by placements
     cluster_keys: KeyRing | None = None  # signs agent calls, checks the edge's; required
     admin_token: str = ""  # the bootstrap admin token ("": only stored tokens)
     domain: str = "localhost"  # {app}.{domain} is each app's own name; hosts stay out of it
@@ -42,6 +44,7 @@ class PlacementConfig:
                 raise ValueError(f"domain must be written as {normalize_host(self.domain)!r}")
         except BadHost as exc:
             raise ValueError(f"domain: {exc}") from None
+        check_store_url(self.store)
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
         for name in ("heartbeat_interval_s", "reference_bandwidth_bytes_per_s",

@@ -36,9 +36,9 @@ log = logging.getLogger("thaw.placement")
 class PinnedImages(Protocol):
     """Where the layer lists of pinned images are kept (placement's store)."""
 
-    def layers(self, digest: str) -> dict[str, int] | None: ...
+    async def layers(self, digest: str) -> dict[str, int] | None: ...
 
-    def keep(self, digest: str, layers: dict[str, int]) -> None: ...
+    async def keep(self, digest: str, layers: dict[str, int]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class Fleet:
         cached = self._images.get((ref, config.image_digest))
         if cached is not None:
             return cached
-        layers = self.pinned.layers(config.image_digest) if config.image_digest else None
+        layers = await self.pinned.layers(config.image_digest) if config.image_digest else None
         if layers is None:
             log.warning("image %s of app %s: layers unknown, placed by resources only",
                         ref, config.name)
@@ -207,10 +207,10 @@ class Fleet:
         return ImageInfo(ref=ref, digest=resolved.digest,
                          layers={layer.digest: layer.size for layer in resolved.layers})
 
-    def keep(self, config: AppConfig, info: ImageInfo) -> None:
+    async def keep(self, config: AppConfig, info: ImageInfo) -> None:
         """Remember an image resolved at create or deploy under the config's pinned
         reference, durably, so that a wake never resolves it."""
-        self.pinned.keep(info.digest, info.layers)
+        await self.pinned.keep(info.digest, info.layers)
         self._remember_image((offer_ref(config), config.image_digest), replace(
             info, ref=offer_ref(config)))
 

@@ -1,9 +1,11 @@
-"""The shell of the market: gathers the fleet, asks the core for a decision, sends offers.
+"""The shell of the market: asks the core for a decision over the fleet index, sends offers.
 
-One `Round` is the fleet as seen at the start of a wake or deploy; every
-placement in it updates the round's copy (reservations, machines of the app,
-workers that declined), so several machines placed in a row spread sensibly
-without re-reading the registry.
+The workers come from the `FleetIndex` (kept from the registry's change feed,
+never read per decision). One `Round` is a wake's or deploy's run of placements:
+the image, the app's machines per worker and the workers that declined. Every
+accepted offer goes into the index's reservation ledger, so the next decision —
+of this round or any other — sees it before the worker's heartbeat does, and a
+herd of wakes spreads.
 """
 
 from __future__ import annotations
@@ -17,16 +19,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
 from placement.fleet import Fleet, ImageInfo, offer_ref
+from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from thaw.appconfig import AppConfig
 from thaw.logs import event
-from thaw.registry import WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 decision_log = logging.getLogger("thaw.placement.decision")
@@ -37,27 +37,13 @@ RELEASE_DELAYS_S = (0.5, 2.0, 5.0)
 
 @dataclass
 class Round:
-    """The fleet of one region for a run of placements (mutated as machines are placed)."""
+    """A run of placements of one app in one region (mutated as machines are placed)."""
 
     config: AppConfig
     region: str
     image: ImageInfo
-    workers: dict[str, WorkerStatus]
     app_machines: Counter[str]
-    held_bytes: dict[str, int]
     declined: set[str] = field(default_factory=set)
-
-    def placed(self, worker_id: str) -> None:
-        worker = self.workers.get(worker_id)
-        if worker is not None:
-            guest = self.config.guest
-            self.workers[worker_id] = msgspec.structs.replace(
-                worker,
-                reserved_cpus=worker.reserved_cpus + guest.cpus,
-                reserved_memory_mb=worker.reserved_memory_mb + guest.memory_mb,
-                machines_starting=worker.machines_starting + 1,
-            )
-        self.app_machines[worker_id] += 1
 
 
 @dataclass(frozen=True)
@@ -78,7 +64,12 @@ class Placer:
         max_offers: int,
         decisions_kept: int,
         rng: random.Random | None = None,
+        index: FleetIndex | None = None,
     ) -> None:
+        """`index`: the fleet index, started and stopped by its owner; without one the
+        placer keeps its own (started by the first round, stopped by `close`)."""
+        self.owns_index = index is None
+        self.index = index or FleetIndex(fleet.registry, hold_s=params.heartbeat_freshness_s)
         self.fleet = fleet
         self.agents = agents
         self.params = params
@@ -93,13 +84,13 @@ class Placer:
         self, config: AppConfig, region: str, machines: list[dict[str, Any]]
     ) -> Round:
         """`machines`: the app's machines as their agents report them (for `spread`)."""
-        workers = {w.id: w for w in await self.fleet.workers(region)}
+        await self.index.start()
+        await self.index.catch_up()
         image = await self.fleet.image(config)
         on_workers = Counter(
             m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
         )
-        held = await self.fleet.held_bytes(image)
-        return Round(config, region, image, workers, on_workers, held)
+        return Round(config, region, image, on_workers)
 
     def decide(self, rnd: Round, avoid: frozenset[str] = frozenset()) -> Decision:
         guest = rnd.config.guest
@@ -109,8 +100,9 @@ class Placer:
         )
         began = time.perf_counter()
         decision = decide(
-            request, list(rnd.workers.values()), now=self.fleet.clock(), params=self.params,
-            app_machines=rnd.app_machines, held_bytes=rnd.held_bytes, sampler=self.rng,
+            request, self.index.region(rnd.region), now=self.fleet.clock(),
+            params=self.params, app_machines=rnd.app_machines, sampler=self.rng,
+            ledger=self.index.ledger,
         )
         self.metrics.decision_seconds.observe(time.perf_counter() - began)
         self.metrics.decided(decision.app, decision.outcome)
@@ -136,7 +128,7 @@ class Placer:
                     rnd.declined.add(step.worker)
                 elif view is not None:
                     self.record(decision, answers)
-                    rnd.placed(step.worker)
+                    self.placed(rnd, step.worker)
                     self.fleet.remember(rnd.config.name, view)
                     return NewMachine(step.worker, step.url, view)
             elif isinstance(step, Placed):  # accepted without a view: cannot happen
@@ -144,6 +136,12 @@ class Placer:
             else:
                 self.record(decision, answers)
                 return step
+
+    def placed(self, rnd: Round, worker_id: str) -> None:
+        """Count the new machine on its worker until the worker's heartbeat does."""
+        guest = rnd.config.guest
+        self.index.ledger.reserve(worker_id, guest.cpus, guest.memory_mb, self.fleet.clock())
+        rnd.app_machines[worker_id] += 1
 
     def _release_later(self, url: str, body: dict[str, Any]) -> None:
         task = asyncio.create_task(self._release(url, body))
@@ -168,6 +166,8 @@ class Placer:
         log.warning("offer %s to %s timed out and could not be released", body["key"], url)
 
     async def close(self) -> None:
+        if self.owns_index:
+            await self.index.stop()
         for task in list(self.releases):
             task.cancel()
         await asyncio.gather(*self.releases, return_exceptions=True)

@@ -1,13 +1,13 @@
 """The reconciler's shell: observe an app, ask `core.reconcile`, carry the actions out.
 
-One entry point per app, `reconcile_app(app)` (a later issue wraps it in a per-app
-lease when several placements share Redis). A pass observes (the app's config and
-current release from the store, its machines from the agents of live workers, the
-registry's records of machines on workers that are gone), decides, and launches the
-actions as tasks; what they work on is busy until they end, so a pass never issues an
-action twice. Every action ends by asking for another pass: the loop is
-level-triggered and converges. Passes are asked for by app changes, deploys, the
-registry's change feed (a worker or machine change) and a timer (`period_s`).
+One entry point per app, `reconcile_app(app, lease)`, run by `placement/passes.py`
+(when, and only under the app's reconcile lease: one placement at a time acts on an
+app). A pass observes (the app's config and current release from the store, its
+machines from the agents of live workers, the registry's records of machines on
+workers that are gone), decides, and launches the actions as tasks; what they work
+on is busy until they end, so a pass never issues an action twice, and an action
+whose lease was lost meanwhile is not carried out. Every action ends by asking for
+another pass: the loop is level-triggered and converges.
 
 What each pass observed (the app's machines by worker and state) and the actions
 it took (by action and outcome) are kept as plain counts for /metrics
@@ -28,17 +28,19 @@ from typing import Any
 import msgspec
 
 from placement.adapters.agents import AgentClient
-from placement.adapters.store import AppStore
 from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core.offers import NoCapacity
 from placement.core.wake import machine_release
-from placement.errors import NotFound, PlacementError
+from placement.errors import PlacementError
 from placement.fleet import Fleet
+from placement.leases import Lease, LeaseKeeper, LeaseStore, MemoryLeaseStore, Taken
 from placement.metrics import machine_counts, outcome_class
+from placement.passes import Passes, lease_name
 from placement.placer import NewMachine, Placer, Round
 from placement.republish import Republisher
+from placement.store import AppStore
 from placement.waker import Waker
 from thaw.appconfig import MACHINE_FIELDS, AppConfig
 from thaw.registry import Registry
@@ -47,6 +49,7 @@ log = logging.getLogger("thaw.placement")
 DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
 ROLLING_OUT = ("pending", "rolling")
 LOST_RECORD_AT = 2.0**53  # a lost machine's record: newer than any its agent may publish
+LEASE_TTL_S = 5.0  # an app's reconcile lease: a dead holder's apps are taken over after it
 
 
 @dataclass
@@ -59,16 +62,15 @@ class AppWork:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     made: list[dict[str, Any]] = field(default_factory=list)  # views of machines made
     shortfall: str = ""
-    passing: bool = False
-    again: bool = False
+    lease: Lease | None = None  # the reconcile lease its actions run under
 
 
 class Reconciler:
     def __init__(
         self, store: AppStore, fleet: Fleet, agents: AgentClient, placer: Placer,
         waker: Waker, locks: AppLocks, registry: Registry, republisher: Republisher, *,
-        period_s: float = 5.0, drain_s: float = 1.0,
-        clock: Callable[[], float] = time.time,
+        leases: LeaseStore | None = None, period_s: float = 5.0, drain_s: float = 1.0,
+        lease_ttl_s: float = LEASE_TTL_S, clock: Callable[[], float] = time.time,
     ) -> None:
         self.store, self.fleet, self.agents, self.placer = store, fleet, agents, placer
         self.waker, self.locks, self.registry = waker, locks, registry
@@ -82,50 +84,37 @@ class Reconciler:
         self.observed: dict[str, dict[tuple[str, str], int]] = {}
         self.actions: dict[str, dict[tuple[str, str], int]] = {}
         self._workers_seen: set[str] = set()  # live at the last pass: a new one asks for all
-        self._loops: list[asyncio.Task[None]] = []
+        self.keeper = LeaseKeeper(leases or MemoryLeaseStore(), lease_ttl_s)
+        self.passes = Passes(self.reconcile_app, self._app_names, registry, self.keeper,
+                             period_s=period_s, forget=self.forget,
+                             new_worker=lambda w: w not in self._workers_seen)
 
-    # -- triggers ----------------------------------------------------------------------
+    # -- triggers (placement/passes.py) ------------------------------------------------
 
     def start(self) -> None:
-        self._loops = [asyncio.create_task(self._timer()), asyncio.create_task(self._feed())]
+        self.passes.start()
 
     async def close(self) -> None:
-        tasks = list(self._loops)
-        for work in self.work.values():
-            tasks += work.tasks
+        tasks = [t for work in self.work.values() for t in work.tasks]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.passes.close()
 
     def poke(self, app: str) -> None:
-        """Ask for a pass over `app` (one at a time per app; a pass asked for while one runs
-        runs after it)."""
-        work = self.work.setdefault(app, AppWork())
-        if work.passing:
-            work.again = True
-            return
-        work.passing = True
-        task = asyncio.create_task(self._passes(app, work))
-        work.tasks.add(task)
-        task.add_done_callback(work.tasks.discard)
+        """Ask for a pass over `app` (by whichever placement holds its lease)."""
+        self.passes.poke(app)
 
-    async def _passes(self, app: str, work: AppWork) -> None:
-        try:
-            while True:
-                work.again = False
-                try:
-                    await self.reconcile_app(app)
-                except NotFound:
-                    self.forget(app)
-                    return
-                except Exception:
-                    log.exception("reconcile pass over app %s failed", app)
-                if not work.again:
-                    return
-        finally:
-            work.passing = False
+    async def pass_now(self, app: str) -> bool:
+        """A pass over `app` now, if this placement holds (or can take) its lease; False
+        when another does (it sees the change in the registry's feed)."""
+        lease = await self.keeper.acquire(lease_name(app))
+        if isinstance(lease, Taken):
+            return False
+        await self.reconcile_app(app, lease)
+        return True
 
     def forget(self, app: str) -> None:
         """`app` is gone: nothing of it is kept (work, observations, counts)."""
@@ -133,32 +122,13 @@ class Reconciler:
         self.observed.pop(app, None)
         self.actions.pop(app, None)
 
+    async def _app_names(self) -> list[str]:
+        return [config.name for config in await self.store.list()]
+
     @property
     def live_workers(self) -> int:
         """Workers live at the last pass."""
         return len(self._workers_seen)
-
-    async def _timer(self) -> None:
-        while True:
-            await asyncio.sleep(self.period_s)
-            for config in self.store.list():
-                self.poke(config.name)
-
-    async def _feed(self) -> None:
-        """A machine's change asks for a pass over its app; a worker's, over every app."""
-        while True:
-            try:
-                async for change in self.registry.changes():
-                    if change.kind == "machine":
-                        self.poke(change.key.split("/", 1)[0])
-                    elif change.kind == "worker" and change.key not in self._workers_seen:
-                        for config in self.store.list():
-                            self.poke(config.name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the registry is away: the timer goes on
-                log.warning("reconciler: change feed unavailable: %s", exc)
-                await asyncio.sleep(1.0)
 
     async def settle(self, app: str, timeout_s: float) -> tuple[list[dict[str, Any]], str]:
         """Wait (at most `timeout_s`) for what the reconciler is doing to `app`; the views
@@ -177,11 +147,13 @@ class Reconciler:
 
     # -- one pass ----------------------------------------------------------------------
 
-    async def reconcile_app(self, app: str) -> list[core.Action]:
-        """Observe `app`, decide, and launch the actions (not waiting for them)."""
-        config = self.store.get(app)
+    async def reconcile_app(self, app: str, lease: Lease) -> list[core.Action]:
+        """Observe `app`, decide, and launch the actions (not waiting for them), under
+        `lease` (this placement's reconcile lease of the app)."""
+        config = await self.store.get(app)
         work = self.work.setdefault(app, AppWork())
-        release = self.store.release(config.uid, config.release) if config.release else None
+        work.lease = lease
+        release = await self.store.release(config.uid, config.release) if config.release else None
         live = await self.fleet.live_workers()
         self._workers_seen = set(live)
         views = [v for v in await self.fleet.app_machines(app, live)
@@ -189,7 +161,7 @@ class Reconciler:
         seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config))
                 for v in views]
         known = {v["id"] for v in views}
-        fenced = self.store.fenced(config.uid)
+        fenced = await self.store.fenced(config.uid)
         for record in await self.registry.machines(app):
             if record.app_uid == config.uid and record.id not in known \
                     and record.worker not in live:
@@ -201,13 +173,14 @@ class Reconciler:
         self.observed[app] = machine_counts(seen)
         now = asyncio.get_running_loop().time()
         work.declined = {m: t for m, t in work.declined.items() if t > now}
-        claimed = self.waker.claimed.get(app, set())
+        wakes = await self.waker.claims.everyone(app)  # every placement's wakes
+        claimed = wakes.starting
         busy = core.Busy(
             machines=frozenset(work.busy) | frozenset(work.declined) | frozenset(claimed),
             starting=frozenset(m for m, k in work.busy.items() if k == "start")
             | frozenset(claimed),
             destroying=frozenset(m for m, k in work.busy.items() if k == "destroy"),
-            creating_running=work.creating[True] + self.waker.placing.get(app, 0),
+            creating_running=work.creating[True] + wakes.placing,
             creating_standby=work.creating[False],
             replacing=sum(1 for k in work.busy.values() if k == "replace"),
         )
@@ -225,21 +198,21 @@ class Reconciler:
             log.info("reconcile %s: the registry was just lost; waiting for the agents", app)
             return []
         if actions:
-            self._launch(config, views, actions, work)
+            await self._launch(config, views, actions, work)
         return actions
 
-    def _launch(self, config: AppConfig, views: list[dict[str, Any]],
+    async def _launch(self, config: AppConfig, views: list[dict[str, Any]],
                 actions: list[core.Action], work: AppWork) -> None:
         creates: list[core.Create | core.Replace] = []
         for action in actions:
             if isinstance(action, core.Fence):
-                self.store.fence(config.uid, action.machine, self.clock())
-                self._event(config, "fence", action.reason, action.machine)
+                await self.store.fence(config.uid, action.machine, self.clock())
+                await self._event(config, "fence", action.reason, action.machine)
                 self._spawn(config.name, work, self._publish_lost(config, action.machine))
             elif isinstance(action, core.CompleteRelease):
-                self.store.set_release_status(config.uid, action.release, "complete",
-                                              action.reason)
-                self._event(config, "release", action.reason)
+                await self.store.set_release_status(config.uid, action.release, "complete",
+                                                    action.reason)
+                await self._event(config, "release", action.reason)
             elif isinstance(action, core.FailRelease):
                 self._spawn(config.name, work, self._fail_release(config, action.reason))
             elif isinstance(action, core.Start):
@@ -255,15 +228,21 @@ class Reconciler:
                     work.creating[action.start] += 1
                 creates.append(action)
         if any(isinstance(a, core.Replace) for a in actions):
-            release = self.store.release(config.uid, config.release)
+            release = await self.store.release(config.uid, config.release)
             if release is not None and release.status == "pending":
-                self.store.set_release_status(config.uid, config.release, "rolling")
+                await self.store.set_release_status(config.uid, config.release, "rolling")
         if creates:
             self._spawn(config.name, work, self._create_all(config, views, creates, work))
 
     def _spawn(self, app: str, work: AppWork, coro: Any) -> None:
         async def run() -> None:
             try:
+                if not self.holds(work):
+                    coro.close()
+                    log.warning("reconcile %s: lease lost; its pending actions dropped", app)
+                    work.busy.clear()
+                    work.creating.clear()
+                    return
                 await coro
             except Exception:
                 log.exception("reconcile action for app %s failed", app)
@@ -273,6 +252,10 @@ class Reconciler:
         task = asyncio.create_task(run())
         work.tasks.add(task)
         task.add_done_callback(work.tasks.discard)
+
+    def holds(self, work: AppWork) -> bool:
+        """This placement still holds the lease the app's work was started under."""
+        return work.lease is not None and self.keeper.valid(work.lease)
 
     # -- actions -----------------------------------------------------------------------
 
@@ -285,9 +268,10 @@ class Reconciler:
             if status == 409 and _code(body) == "no_capacity":
                 work.declined[action.machine] = asyncio.get_running_loop().time() \
                     + DECLINED_FOR_S
-            self._event(config, "start", action.reason, action.machine, _outcome(status, body))
+            await self._event(config, "start", action.reason, action.machine,
+                              _outcome(status, body))
         except PlacementError as exc:
-            self._event(config, "start", action.reason, action.machine, exc.message)
+            await self._event(config, "start", action.reason, action.machine, exc.message)
         finally:
             work.busy.pop(action.machine, None)
 
@@ -301,9 +285,9 @@ class Reconciler:
             status, body = await self.fleet.destroy(action.machine,
                                                     worker=_worker_of(views, action.machine))
             if status < 300 or status == 404:
-                self.store.unfence(action.machine)
-            self._event(config, "destroy", action.reason, action.machine,
-                        _outcome(status, body))
+                await self.store.unfence(action.machine)
+            await self._event(config, "destroy", action.reason, action.machine,
+                              _outcome(status, body))
         finally:
             work.busy.pop(action.machine, None)
 
@@ -333,6 +317,8 @@ class Reconciler:
             work.shortfall = exc.message
         for action in actions:
             placed: NewMachine | NoCapacity | None = None
+            if not self.holds(work):  # another placement has the app now: it places
+                rnd = None
             if rnd is not None:
                 avoid = frozenset(action.avoid | placed_on)
                 placed = await self.placer.place(rnd, start=False, avoid=avoid,
@@ -341,8 +327,8 @@ class Reconciler:
                 reason = placed.reason if isinstance(placed, NoCapacity) else work.shortfall
                 work.shortfall = reason
                 self._done_creating(work, action)
-                self._event(config, _verb(action), action.reason, _old(action),
-                            f"no capacity: {reason}")
+                await self._event(config, _verb(action), action.reason, _old(action),
+                                  f"no capacity: {reason}")
                 continue
             placed_on.add(placed.worker)
             note = (f"; shares worker {placed.worker}: no other worker fits"
@@ -368,17 +354,17 @@ class Reconciler:
                 status, body = await self._start_call(config, placed.url, mid)
                 outcome = _outcome(status, body)
                 view = body if outcome == "ok" and isinstance(body, dict) else view
-            if not self.store.is_current(config):  # deleted (or made again) meanwhile
+            if not await self.store.is_current(config):  # deleted (or made again) meanwhile
                 await self.fleet.destroy(mid, url=placed.url)
                 return
             work.made.append(view)
-            self._event(config, _verb(action), action.reason + note, mid, outcome)
+            await self._event(config, _verb(action), action.reason + note, mid, outcome)
             if isinstance(action, core.Replace):
                 if outcome == "ok":
                     await self._retire(config, action.machine)
                     await self.fleet.destroy(action.machine,
                                              worker=_worker_of(views, action.machine))
-                    self._event(config, "destroy", f"replaced by {mid}", action.machine)
+                    await self._event(config, "destroy", f"replaced by {mid}", action.machine)
                 else:
                     await self.fleet.destroy(mid, url=placed.url)
                     await self._fail_release(config, f"replacement {mid} of {action.machine}:"
@@ -396,31 +382,32 @@ class Reconciler:
         """The release being rolled out failed: the app goes back to the last complete
         release before it (its machine fields; no new release), and keeps serving on it."""
         async with self.locks.hold(config.name):
-            current = self.store.get(config.name)
+            current = await self.store.get(config.name)
             if current.uid != config.uid or current.release != config.release:
                 return  # changed meanwhile (a new deploy, a rollback): nothing to undo
-            back = next((r for r in self.store.releases(current.uid)
+            back = next((r for r in await self.store.releases(current.uid)
                          if r.version < current.release and r.status == "complete"), None)
             restored = None
             if back is not None:
                 fields = {name: getattr(back.config, name) for name in MACHINE_FIELDS}
                 restored = msgspec.structs.replace(current, **fields, release=back.version)
-            stored = self.store.set_release_status(current.uid, current.release, "failed",
-                                                   reason, config=restored)
+            stored = await self.store.set_release_status(current.uid, current.release,
+                                                         "failed", reason, config=restored)
             if stored is not None:
                 await self.registry.put_app(stored)
         where = f"back to release {back.version}" if back else "no earlier release to go to"
-        self._event(config, "release", f"release {config.release} failed ({reason}); {where}")
+        await self._event(config, "release",
+                          f"release {config.release} failed ({reason}); {where}")
 
-    def _event(self, config: AppConfig, action: str, reason: str, machine: str = "",
-               outcome: str = "ok") -> None:
+    async def _event(self, config: AppConfig, action: str, reason: str, machine: str = "",
+                     outcome: str = "ok") -> None:
         log.info("reconcile %s: %s %s: %s (%s)", config.name, action, machine or "-", reason,
                  outcome)
         counts = self.actions.setdefault(config.name, {})
         key = (action, outcome_class(outcome))
         counts[key] = counts.get(key, 0) + 1
-        self.store.add_event(config.uid, AppEvent(self.clock(), action, reason, machine,
-                                                  outcome))
+        await self.store.add_event(config.uid, AppEvent(self.clock(), action, reason, machine,
+                                                        outcome))
 
 
 def _worker_of(views: list[dict[str, Any]], mid: str) -> str:

@@ -16,9 +16,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from placement.adapters.store import AppStore
 from placement.applocks import AppLocks
 from placement.errors import NotFound
+from placement.store import AppStore
 from thaw.registry import Registry
 from thaw.registry.generation import GenerationWatch
 
@@ -60,10 +60,10 @@ class Republisher:
 
     async def _publish_all(self) -> int:
         published = 0
-        for name in [config.name for config in self.store.list()]:
+        for name in [config.name for config in await self.store.list()]:
             async with self.locks.hold(name):  # not racing a delete: read under its lock
                 try:
-                    config = self.store.get(name)
+                    config = await self.store.get(name)
                 except NotFound:
                     continue
                 await self.registry.put_app(config)

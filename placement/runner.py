@@ -7,6 +7,7 @@ loop), so it owns no global state.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 
 from aiohttp import web
@@ -15,15 +16,17 @@ from imagecache.adapters.egress import Lookup
 from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient
 from placement.adapters.authn import Authenticator
+from placement.adapters.coordination import RedisCoordination
 from placement.adapters.http import build_app
-from placement.adapters.store import AppStore, Database, ImageStore
-from placement.adapters.tokenstore import TokenStore
 from placement.config import PlacementConfig
 from placement.fleet import Fleet
+from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 from placement.service import Placement
+from placement.store import SqlStore, open_store
 from placement.tokens import Tokens
+from placement.wakeclaims import WakeClaims
 from placement.waker import Waker
 from thaw.auth.aiohttp_glue import Signer
 from thaw.auth.signing import Verifier
@@ -34,45 +37,57 @@ log = logging.getLogger("thaw.placement")
 
 class PlacementRuntime:
     def __init__(self, config: PlacementConfig, registry: Registry,
-                 lookup: Lookup | None = None) -> None:
-        """`lookup`: host name resolution for image registries (tests stub it; default DNS)."""
+                 lookup: Lookup | None = None,
+                 coordination: RedisCoordination | None = None) -> None:
+        """`lookup`: host name resolution for image registries (tests stub it; default DNS);
+        `coordination`: leases and wake claims shared with other placements (None: this
+        process's memory, for a platform with one placement)."""
         self.config = config
+        self.coordination = coordination
         self.registry = registry
         self.lookup = lookup
         self.url = ""
         self.placement: Placement | None = None
         self._runner: web.AppRunner | None = None
-        self._database: Database | None = None
+        self._store: SqlStore | None = None
         self._resolver: ImageResolver | None = None
         self._agents: AgentClient | None = None
         self._waker: Waker | None = None
         self._placer: Placer | None = None
+        self._index: FleetIndex | None = None
 
     async def start(self) -> str:
         """Open the store, publish every stored app, serve HTTP; return the base URL."""
         config = self.config
         config.state_dir.mkdir(parents=True, exist_ok=True)
         assert config.cluster_keys is not None  # checked by the config
-        self._database = database = Database(config.state_dir / "apps.sqlite3")
-        store = AppStore(database)
-        tokens = Tokens(TokenStore(database), store)
+        self._store = opened = await open_store(config.store, config.state_dir)
+        store = opened.apps
+        tokens = Tokens(opened.tokens, store)
         self._agents = AgentClient(config.offer_timeout_s, Signer(config.cluster_keys),
                                    config.agent_connections)
         self._resolver = ImageResolver(config.egress, resolve_timeout_s=config.resolve_timeout_s,
                                        lookup=self.lookup)
         market = config.market()
         metrics = PlacementMetrics()
-        fleet = Fleet(self.registry, self._agents, self._resolver, ImageStore(database),
+        fleet = Fleet(self.registry, self._agents, self._resolver, opened.images,
                       market.heartbeat_freshness_s, config.pull_timeout_s)
+        self._index = FleetIndex(self.registry, hold_s=market.heartbeat_freshness_s)
+        await self._index.start()  # every worker, then the feed: never read per decision
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
-                        decisions_kept=config.decisions_kept)
+                        decisions_kept=config.decisions_kept, index=self._index)
         self._placer = placer
-        self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms, store.is_current)
+        claims = WakeClaims(self.coordination, self.coordination, secrets.token_hex(8)) \
+            if self.coordination is not None else WakeClaims()
+        self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms, store.is_current,
+                            claims)
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
                                    self._waker, config.domain,
-                                   registry_grace_s=2 * market.heartbeat_freshness_s)
-        metrics.watch(lambda: {config.name for config in store.list()},
-                      self.placement.reconciler)
+                                   registry_grace_s=2 * market.heartbeat_freshness_s,
+                                   leases=self.coordination)
+        placement = self.placement
+        await placement.apps()
+        metrics.watch(lambda: placement.app_names, placement.reconciler)
         published = await self.placement.republisher.check()
         self.placement.republisher.start()
         self.placement.reconciler.start()
@@ -84,7 +99,7 @@ class PlacementRuntime:
         port = self._runner.addresses[0][1]
         self.url = f"http://{config.host}:{port}"
         log.info("placement serving %s (%d apps published)", self.url, published)
-        if not config.admin_token and not tokens.store.list():
+        if not config.admin_token and not await tokens.store.list():
             log.warning("no admin token and no stored token: the API refuses every call "
                         "(set THAW_ADMIN_TOKEN or --admin-token-file)")
         return self.url
@@ -99,9 +114,13 @@ class PlacementRuntime:
             await self._waker.close()
         if self._placer is not None:
             await self._placer.close()
+        if self._index is not None:
+            await self._index.stop()
         if self._agents is not None:
             await self._agents.close()
         if self._resolver is not None:
             await self._resolver.close()
-        if self._database is not None:
-            self._database.close()
+        if self._store is not None:
+            await self._store.close()
+        if self.coordination is not None:
+            await self.coordination.close()

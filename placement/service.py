@@ -21,7 +21,6 @@ from typing import Any
 import msgspec
 
 from placement.adapters.agents import AgentClient, AgentUnreachable
-from placement.adapters.store import AppStore
 from placement.api import (
     AppDeleted,
     AppEvent,
@@ -39,10 +38,12 @@ from placement.core.offers import NoCapacity
 from placement.core.wake import GONE
 from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
 from placement.fleet import Fleet
+from placement.leases import LeaseStore
 from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
+from placement.store import AppStore
 from placement.tokens import Tokens
 from placement.waker import Waker
 from thaw.appconfig import (
@@ -77,7 +78,9 @@ class Placement:
         domain: str,
         *,
         registry_grace_s: float = 6.0,
+        leases: LeaseStore | None = None,
     ) -> None:
+        """`leases`: where the reconcile leases live (Redis when placements are many)."""
         self.registry = registry
         self.store = store
         self.tokens = tokens
@@ -88,21 +91,23 @@ class Placement:
         self.domain = domain
         self.locks = AppLocks()
         self._waits: Counter[str] = Counter()
+        self.app_names: set[str] = set()  # the apps stored at the last look (`apps`)
         self.republisher = Republisher(registry, store, self.locks, registry_grace_s)
         self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry,
-                                     self.republisher)
+                                     self.republisher, leases=leases)
 
     # -- apps ------------------------------------------------------------------
 
     async def create_app(self, body: bytes) -> AppConfig:
         config = self._routable(parse(body))
         async with self.locks.hold(config.name):
-            if self.store.holds(config.name):
+            if await self.store.holds(config.name):
                 raise Conflict(f"app {config.name} exists", code="exists")
             await self._clear_leftovers(config.name)
             config = await self._pinned(
                 msgspec.structs.replace(config, uid=secrets.token_hex(8), release=1))
-            config = self.store.create(config, self._release(config, 1, "created"))
+            config = await self.store.create(config, self._release(config, 1, "created"))
+            self.app_names.add(config.name)
             await self.registry.put_app(config)
         self.reconciler.poke(config.name)
         return config
@@ -114,16 +119,16 @@ class Placement:
                        strategy=strategy or config.deploy.strategy,  # type: ignore[arg-type]
                        status="pending", created_at=self.fleet.clock(), reason=reason)
 
-    def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
+    async def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
                       strategy: str | None = None) -> tuple[AppConfig, Release | None]:
         """Store `config` over `current`; a change of what machines are made from is a new
         release (the next version), made in the same transaction."""
         release = None
         if machine_spec(config) != machine_spec(current) or not current.release:
-            version = self.store.last_release(current.uid) + 1
+            version = await self.store.last_release(current.uid) + 1
             config = msgspec.structs.replace(config, release=version)
             release = self._release(config, version, reason, strategy)
-        stored = self.store.update(config, release)
+        stored = await self.store.update(config, release)
         return stored, None if release is None else msgspec.structs.replace(
             release, config=stored)
 
@@ -139,19 +144,26 @@ class Placement:
                 log.warning("machine %s left by an earlier app %s could not be destroyed",
                             view["id"], name)
 
-    def app(self, name: str) -> AppConfig:
-        return self.store.get(name)
+    async def app(self, name: str) -> AppConfig:
+        return await self.store.get(name)
+
+    async def apps(self) -> list[AppConfig]:
+        """Every stored app; their names are kept (`app_names`) for what must read them
+        without waiting, as /metrics' collectors."""
+        configs = await self.store.list()
+        self.app_names = {config.name for config in configs}
+        return configs
 
     async def update_app(self, name: str, patch: dict[str, Any]) -> AppConfig:
         async with self.locks.hold(name):
-            current = self.store.get(name)
+            current = await self.store.get(name)
             patch = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
             config = self._routable(patched(current, patch))
             if config.image != current.image:
                 config = await self._pinned(config)
             if config == current:
                 return current  # nothing changed: no version, no release
-            config, _ = self._store_change(current, config, "updated")
+            config, _ = await self._store_change(current, config, "updated")
             await self.registry.put_app(config)
         self.reconciler.poke(name)
         return config
@@ -170,15 +182,16 @@ class Placement:
         refused reference, 424 for one that does not resolve)."""
         info = await self.fleet.resolve(msgspec.structs.replace(config, image_digest=""))
         pinned = msgspec.structs.replace(config, image_digest=info.digest)
-        self.fleet.keep(pinned, info)
+        await self.fleet.keep(pinned, info)
         return pinned
 
     async def delete_app(self, name: str) -> AppDeleted:
         async with self.locks.hold(name):
             # Out of the store first: a wake that places a machine from now on finds the
             # app gone and destroys it; one placed before is among the machines listed next.
-            self.store.delete(name)
-            self.tokens.app_deleted(name)
+            await self.store.delete(name)
+            self.app_names.discard(name)
+            await self.tokens.app_deleted(name)
             self.placer.forget(name)
             await self.registry.delete_app(name)
             views = await self.fleet.app_machines(name)
@@ -200,7 +213,7 @@ class Placement:
         release, rolled out by the reconciler. Answers once the first reconcile pass is
         done (the machines it made, and why any could not be)."""
         async with self.locks.hold(name):
-            current = self.store.get(name)
+            current = await self.store.get(name)
             config = current
             if patch:
                 own = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
@@ -209,12 +222,13 @@ class Placement:
             config = await self._pinned(config)
             release = None
             if config != current or not current.release:
-                config, release = self._store_change(current, config, "deployed", strategy)
+                config, release = await self._store_change(current, config, "deployed",
+                                                           strategy)
                 await self.registry.put_app(config)
             region = config.regions[0]
             if not await self.fleet.live_workers(region):
                 raise Unavailable(f"no live worker in region {region}", code="no_capacity")
-        await self.reconciler.reconcile_app(name)
+        await self.reconciler.pass_now(name)  # or the lease's holder does, from the feed
         made, shortfall = await self.reconciler.settle(name, DEPLOY_SETTLE_S)
         return {"app": msgspec.to_builtins(config), "machines": made, "shortfall": shortfall,
                 "release": None if release is None else msgspec.to_builtins(release)}
@@ -223,29 +237,29 @@ class Placement:
         """A new release made from release `version`'s machine fields (image, env, guest,
         health, ...); the release it replaces is marked rolled_back."""
         async with self.locks.hold(name):
-            current = self.store.get(name)
-            old = self.store.release(current.uid, version)
+            current = await self.store.get(name)
+            old = await self.store.release(current.uid, version)
             if old is None:
                 raise NotFound(f"release {version} of app {name} not found")
             fields = {field: getattr(old.config, field) for field in MACHINE_FIELDS}
             config = msgspec.structs.replace(current, **fields)
-            was = self.store.release(current.uid, current.release)
-            stored, release = self._store_change(current, config, f"rollback to {version}")
+            was = await self.store.release(current.uid, current.release)
+            stored, release = await self._store_change(current, config, f"rollback to {version}")
             if release is None:
                 raise Conflict(f"app {name} already runs what release {version} ran",
                                code="conflict")
             if was is not None and was.status != "failed":
-                self.store.set_release_status(current.uid, was.version, "rolled_back",
-                                              f"rolled back to {version}")
+                await self.store.set_release_status(current.uid, was.version, "rolled_back",
+                                                    f"rolled back to {version}")
             await self.registry.put_app(stored)
         self.reconciler.poke(name)
         return release
 
-    def releases(self, name: str) -> list[Release]:
-        return self.store.releases(self.store.get(name).uid)
+    async def releases(self, name: str) -> list[Release]:
+        return await self.store.releases((await self.store.get(name)).uid)
 
-    def events(self, name: str) -> list[AppEvent]:
-        return self.store.events(self.store.get(name).uid)
+    async def events(self, name: str) -> list[AppEvent]:
+        return await self.store.events((await self.store.get(name)).uid)
 
     async def _spare(self, rnd: Round, avoid: frozenset[str]) -> NewMachine | NoCapacity:
         """A stopped machine, preferably on a worker without a running one, image pulled."""
@@ -257,12 +271,12 @@ class Placement:
     # -- machines --------------------------------------------------------------
 
     async def machines(self, app: str) -> list[dict[str, Any]]:
-        config = self.store.get(app)
+        config = await self.store.get(app)
         return sorted(await self.fleet.own_machines(config), key=lambda v: v["created_at"])
 
     async def create_machine(self, app: str, options: CreateMachineRequest) -> dict[str, Any]:
         async with self.locks.hold(app):
-            return await self._create_machine(self.store.get(app), options)
+            return await self._create_machine(await self.store.get(app), options)
 
     async def _create_machine(self, config: AppConfig, options: CreateMachineRequest
                               ) -> dict[str, Any]:
@@ -285,7 +299,7 @@ class Placement:
     ) -> tuple[int, Any]:
         """Forward one machine call to its agent; agent errors pass through. A wait is a
         long poll: on its own connections, at most MAX_WAITS_PER_APP per app."""
-        url = await self.fleet.locate(self.store.get(app), mid)
+        url = await self.fleet.locate(await self.store.get(app), mid)
         path = f"/v1/machines/{mid}" + (f"/{action}" if action else "")
         long_poll = action == "wait"
         if long_poll and self._waits[app] >= MAX_WAITS_PER_APP:
@@ -307,10 +321,10 @@ class Placement:
     # -- wake, autostop, introspection ------------------------------------------
 
     async def wake(self, app: str, request: WakeRequest) -> WakeResponse:
-        return await self.waker.wake(self.store.get(app), request)
+        return await self.waker.wake(await self.store.get(app), request)
 
     async def autostop(self, app: str, mid: str) -> dict[str, Any]:
-        return await self.waker.autostop(self.store.get(app), mid)
+        return await self.waker.autostop(await self.store.get(app), mid)
 
     async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:
         """An edge could not connect to `report.machine` on `worker`; a worker that is
@@ -324,7 +338,7 @@ class Placement:
             log.warning("worker %s failed: %s (reported by %s: %s to machine %s)", worker,
                         reason, report.reporter, report.error or "connect failed",
                         report.machine or "-")
-            for config in self.store.list():
+            for config in await self.apps():
                 self.reconciler.poke(config.name)
         return SuspectAnswer(worker=worker, failed=failed, reason=reason)
 
@@ -335,11 +349,11 @@ class Placement:
 
     async def logs(self, app: str, cursor: str, tail_bytes: int, machine: str = ""
                    ) -> LogsAnswer:
-        return await app_logs(self.fleet, self.agents, self.store.get(app), cursor, tail_bytes,
-                              machine)
+        return await app_logs(self.fleet, self.agents, await self.store.get(app), cursor,
+                              tail_bytes, machine)
 
-    def placements(self, app: str) -> list[dict[str, Any]]:
-        self.store.get(app)
+    async def placements(self, app: str) -> list[dict[str, Any]]:
+        await self.store.get(app)
         return list(reversed(self.placer.decisions.get(app, [])))
 
     async def workers(self) -> list[WorkerView]:

@@ -11,10 +11,9 @@ import secrets
 import time
 from collections.abc import Callable
 
-from placement.adapters.store import AppStore
-from placement.adapters.tokenstore import TokenStore
 from placement.api import TokenCreated, TokenRequest, TokenView
 from placement.errors import NotFound
+from placement.store import AppStore, TokenStore
 from thaw.appconfig import InvalidConfig
 from thaw.auth.tokens import SECRET_BYTES, TokenRecord, make_token, token_hash
 
@@ -34,13 +33,13 @@ class Tokens:
         self.apps = apps
         self.clock = clock
 
-    def create(self, request: TokenRequest) -> TokenCreated:
+    async def create(self, request: TokenRequest) -> TokenCreated:
         if request.admin == bool(request.apps):
             raise InvalidConfig("apps", "an admin token names no apps; an app token names "
                                         "at least one")
         for app in request.apps:
             try:
-                self.apps.get(app)
+                await self.apps.get(app)
             except NotFound:
                 raise InvalidConfig("apps", f"app {app} not found") from None
         token_id = secrets.token_hex(8)
@@ -50,20 +49,20 @@ class Tokens:
         record = TokenRecord(id=token_id, hash=token_hash(token), admin=request.admin,
                              apps=sorted(set(request.apps)), name=request.name,
                              created_at=now, expires_at=expires)
-        self.store.add(record)
+        await self.store.add(record)
         log.info("token %s created (admin=%s apps=%s)", token_id, record.admin, record.apps)
         return TokenCreated(id=token_id, token=token, name=record.name, admin=record.admin,
                             apps=record.apps, created_at=now, expires_at=expires)
 
-    def list(self) -> list[TokenView]:
-        return [token_view(r) for r in self.store.list()]
+    async def list(self) -> list[TokenView]:
+        return [token_view(r) for r in await self.store.list()]
 
-    def revoke(self, token_id: str) -> TokenView:
-        record = self.store.revoke(token_id, self.clock())
+    async def revoke(self, token_id: str) -> TokenView:
+        record = await self.store.revoke(token_id, self.clock())
         log.info("token %s revoked", token_id)
         return token_view(record)
 
-    def app_deleted(self, app: str) -> None:
-        revoked = self.store.revoke_scoped_to(app, self.clock())
+    async def app_deleted(self, app: str) -> None:
+        revoked = await self.store.revoke_scoped_to(app, self.clock())
         if revoked:
             log.info("app %s deleted: revoked its tokens %s", app, ", ".join(revoked))

@@ -6,6 +6,14 @@ are ready — or, at the latest, `wake_margin_ms` before the deadline with the o
 ready so far. Machines that are not ready by then keep starting; the edge sees
 them through the registry. A worker that declines a start (no room now) gets a
 new machine placed elsewhere instead, within `max_machines`.
+
+Before any machine is ready, once every machine's worker is decided, the wake
+predicts when its first will be (placement/core/predict.py) and hands that to the
+caller's sink (`predictions_to`): the HTTP route streams it to the edge, which
+refuses at once the held requests that cannot wait that long. The prediction
+changes nothing here: every machine is started, and the answer and its timeouts
+are as without it. Each answer carries the prediction and the time the first
+machine was actually ready, and both are logged, to measure the prediction.
 """
 
 from __future__ import annotations
@@ -14,13 +22,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+import msgspec
+
 from placement.adapters.agents import AgentClient
-from placement.api import WAKE_ERRORS, WakeRequest, WakeResponse, WakeTimings, WokenMachine
+from placement.api import (
+    WAKE_ERRORS,
+    WakePrediction,
+    WakeRequest,
+    WakeResponse,
+    WakeTimings,
+    WokenMachine,
+)
 from placement.core.offers import NoCapacity
+from placement.core.predict import BootHistory, StartKind, WakeForecast
 from placement.core.wake import (
     MachineState,
     Refuse,
@@ -33,11 +52,27 @@ from placement.core.wake import (
 from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.wakeclaims import WakeClaims
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.placement")
+PredictionSink = Callable[[WakePrediction], None]
+# Where the wake running in this context sends its prediction: set by the HTTP route
+# around its call, so the layers between (the service) need not carry it.
+_prediction_sink: ContextVar[PredictionSink | None] = ContextVar("prediction_sink",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def predictions_to(sink: PredictionSink) -> Iterator[None]:
+    """Wakes run in this context (and tasks made in it) send their prediction to `sink`."""
+    token = _prediction_sink.set(sink)
+    try:
+        yield
+    finally:
+        _prediction_sink.reset(token)
 
 
 @dataclass(frozen=True)
@@ -59,6 +94,29 @@ IMAGE_REFUSALS = frozenset({"bad_reference", "forbidden_host", "not_found", "una
 
 
 Outcome = Ready | Failed
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One machine's place in its wake's forecast; the prediction, once made, goes to
+    `sink`."""
+
+    forecast: WakeForecast
+    index: int
+    sink: PredictionSink | None
+
+    def decided(self, kind: StartKind, worker: str,
+                layers: Mapping[str, int] | None = None) -> None:
+        now = asyncio.get_running_loop().time()
+        self._send(self.forecast.decided(self.index, kind, worker, now, layers))
+
+    def failed(self) -> None:
+        self._send(self.forecast.failed(self.index))
+
+    def _send(self, predicted_ms: float | None) -> None:
+        if predicted_ms is not None and self.sink is not None:
+            self.sink(WakePrediction(predicted_ms=round(predicted_ms, 1),
+                                     machines=len(self.forecast.machines)))
 
 
 class NewMachines:
@@ -114,16 +172,19 @@ class NewMachines:
 class Waker:
     def __init__(
         self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int,
-        is_current: Callable[[AppConfig], bool],
+        is_current: Callable[[AppConfig], Awaitable[bool]], claims: WakeClaims | None = None,
     ) -> None:
-        """`is_current(config)`: the app still exists as that incarnation (the store)."""
+        """`is_current(config)`: the app still exists as that incarnation (the store);
+        `claims`: what this and other placements' wakes are starting (placement/wakeclaims)."""
         self.fleet = fleet
         self.is_current = is_current
+        self.boots = BootHistory()  # each app's boot spans, for predictions
         self.agents = agents
         self.placer = placer
         self.margin_s = margin_ms / 1000
-        self.claimed: dict[str, set[str]] = {}  # app -> machines a wake is starting
-        self.placing: dict[str, int] = {}  # app -> new machines being placed (not yet offered)
+        self.claims = claims or WakeClaims()
+        self.claimed = self.claims.claimed  # app -> machines a wake here is starting
+        self.placing = self.claims.placing  # app -> new machines being placed here
         self.background: set[asyncio.Task[Outcome]] = set()
 
     async def close(self) -> None:
@@ -132,47 +193,69 @@ class Waker:
         for task in list(self.background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.claims.close()
 
     async def wake(self, config: AppConfig, request: WakeRequest) -> WakeResponse:
         loop = asyncio.get_running_loop()
-        answer_by = loop.time() + request.deadline_ms / 1000 - self.margin_s
+        received = loop.time()
+        answer_by = received + request.deadline_ms / 1000 - self.margin_s
         region = request.region or config.regions[0]
-        try:
-            # Plan from the registry's view (no round trip to the agents on the cold path):
-            # starts are checked transitions at the agent, and start?wait_s accepts a
-            # machine someone else started, so a stale view costs a failed start at most.
-            async with asyncio.timeout_at(answer_by):
-                everywhere = await self.fleet.live_workers()
-                views = await self.fleet.registered_machines(config)
-        except TimeoutError:
-            raise PlacementError("no answer from the workers before the deadline",
-                                 code="deadline", status=WAKE_ERRORS["deadline"]) from None
-        here = {wid for wid, w in everywhere.items() if w.region == region}
-        states = states_of(views, config)
-        claimed = self.claimed.get(config.name, set())
-        placing = self.placing.get(config.name, 0)
-        plan = plan_wake(config, states, everywhere.keys(), request.count, claimed, placing,
-                         region_workers=here)
-        if plan.reuse:  # entries only while machines are claimed (see _restart)
-            self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
-        if plan.new:
-            self.placing[config.name] = placing + plan.new
+        # Planned under the app's wake lease, with every placement's claims: two wakes of
+        # one app (from two edges, maybe through two placements) start what both asked for.
+        async with self.claims.planning(config.name, answer_by) as claims:
+            everywhere, views = await self._observe(config, answer_by)
+            here = {wid for wid, w in everywhere.items() if w.region == region}
+            plan = plan_wake(config, states_of(views, config), everywhere.keys(),
+                             request.count, claims.starting, claims.placing,
+                             region_workers=here)
+            if plan.reuse:  # entries only while machines are claimed (see _restart)
+                self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
+            self.placing[config.name] += plan.new
         new = NewMachines(self.placer, config, region, views, everywhere.keys())
+        if not plan.reuse and not plan.new:
+            return await self._nothing_to_start(config, views, plan.shortfall)
+        forecast = WakeForecast(config.name, len(plan.reuse) + plan.new, everywhere,
+                                self.boots, self.placer.params.reference_bandwidth_bytes_per_s,
+                                received)
+        slots = [Slot(forecast, index, _prediction_sink.get())
+                 for index in range(len(plan.reuse) + plan.new)]
+        for slot, machine in zip(slots, plan.reuse, strict=False):  # workers known now
+            slot.decided(reuse_kind(machine.state), machine.worker)
         work: list[Coroutine[Any, Any, Outcome]] = [
             self._restart(config.name, m, answer_by, new) for m in plan.reuse
         ]
-        work += [self._start_new(config.name, new, answer_by) for _ in range(plan.new)]
-        if not work:
-            return await self._nothing_to_start(config, views, plan.shortfall)
-        return await self._gather(work, answer_by, plan.shortfall)
+        work += [self._start_new(config.name, new, answer_by, slot)
+                 for slot in slots[len(plan.reuse):]]
+        answer = await self._gather(work, answer_by, plan.shortfall, forecast)
+        predicted_ms, ready_ms = forecast.measured()
+        event(log, "wake_predicted", app=config.name, predicted_ms=predicted_ms,
+              ready_ms=ready_ms, machines=len(answer.machines))
+        return msgspec.structs.replace(answer, predicted_ms=predicted_ms, ready_ms=ready_ms)
+
+    async def _observe(self, config: AppConfig,
+                       answer_by: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Live workers and the app's machines, from the registry's view (no round trip to
+        the agents on the cold path): starts are checked transitions at the agent, and
+        start?wait_s accepts a machine someone else started, so a stale view costs a
+        failed start at most."""
+        try:
+            async with asyncio.timeout_at(answer_by):
+                return (await self.fleet.live_workers(),
+                        await self.fleet.registered_machines(config))
+        except TimeoutError:
+            raise PlacementError("no answer from the workers before the deadline",
+                                 code="deadline", status=WAKE_ERRORS["deadline"]) from None
 
     async def _gather(
-        self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str
+        self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str,
+        forecast: WakeForecast,
     ) -> WakeResponse:
+        loop = asyncio.get_running_loop()
         tasks = [asyncio.create_task(w) for w in work]
         for task in tasks:  # tracked from the start: close() cancels them, whatever happens
             self.background.add(task)
             task.add_done_callback(self.background.discard)
+            task.add_done_callback(lambda t: forecast.ready(loop.time()) if is_ready(t) else None)
         timeout = max(0.0, answer_by - asyncio.get_running_loop().time())
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         outcomes = [outcome_of(t) for t in tasks if t in done]
@@ -215,10 +298,9 @@ class Waker:
         except PlacementError as exc:
             outcome = Failed("start_failed", f"{machine.id}: {exc.message}")
         finally:
-            claimed = self.claimed.get(app, set())
-            claimed.discard(machine.id)
-            if not claimed:
-                self.claimed.pop(app, None)
+            self.claims.unclaim(app, machine.id)
+        if isinstance(outcome, Ready):
+            self.boots.observe(app, machine.state == "suspended", outcome.timings.boot_ms)
         if not is_declined(outcome):
             return outcome
         refused = self._count_another(app, new, answer_by, outcome.message)
@@ -228,12 +310,14 @@ class Waker:
                  machine.id, machine.worker)
         return await self._start_new(app, new, answer_by)
 
-    async def _start_new(self, app: str, new: NewMachines, answer_by: float) -> Outcome:
+    async def _start_new(self, app: str, new: NewMachines, answer_by: float,
+                         slot: Slot | None = None) -> Outcome:
         """Place a machine and start it (counted in `placing` by the caller until placed).
         A worker that declines the start (its room taken since its last heartbeat) has
-        that machine destroyed, and one more is placed on another worker: once."""
+        that machine destroyed, and one more is placed on another worker: once. `slot`:
+        where its forecast goes (None: a replacement, after the wake's prediction)."""
         began = time.perf_counter()
-        outcome = await self._place_and_start(app, new, answer_by, began)
+        outcome = await self._place_and_start(app, new, answer_by, began, slot)
         if not is_declined(outcome):
             return outcome
         refused = self._count_another(app, new, answer_by, outcome.message)
@@ -252,37 +336,45 @@ class Waker:
         no time left, or no room under `max_machines`. `declined`: the start declined."""
         if asyncio.get_running_loop().time() >= answer_by:
             return Failed("deadline", f"{declined}; no time left to place another machine")
-        placing = self.placing.get(app, 0)
+        placing = self.placing[app]
         if new.room(placing) == 0:
             return Failed("no_capacity", (
                 f"{declined}; max_machines={new.config.max_machines} leaves no room for "
                 f"another machine while the app's existing ones count"))
         self.placing[app] = placing + 1
+        self.claims.changed(app)
         return None
 
     async def _place_and_start(
-        self, app: str, new: NewMachines, answer_by: float, began: float
+        self, app: str, new: NewMachines, answer_by: float, began: float,
+        slot: Slot | None = None,
     ) -> Outcome:
         """One machine placed, pulled and started; one whose start its worker declines is
-        destroyed (the outcome stays "declined")."""
+        destroyed (the outcome stays "declined"). Its forecast goes to `slot` once its
+        worker is known (or it failed before)."""
+        placed: NewMachine | Failed = Failed("start_failed", "not placed")
         try:
             rnd = await new.round()
             if isinstance(rnd, Failed):
                 return rnd
             placed = await new.place(rnd)
+            if slot is not None and not isinstance(placed, Failed):
+                slot.decided("new", placed.worker, rnd.image.layers)
         finally:
-            # From here on the machine exists on an agent (or never will): no longer "placing".
-            left = self.placing.get(app, 0) - 1
-            if left > 0:
-                self.placing[app] = left
-            else:
-                self.placing.pop(app, None)  # no entry per app ever woken: they drop to none
+            if slot is not None and isinstance(placed, Failed):
+                slot.failed()
+            # From here on the machine exists on an agent (or never will): no longer
+            # "placing"; a later wake finds it starting and waits for it.
+            self.placing[app] -= 1
+            self.claims.changed(app)
         if isinstance(placed, Failed):
             return placed
-        if not self.is_current(new.config):  # deleted (or re-made) while this was placed
+        if not await self.is_current(new.config):  # deleted (or re-made) while this was placed
             await self._release(placed.url, placed.view["id"])
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
         outcome = await self._pull_and_start(placed, rnd.image.ref, answer_by, began)
+        if isinstance(outcome, Ready):
+            self.boots.observe(app, False, outcome.timings.boot_ms)
         if is_declined(outcome):
             log.info("%s: worker %s declined to start it; destroying it",
                      placed.view["id"], placed.worker)
@@ -366,6 +458,18 @@ def outcome_of(task: asyncio.Task[Outcome]) -> Outcome:
         return task.result()
     log.error("a start of this wake failed", exc_info=exc)
     return Failed("start_failed", f"internal error: {exc!r}")
+
+
+def is_ready(task: asyncio.Task[Outcome]) -> bool:
+    return not task.cancelled() and task.exception() is None and isinstance(task.result(),
+                                                                             Ready)
+
+
+def reuse_kind(state: str) -> StartKind:
+    """How a machine reused in `state` starts (see placement/core/predict.py)."""
+    if state == "suspended":
+        return "resume"
+    return "starting" if state == "starting" else "boot"
 
 
 def is_declined(outcome: Outcome) -> TypeGuard[Failed]:

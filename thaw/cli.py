@@ -110,6 +110,12 @@ async def run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_store_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=env_default("STORE", "sqlite"), metavar="URL",
+                   help="placement's durable store: sqlite (a file in the state dir) or "
+                        "postgresql://USER@HOST:PORT/DB, which several placements share")
+
+
 def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = env_default
     p = sub.add_parser("placement", help="run the placement service (apps API, market, wake)")
@@ -119,6 +125,7 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--registry", default=e("REGISTRY", "memory"))
     p.add_argument("--domain", default=e("DOMAIN", "localhost"),
                    help="apps are {app}.DOMAIN; no app may list a host under it")
+    add_store_flag(p)
     p.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
                    help="the bootstrap admin token (else $THAW_ADMIN_TOKEN)")
     add_cluster_key_flag(p)
@@ -166,6 +173,7 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
     p.add_argument("--agents", type=int, default=int(e("AGENTS", "3")))
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
+    add_store_flag(p)
     p.add_argument("--tls", action="store_true", default=e("TLS", "") == "1",
                    help="also serve HTTPS (h2 and HTTP/1.1) on --tls-port with certificates "
                         "from a local CA made in the state directory")
@@ -182,6 +190,7 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 async def run_placement(args: argparse.Namespace) -> int:
+    from placement.adapters.coordination import open_coordination
     from placement.config import PlacementConfig
     from placement.runner import PlacementRuntime
     from thaw.auth.secrets_files import admin_token, cluster_keys
@@ -190,9 +199,10 @@ async def run_placement(args: argparse.Namespace) -> int:
     config = PlacementConfig(
         state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
         admin_token=admin_token(args.admin_token_file), domain=args.domain,
-        egress=egress_policy(args), host=args.host, port=args.port,
+        egress=egress_policy(args), host=args.host, port=args.port, store=args.store,
     )
-    runtime = PlacementRuntime(config, open_registry(args.registry))
+    runtime = PlacementRuntime(config, open_registry(args.registry),
+                               coordination=open_coordination(args.registry))
     url = await runtime.start()
     print(f"thaw placement listening on {url}", flush=True)
     await wait_for_signal()
@@ -243,6 +253,7 @@ def up_config(args: argparse.Namespace) -> UpConfig:
         allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
         tls=args.tls, tls_port=args.tls_port,
         access_log=args.access_log, access_log_sample_rate=args.access_log_sample,
+        store=args.store,
     )
 
 

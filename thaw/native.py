@@ -110,9 +110,10 @@ def build() -> None:
     ROOT.joinpath("build").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="native-", dir=ROOT / "build") as tmp:
         lib, temp = Path(tmp, "lib"), Path(tmp, "temp")
+        fingerprint = _fingerprint()  # of the sources as they are when compiled: an edit
         subprocess.run([sys.executable, "-c", _SETUP, str(lib), str(temp), *SOURCES],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        (lib / MANIFEST).write_text(json.dumps(_fingerprint(), indent=1))
+        (lib / MANIFEST).write_text(json.dumps(fingerprint, indent=1))  # meanwhile rebuilds
         old = ROOT / "build" / f"native-old-{os.getpid()}"
         if BUILD_DIR.exists():
             BUILD_DIR.rename(old)

@@ -74,6 +74,7 @@ class UpConfig:
     tls_port: int = 8443
     access_log: str = ""  # "": <state>/access.log; "off"; "stdout"; or a file path
     access_log_sample_rate: float = 1.0
+    store: str = "sqlite"  # placement's store: or postgresql://USER@HOST:PORT/DB
 
 
 class Platform:
@@ -104,7 +105,8 @@ class Platform:
         self.placement = PlacementRuntime(
             PlacementConfig(state_dir=state / "placement", port=self.config.api_port,
                             cluster_keys=keys, admin_token=self.admin_token,
-                            domain=self.config.domain, egress=egress),
+                            domain=self.config.domain, egress=egress,
+                            store=self.config.store),
             self.registry,
         )
         self.api_url = await self.placement.start()

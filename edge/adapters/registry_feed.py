@@ -2,16 +2,21 @@
 
 The view is loaded at start, refreshed per key from `registry.changes()`, and
 fully resynced every `resync_interval_s`; when the registry errors the view is
-kept as is (warm apps keep being served) and the feed retries.
+kept as is (warm apps keep being served) and the feed retries. A full load
+costs O(apps + machines) in a few round trips (`machines_of`) and is applied in
+slices with the loop turning in between, so warm requests are not held behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+from collections.abc import Sequence
 
 from edge.view import View
+from thaw.appconfig import AppConfig
 from thaw.registry import MachineRecord, Registry
 from thaw.registry.generation import GenerationWatch
 
@@ -19,6 +24,8 @@ log = logging.getLogger("thaw.edge.view")
 
 FEED_RETRY_S = 1.0
 REBUILD_GRACE_S = 10.0  # after the registry was lost: time for everyone to publish again
+LOAD_SLICE = 100  # apps a load applies between two turns of the event loop
+NO_MACHINES: tuple[MachineRecord, ...] = ()
 
 
 class RegistryFeed:
@@ -38,15 +45,26 @@ class RegistryFeed:
         self.rebuilding_until = 0.0  # loop time: until then loads only add
         self.loaded = False  # a full load has reached the view (readiness)
         self._resync_now = asyncio.Event()
+        self._loading = asyncio.Lock()
+        # (kind, key) of the changes the feed refreshed while a load runs: newer than it
+        self._touched: set[tuple[str, str]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def load(self) -> None:
         """Read everything first, then apply: a registry lost half-way through a load
-        never empties the view."""
+        never empties the view. One load at a time."""
+        async with self._loading:
+            self._touched = set()
+            try:
+                await self._load()
+            finally:
+                self._touched = None
+
+    async def _load(self) -> None:
         position = await self.registry.feed_position()
         token = await self.registry.generation()
         configs = await self.registry.apps()
-        records = {c.name: await self.registry.machines(c.name) for c in configs}
+        records = await self.registry.machines_of([c.name for c in configs])
         after = await self.registry.generation()
         loop = asyncio.get_running_loop()
         if after != token or self.generation.lost(token):
@@ -59,21 +77,44 @@ class RegistryFeed:
             self.position = position
         self.generation.published(after)
         prune = loop.time() >= self.rebuilding_until
-        self.view.set_apps(configs, prune=prune)
-        for config in configs:
-            self._apply_machines(config.name, records[config.name], prune=prune)
+        await self._apply(configs, records, prune=prune)
         self.loaded = True
 
-    def _apply_machines(self, app: str, records: list[MachineRecord], *, prune: bool) -> None:
+    async def _apply(self, configs: list[AppConfig], records: dict[str, list[MachineRecord]],
+                     *, prune: bool) -> None:
+        """Apply a load app by app, `LOAD_SLICE` apps between two turns of the loop, so
+        that a load of 10,000 apps never holds the loop for long. Each app (its config
+        and machines) changes whole. What the feed refreshed since the load began was
+        read after the load's reads: it is left as the feed left it."""
+        names = {config.name for config in configs}
+        gone = [name for name in self.view.apps if name not in names] if prune else []
+        changes = itertools.chain(((name, None) for name in gone),
+                                  ((config.name, config) for config in configs))
+        for done, (name, config) in enumerate(changes):
+            if done and done % LOAD_SLICE == 0:
+                await asyncio.sleep(0)
+            if not self._was_refreshed("app", name):
+                self.view.set_app(name, config)
+                self._apply_machines(name, records.get(name, NO_MACHINES), prune=prune)
+
+    def _was_refreshed(self, kind: str, key: str) -> bool:
+        return self._touched is not None and (kind, key) in self._touched
+
+    def _apply_machines(self, app: str, records: Sequence[MachineRecord], *,
+                        prune: bool) -> None:
         entry = self.view.apps.get(app)
         if entry is None:
             return
         found = {r.id: r for r in records}
         ids = set(entry.machines) | set(found) if prune else set(found)
         for machine_id in ids:
-            self.view.apply_record(app, machine_id, found.get(machine_id))
+            if not self._was_refreshed("machine", f"{app}/{machine_id}"):
+                self.view.apply_record(app, machine_id, found.get(machine_id))
 
     async def refresh(self, kind: str, key: str) -> None:
+        """One change from the feed: read the key again and apply it."""
+        if self._touched is not None:
+            self._touched.add((kind, key))
         if kind == "app":
             self.view.set_app(key, await self.registry.app(key))
             if key in self.view.apps:  # machines that went come as their own changes

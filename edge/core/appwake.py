@@ -23,12 +23,22 @@ feed before placement's answer gives the wake a first estimate (boot from the
 worker's own events; the rest of the time since the wake was sent counted as
 place, pull folded in) that the answer replaces.
 
+Deadline-aware admission: placement may tell, before any machine is ready, when
+the wake's first machine is predicted ready (`on_wake_predicted`). A held
+request whose deadline comes before that would only end in a 504: it is
+answered at once (`Shed`: 503 with `Retry-After` = the predicted wait, rounded
+up), and so is a request that arrives while that prediction stands. Requests
+with enough time stay held. The wake goes on whatever is shed (a retry finds
+its machines starting); a prediction already past sheds nothing; the answer
+ends it.
+
 It knows nothing of HTTP, sockets or clocks: `now` is an argument, items are
 opaque, the app's machines come in as a `Shape`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -63,20 +73,39 @@ def machines_to_start(demand: int, started: int, soft_limit: int, max_machines: 
 class Wake:
     """One call to placement for an app, and what came of it (ms figures)."""
 
-    __slots__ = ("answered", "app", "boot_ms", "count", "machine_at", "place_ms", "pull_ms",
-                 "sent_at")
+    __slots__ = ("answered", "app", "boot_ms", "count", "first_machine_at", "machine_at",
+                 "place_ms", "predicted_at", "pull_ms", "sent_at")
 
     def __init__(self, app: str, count: int, sent_at: float) -> None:
         self.app = app
         self.count = count
         self.sent_at = sent_at
         self.machine_at = -1.0  # when a machine of this wake last appeared (-1: none yet)
+        self.first_machine_at = -1.0  # ... and first
+        self.predicted_at = -1.0  # when its first machine is predicted ready (-1: unknown)
         self.answered = False
         self.place_ms = self.pull_ms = self.boot_ms = 0.0
 
+    def predicted_wait_s(self, now: float) -> float:
+        """Seconds until its first machine is predicted ready (0: none predicted, or past)."""
+        return max(0.0, self.predicted_at - now) if self.predicted_at >= 0 else 0.0
+
+    def measured_ms(self) -> tuple[float, float]:
+        """(predicted, actual) ms from sending to its first machine ready; -1: unknown."""
+        predicted = (self.predicted_at - self.sent_at) * 1000 if self.predicted_at >= 0 else -1
+        ready = -1.0
+        if self.first_machine_at >= 0:
+            ready = (self.first_machine_at - self.sent_at) * 1000
+        return predicted, ready
+
+    def _seen(self, now: float) -> None:
+        self.machine_at = now
+        if self.first_machine_at < 0:
+            self.first_machine_at = now
+
     def machine_seen(self, now: float, boot_ms: float | None) -> None:
         """A machine appeared while this wake was in flight (placement had not answered)."""
-        self.machine_at = now
+        self._seen(now)
         if not self.answered:
             elapsed_ms = max(0.0, (now - self.sent_at) * 1000.0)
             self.boot_ms = min(boot_ms or 0.0, elapsed_ms)
@@ -85,7 +114,7 @@ class Wake:
 
     def answer(self, now: float, place_ms: float, pull_ms: float, boot_ms: float) -> None:
         self.answered = True
-        self.machine_at = now
+        self._seen(now)
         self.place_ms, self.pull_ms, self.boot_ms = place_ms, pull_ms, boot_ms
 
 
@@ -139,6 +168,19 @@ class Fail(Generic[T]):
 
 
 @dataclass(frozen=True)
+class Shed(Generic[T]):
+    """Answer these held (or arriving) requests 503 `predicted_late` now, with Retry-After
+    `retry_after_s`: the app's machine is predicted ready after their deadlines
+    (`waits`: seconds each was held; `wait_s`: the predicted wait)."""
+
+    app: str
+    items: list[T]
+    waits: list[float]
+    retry_after_s: int
+    wait_s: float
+
+
+@dataclass(frozen=True)
 class ArmTimer:
     """Call `on_timer(token, ...)` at `at` (None: no timer is wanted); replaces the last."""
 
@@ -146,7 +188,14 @@ class ArmTimer:
     at: float | None
 
 
-Effect = CallPlacement | Release[T] | Fail[T] | ArmTimer
+Effect = CallPlacement | Release[T] | Fail[T] | Shed[T] | ArmTimer
+
+
+def shed(app: str, items: list[T], waits: list[float], wake: Wake, now: float) -> Shed[T]:
+    """`items` shed for `wake`'s prediction: Retry-After is the predicted wait, rounded up
+    (at least 1 s)."""
+    wait_s = wake.predicted_wait_s(now)
+    return Shed(app, items, waits, max(1, math.ceil(wait_s)), wait_s)
 
 
 class _AppState:
@@ -201,6 +250,10 @@ class AppWakes(Generic[T]):
         if first + budget <= now:
             return [Fail(app, [item], [now - first], "hold_timeout",
                          f"no machine could take the request within {now - first:.3f}s")]
+        state = self._apps.get(app)
+        wake = state.wake if state is not None else None
+        if wake is not None and first + budget < wake.predicted_at and shape.free <= 0:
+            return [shed(app, [item], [now - first], wake, now)]
         decision = self.holds.enqueue(app, item, first, budget, shape.max_pending)
         if isinstance(decision, Rejected):
             return [Fail(app, [item], [0.0], decision.reason,
@@ -264,6 +317,22 @@ class AppWakes(Generic[T]):
         shape = self._release(app, state, now, shape, effects)
         self._maybe_wake(app, state, now, shape, effects)
         self._arm(app, state, now, effects)
+        return effects
+
+    def on_wake_predicted(self, wake: Wake, now: float, predicted_ms: float
+                          ) -> list[Effect[T]]:
+        """Placement predicts `wake`'s first machine ready `predicted_ms` after it was sent:
+        the requests held that would expire first are shed now."""
+        state = self._apps.get(wake.app)
+        if state is None or state.wake is not wake:
+            return []  # answered (or superseded) already: the prediction is moot
+        wake.predicted_at = wake.sent_at + max(0.0, predicted_ms) / 1000.0
+        late = self.holds.late(wake.app, wake.predicted_at, now)
+        if not late:
+            return []
+        effects: list[Effect[T]] = [shed(wake.app, [e.item for e in late],
+                                         [e.waited_s for e in late], wake, now)]
+        self._arm(wake.app, state, now, effects)
         return effects
 
     def on_wake_failed(self, wake: Wake, now: float, shape: Shape, code: str,

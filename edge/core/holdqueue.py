@@ -6,18 +6,41 @@ timeout, the client's timeout when it gave one)`. Invariants: release is FIFO
 per app; an entry leaves exactly once (released, expired, removed or failed);
 a full queue is a return value, not an exception; expiry costs O(expired *
 log held), not a scan of everything held (a heap of deadlines per app, entries
-that left by another way are skipped lazily). It knows nothing of sockets or
-clocks: `now` is an argument, items are opaque.
+that left by another way are skipped lazily), and so does taking out the items
+whose deadline comes before a predicted start (`late`). It knows nothing of
+sockets or clocks: `now` is an argument, items are opaque.
+
+The client's own bound is `X-Request-Timeout: <seconds>` (`request_timeout_s`
+reads it from the head's forwarded lines): a decimal number in (0, 3600];
+anything else is ignored, as if the header were not there.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+MAX_REQUEST_TIMEOUT_S = 3600.0
+_REQUEST_TIMEOUT = re.compile(rb"(?:^|\n)x-request-timeout:[ \t]*([^\r\n]*)")
+_SECONDS = re.compile(rb"[0-9]{1,7}(?:\.[0-9]{1,6})?")
+
+
+def request_timeout_s(header_lines: bytes) -> float | None:
+    """The client's `X-Request-Timeout` in seconds, from `Name: value\r\n` lines (the
+    first such header counts), or None: absent, not a plain decimal number, 0, or more
+    than MAX_REQUEST_TIMEOUT_S."""
+    found = _REQUEST_TIMEOUT.search(header_lines.lower())
+    if found is None:
+        return None
+    value = found.group(1).strip()
+    if not _SECONDS.fullmatch(value):
+        return None
+    seconds = float(value)
+    return seconds if 0 < seconds <= MAX_REQUEST_TIMEOUT_S else None
 
 
 @dataclass(frozen=True)
@@ -134,16 +157,27 @@ class HoldQueues(Generic[T]):
         deadline first within an app."""
         out: list[Expired[T]] = []
         for name in [app] if app is not None else list(self._deadlines):
-            heap = self._deadlines.get(name)
-            while heap and heap[0][0] <= now:
-                _, seq, key = heapq.heappop(heap)
-                self._heaped -= 1
-                entry = self._live(name, key, seq)
-                if entry is not None:
-                    del self._queues[name][key]
-                    out.append(Expired(name, entry.item, now - entry.since))
-            if heap is not None and not heap:
-                del self._deadlines[name]
+            out += self._take_due(name, now, now, inclusive=True)
+        return out
+
+    def late(self, app: str, ready_at: float, now: float) -> list[Expired[T]]:
+        """Every item of `app` whose deadline comes before `ready_at` (a predicted start:
+        it would expire first), earliest deadline first; `waited_s` as of `now`."""
+        return self._take_due(app, ready_at, now, inclusive=False)
+
+    def _take_due(self, app: str, by: float, now: float, inclusive: bool) -> list[Expired[T]]:
+        """Take out the items of `app` whose deadline is before `by` (or at it)."""
+        out: list[Expired[T]] = []
+        heap = self._deadlines.get(app)
+        while heap and (heap[0][0] <= by if inclusive else heap[0][0] < by):
+            _, seq, key = heapq.heappop(heap)
+            self._heaped -= 1
+            entry = self._live(app, key, seq)
+            if entry is not None:
+                del self._queues[app][key]
+                out.append(Expired(app, entry.item, now - entry.since))
+        if heap is not None and not heap:
+            del self._deadlines[app]
         self.total -= len(out)
         return out
 

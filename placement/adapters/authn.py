@@ -17,8 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from placement.adapters.routes import ROUTES, Route
-from placement.adapters.tokenstore import TokenStore
 from placement.core.access import Access, Denied, authorize
+from placement.store import TokenStore
 from thaw.auth.aiohttp_glue import refusal, unsigned_answer
 from thaw.auth.signing import Verifier
 from thaw.auth.tokens import (
@@ -45,7 +45,7 @@ class Authenticator:
         self.verifier = verifier
         self.clock = clock
 
-    def principal(self, headers: list[str]) -> Principal | Refused | None:
+    async def principal(self, headers: list[str]) -> Principal | Refused | None:
         """Who the `Authorization` headers say the caller is; None: no bearer token at all.
         Several headers are refused, not resolved by order (proxies disagree on which wins)."""
         if len(headers) > 1:
@@ -57,7 +57,7 @@ class Authenticator:
         if admin is not None:
             return admin
         token_id = token_id_of(token)
-        record = self.tokens.get(token_id) if token_id else None
+        record = await self.tokens.get(token_id) if token_id else None
         return check_stored(token, record, self.clock())
 
 
@@ -88,7 +88,7 @@ def auth_middleware(auth: Authenticator) -> Any:
             if await refusal(auth.verifier, request, auth.clock) is not None:
                 return unsigned_answer()  # refusal() logged why
             return await handler(request)
-        found = auth.principal(request.headers.getall("Authorization", []))
+        found = await auth.principal(request.headers.getall("Authorization", []))
         principal = found if isinstance(found, Principal) else None
         denied = authorize(access, principal, request.match_info.get("app"))
         if denied is not None:

@@ -9,6 +9,7 @@ holder only to a caller who may see it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -19,8 +20,8 @@ from aiohttp import web
 
 from placement.adapters.authn import PRINCIPAL, Authenticator, auth_middleware, principal_of
 from placement.adapters.routes import ROUTES
-from placement.adapters.store import HostTaken
 from placement.api import (
+    WAKE_STREAM_TYPE,
     AutostopRequest,
     CreateMachineRequest,
     DeployRequest,
@@ -28,7 +29,12 @@ from placement.api import (
     RollbackRequest,
     SuspectReport,
     TokenRequest,
+    WakeAnswer,
+    WakeLine,
+    WakePrediction,
+    WakeRefusal,
     WakeRequest,
+    WakeResponse,
 )
 from placement.core.logs import BadCursor
 from placement.errors import BadRequest, NotFound, PlacementError
@@ -36,6 +42,8 @@ from placement.machinelogs import DEFAULT_TAIL, MAX_TAIL
 from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
+from placement.store import HostTaken, StoreUnavailable
+from placement.waker import predictions_to
 from thaw.appconfig import InvalidConfig
 from thaw.appconfig import decoded as body_as
 from thaw.auth.tokens import Principal
@@ -121,10 +129,10 @@ class Routes:
 
     async def list_apps(self, request: web.Request) -> web.Response:
         principal = principal_of(request)
-        return json_response([c for c in self.p.store.list() if principal.may_act_on(c.name)])
+        return json_response([c for c in await self.p.apps() if principal.may_act_on(c.name)])
 
     async def get_app(self, request: web.Request) -> web.Response:
-        return json_response(self.p.app(request.match_info["app"]))
+        return json_response(await self.p.app(request.match_info["app"]))
 
     async def patch_app(self, request: web.Request) -> web.Response:
         patch = await json_object(request)
@@ -139,7 +147,7 @@ class Routes:
                                                  body.strategy, body.config))
 
     async def releases(self, request: web.Request) -> web.Response:
-        return json_response(self.p.releases(request.match_info["app"]))
+        return json_response(await self.p.releases(request.match_info["app"]))
 
     async def rollback(self, request: web.Request) -> web.Response:
         body = await decoded(request, RollbackRequest)
@@ -147,7 +155,7 @@ class Routes:
         return json_response(release, status=201)
 
     async def events(self, request: web.Request) -> web.Response:
-        return json_response(self.p.events(request.match_info["app"]))
+        return json_response(await self.p.events(request.match_info["app"]))
 
     # -- machines ----------------------------------------------------------------------------
 
@@ -205,7 +213,7 @@ class Routes:
                              f"({exc})") from None
 
     async def placements(self, request: web.Request) -> web.Response:
-        return json_response(self.p.placements(request.match_info["app"]))
+        return json_response(await self.p.placements(request.match_info["app"]))
 
     async def workers(self, request: web.Request) -> web.Response:
         return json_response(await self.p.workers())
@@ -214,29 +222,63 @@ class Routes:
 
     async def create_token(self, request: web.Request) -> web.Response:
         body = await decoded(request, TokenRequest)
-        return json_response(self.p.tokens.create(body), 201)
+        return json_response(await self.p.tokens.create(body), 201)
 
     async def list_tokens(self, request: web.Request) -> web.Response:
-        return json_response(self.p.tokens.list())
+        return json_response(await self.p.tokens.list())
 
     async def revoke_token(self, request: web.Request) -> web.Response:
-        return json_response(self.p.tokens.revoke(request.match_info["id"]))
+        return json_response(await self.p.tokens.revoke(request.match_info["id"]))
 
     # -- internal ----------------------------------------------------------------------------
 
-    async def wake(self, request: web.Request) -> web.Response:
+    async def wake(self, request: web.Request) -> web.StreamResponse:
+        """The plain answer, or, to an edge that accepts the stream, the prediction as soon
+        as it is made and then the answer (placement/api.py WAKE_STREAM_TYPE): the wake
+        runs as a task here, and the first of the two to come decides the form."""
         wake = await decoded(request, WakeRequest)
         began = time.perf_counter()
         outcome = "error"
+        predicted: asyncio.Future[WakePrediction] = asyncio.get_running_loop().create_future()
+
+        def sink(prediction: WakePrediction) -> None:
+            if not predicted.done():
+                predicted.set_result(prediction)
+
+        with predictions_to(sink):
+            task = asyncio.ensure_future(self.p.wake(request.match_info["app"], wake))
         try:
-            answer = await self.p.wake(request.match_info["app"], wake)
+            if WAKE_STREAM_TYPE in request.headers.get("Accept", ""):
+                await asyncio.wait((task, predicted), return_when=asyncio.FIRST_COMPLETED)
+            if predicted.done() and not task.done():  # (only after the wait above)
+                response, outcome = await self._wake_stream(request, predicted.result(), task)
+                return response
+            answer = await task
             outcome = "ok"
             return json_response(answer)
         except PlacementError as exc:
             outcome = exc.code
             raise
         finally:
+            task.cancel()  # (done already, unless the edge went away: as a plain wake)
             self.metrics.wake_seconds.labels(outcome).observe(time.perf_counter() - began)
+
+    async def _wake_stream(self, request: web.Request, prediction: WakePrediction,
+                           task: asyncio.Future[WakeResponse]
+                           ) -> tuple[web.StreamResponse, str]:
+        """200 and the prediction now; the answer (or the failure) as the last line."""
+        response = web.StreamResponse(headers={"Content-Type": WAKE_STREAM_TYPE})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(msgspec.json.encode(prediction) + b"\n")
+        last: WakeLine
+        try:
+            last, outcome = WakeAnswer(await task), "ok"
+        except PlacementError as exc:
+            last, outcome = WakeRefusal(exc.status, exc.code, exc.message), exc.code
+        await response.write(msgspec.json.encode(last) + b"\n")
+        await response.write_eof()
+        return response, outcome
 
     async def autostop(self, request: web.Request) -> web.Response:
         await decoded(request, AutostopRequest)  # idle_s is informational
@@ -253,6 +295,10 @@ class Routes:
     # -- public ------------------------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.Response:
+        try:
+            await self.p.apps()  # the per-app series are of the apps stored now
+        except StoreUnavailable as exc:  # metrics matter most then: of the apps last seen
+            log.warning("/metrics: %s", exc.message)
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     async def healthz(self, request: web.Request) -> web.Response:

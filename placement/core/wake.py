@@ -70,10 +70,14 @@ def plan_wake(
     `live_workers`: every live worker, in any region (`max_machines` counts the app's
     machines everywhere); `region_workers`: the live workers of the region woken, the only
     ones whose machines are reused (None: all of `live_workers`).
-    `claimed`: machines another wake is already starting (not reused twice);
+    `claimed`: machines another wake is already starting (not reused twice; counted even
+    when `machines` does not show them yet);
     `placing`: new machines other wakes are placing that no agent reports yet.
     """
     here = live_workers if region_workers is None else region_workers
+    # Machines claimed that the view does not show yet (just made, maybe by another
+    # placement) exist all the same: they count like the ones being placed.
+    placing += len(set(claimed) - {m.id for m in machines})
     present = existing_machines(machines, live_workers)
     # Busy elsewhere: started, claimed by another wake, or being placed. A starting machine
     # nobody claimed is this wake's to wait for, so it is reusable rather than busy.

@@ -154,3 +154,35 @@ async def test_the_generation_names_the_view_and_stays_while_the_view_lives(back
     await registry.put_machine(machine("m1"))
     await registry.publish_worker(worker("w1"), ttl_s=3)
     assert await registry.generation() == first  # writes keep it; only a loss changes it
+
+
+async def test_machines_of_many_apps_is_machines_of_each_and_leaves_out_apps_with_none(
+    backend,
+) -> None:
+    registry = backend.registry
+    names = [f"app{n}" for n in range(450)]  # more than one round trip's worth
+    for n, name in enumerate(names):
+        for k in range(n % 3):
+            await registry.put_machine(machine(f"m{n}-{k}", app=name))
+    found = await registry.machines_of([*names, "nobody"])
+    assert set(found) == {name for n, name in enumerate(names) if n % 3}
+    for name in ["app1", "app2", "app449"]:
+        assert sorted(r.id for r in found[name]) == sorted(
+            r.id for r in await registry.machines(name))
+    assert await registry.machines_of([]) == {}
+
+
+async def test_reads_of_many_see_every_change_since_the_last_read(backend) -> None:
+    from thaw.appconfig import parse
+
+    registry = backend.registry
+    await registry.put_app(parse({"name": "hello", "image": "img:1", "version": 1}))
+    await registry.put_machine(machine("m1", updated_at=1.0, state="starting"))
+    assert [a.image for a in await registry.apps()] == ["img:1"]
+    assert [r.state for r in (await registry.machines_of(["hello"]))["hello"]] == ["starting"]
+    await registry.put_app(parse({"name": "hello", "image": "img:2", "version": 2}))
+    await registry.put_machine(machine("m1", updated_at=2.0, state="started"))
+    assert [a.image for a in await registry.apps()] == ["img:2"]
+    assert [r.state for r in (await registry.machines_of(["hello"]))["hello"]] == ["started"]
+    await registry.delete_machine("hello", "m1")
+    assert await registry.machines_of(["hello"]) == {}

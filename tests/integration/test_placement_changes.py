@@ -77,7 +77,7 @@ async def test_a_new_app_of_a_name_destroys_what_an_earlier_one_left_before_it_e
         [left] = live_machines(p, "reborn")
         # the app goes while its machine stays (as when its agent was away at the delete)
         assert p.placement.placement is not None
-        p.placement.placement.store.delete("reborn")
+        await p.placement.placement.store.delete("reborn")
         await p.registry.delete_app("reborn")
         created = await p.create_app(name="reborn", image=hello_layout, guest=SMALL)
         assert created["version"] == 1

@@ -175,10 +175,11 @@ async def test_a_revoked_or_expired_token_is_401_and_deleting_an_app_revokes_its
         fresh = await token(p, apps=["hello"], expires_in_s=60)
         assert (await p.call("GET", "/v1/apps/hello", token=fresh))[0] == 200
         tokens = p.placement.placement.tokens.store  # type: ignore[union-attr]
-        [record] = [r for r in tokens.list() if r.expires_at is not None]
+        [record] = [r for r in await tokens.list() if r.expires_at is not None]
         aged = msgspec.structs.replace(record, expires_at=time.time() - 1)
-        tokens._db.execute("UPDATE tokens SET record = ? WHERE id = ?",
-                           (msgspec.json.encode(aged), record.id))
+        async with p.placement._store.database.transaction() as tx:  # type: ignore[union-attr]
+            await tx.execute("UPDATE tokens SET record = $1 WHERE id = $2",
+                             msgspec.json.encode(aged), record.id)
         assert (await p.call("GET", "/v1/apps/hello", token=fresh))[0] == 401
         # deleting an app revokes tokens scoped to it: a new app of that name is not theirs
         third = await token(p, apps=["hello"])

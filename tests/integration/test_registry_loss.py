@@ -47,7 +47,7 @@ async def test_a_flushed_registry_is_filled_again_and_no_machine_is_made_or_lost
         flushed_at = asyncio.get_running_loop().time()
         assert p.placement.placement is not None
         # a pass right then (as its timer could fire) sees no worker alive: it must wait
-        await p.placement.placement.reconciler.reconcile_app("hello")
+        await p.placement.placement.reconciler.pass_now("hello")
 
         async def republished() -> bool:
             app = await registry.app("hello")

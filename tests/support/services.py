@@ -16,14 +16,25 @@ from tests.support.ports import free_port, wait_for_port
 
 
 class Services:
-    def __init__(self, tmp: Path, redis_url: str, agents: int = 2) -> None:
+    def __init__(self, tmp: Path, redis_url: str, agents: int = 2, *, placements: int = 1,
+                 edges: int = 1, store: str = "", agent_cpus: float = 2,
+                 agent_memory_mb: int = 1024) -> None:
+        """`placements` share `store` (a postgresql:// URL; "" is each one's own SQLite);
+        edge i asks placement i % placements. The first of each is `placement`/`edge`."""
         self.tmp = tmp
         self.redis_url = redis_url
         self.agents = agents
+        self.store = store
+        self.agent_size = (str(agent_cpus), str(agent_memory_mb))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
-        self.api_port, self.edge_port, self.admin_port = free_port(), free_port(), free_port()
-        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.api_ports = [free_port() for _ in range(placements)]
+        self.edge_ports = [free_port() for _ in range(edges)]
+        self.admin_ports = [free_port() for _ in range(edges)]
+        self.api_port, self.edge_port, self.admin_port = (
+            self.api_ports[0], self.edge_ports[0], self.admin_ports[0])
+        self.apis = [f"http://127.0.0.1:{port}" for port in self.api_ports]
+        self.api = self.apis[0]
 
     def spawn(self, name: str, *args: str, port: int) -> None:
         self.args[name] = (list(args), port)
@@ -37,16 +48,21 @@ class Services:
 
     def start(self) -> Services:
         layouts = ("--allow-layout", str(self.tmp))
-        self.spawn("placement", "placement", "--port", str(self.api_port),
-                   "--state-dir", str(self.tmp / "placement"), *layouts, port=self.api_port)
+        store = ("--store", self.store) if self.store else ()
+        for i, port in enumerate(self.api_ports):
+            name = "placement" if i == 0 else f"placement-{i}"
+            self.spawn(name, "placement", "--port", str(port), "--state-dir",
+                       str(self.tmp / name), *store, *layouts, port=port)
         for i in range(self.agents):
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
-                       "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", "2",
-                       "--memory-mb", "1024", "--heartbeat-s", "0.5",
+                       "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", self.agent_size[0],
+                       "--memory-mb", self.agent_size[1], "--heartbeat-s", "0.5",
                        "--stop-machines-on-exit", *layouts, port=port)
-        self.spawn("edge", "edge", "--port", str(self.edge_port), "--admin-port",
-                   str(self.admin_port), "--placement", self.api, port=self.edge_port)
+        for i, (port, admin) in enumerate(zip(self.edge_ports, self.admin_ports, strict=True)):
+            self.spawn("edge" if i == 0 else f"edge-{i}", "edge", "--port", str(port),
+                       "--admin-port", str(admin), "--placement",
+                       self.apis[i % len(self.apis)], port=port)
         return self
 
     def kill_host(self, index: int) -> None:
@@ -83,8 +99,9 @@ class Services:
             kill_group(pid)
 
 
-def edge_get(services: Services, host: str) -> tuple[int, str, dict[str, str]]:
-    conn = http.client.HTTPConnection("127.0.0.1", services.edge_port, timeout=30)
+def edge_get(services: Services, host: str,
+             edge: int = 0) -> tuple[int, str, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", services.edge_ports[edge], timeout=30)
     try:
         conn.request("GET", "/", headers={"Host": host})
         response = conn.getresponse()

@@ -16,6 +16,7 @@ from edge.core.appwake import (
     Fail,
     Release,
     Shape,
+    Shed,
     Wake,
     machines_to_start,
 )
@@ -193,12 +194,81 @@ def test_a_forgotten_request_is_never_answered() -> None:
     assert only(core.on_timer("app", 31.0, COLD), Fail) == []
 
 
+# -- deadline-aware admission -------------------------------------------------------------
+
+
+def test_a_prediction_sheds_at_once_the_held_requests_whose_deadline_comes_first() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "short", 10.0, COLD, client_timeout_s=2.0),
+                CallPlacement)[0].wake
+    core.hold("app", "long", 10.0, COLD, client_timeout_s=20.0)
+    core.hold("app", "default", 10.5, COLD)  # the app's 30 s
+    # placement: first machine ready 5.2 s after the wake was sent (at 10.0): 15.2
+    effects = core.on_wake_predicted(wake, 10.3, 5200.0)
+    [shed] = only(effects, Shed)
+    assert (shed.items, shed.retry_after_s) == (["short"], 5)  # ceil(15.2 - 10.3)
+    assert round(shed.waits[0], 3) == 0.3 and round(shed.wait_s, 3) == 4.9
+    assert core.held("app") == 2  # the others wait, and are served by the answer
+    release = only(core.on_wake_answer(wake, 15.0, replace(COLD, started=1, free=25), 1,
+                                       1.0, 0.0, 5000.0), Release)[0]
+    assert [r.item for r in release.items] == ["long", "default"]
+
+
+def test_a_request_arriving_while_a_prediction_stands_is_checked_at_arrival() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "first", 0.0, COLD), CallPlacement)[0].wake
+    assert core.on_wake_predicted(wake, 0.1, 8000.0) == []  # 30 s is enough
+    [shed] = only(core.hold("app", "hurried", 2.0, COLD, client_timeout_s=1.5), Shed)
+    assert shed.items == ["hurried"] and shed.retry_after_s == 6  # ceil(8 - 2)
+    assert core.held("app") == 1
+    assert kinds(core.hold("app", "patient", 2.0, COLD, client_timeout_s=7.0)) == ["ArmTimer"]
+    assert core.held("app") == 2
+
+
+def test_a_prediction_shorter_than_every_budget_or_already_past_sheds_nothing() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "r1", 0.0, COLD, client_timeout_s=3.0), CallPlacement)[0].wake
+    assert core.on_wake_predicted(wake, 0.1, 2500.0) == []
+    # the prediction was too hopeful: the machine is late; arriving requests are held
+    assert only(core.hold("app", "r2", 2.8, COLD, client_timeout_s=0.5), Shed) == []
+    assert core.held("app") == 2
+
+
+def test_a_prediction_for_a_wake_no_longer_in_flight_is_ignored() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "r1", 0.0, COLD, client_timeout_s=1.0), CallPlacement)[0].wake
+    core.on_wake_failed(wake, 0.2, COLD, "deadline", "slow")
+    assert core.on_wake_predicted(wake, 0.3, 60_000.0) == []
+    assert core.held("app") == 1
+
+
+def test_a_request_with_room_to_go_to_is_never_shed() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    busy = replace(COLD, started=1, in_flight=20, free=0)
+    wake = only(core.hold("app", "r1", 0.0, busy), CallPlacement)[0].wake
+    core.on_wake_predicted(wake, 0.1, 60_000.0)
+    effects = core.hold("app", "r2", 0.2, replace(busy, free=1), client_timeout_s=1.0)
+    assert only(effects, Shed) == [] and [r.item for r in only(effects, Release)[0].items] \
+        == ["r2"]
+
+
+def test_the_wake_measures_its_prediction_against_its_first_machine() -> None:
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "r1", 10.0, COLD), CallPlacement)[0].wake
+    assert wake.measured_ms() == (-1, -1)
+    core.on_wake_predicted(wake, 10.1, 2000.0)
+    core.on_machine_added("app", 12.5, replace(COLD, started=1, free=20), boot_ms=100.0)
+    core.on_wake_answer(wake, 13.0, replace(COLD, started=2, free=40), 2, 1.0, 0.0, 100.0)
+    predicted, ready = wake.measured_ms()
+    assert round(predicted) == 2000 and round(ready) == 2500
+
+
 # -- every held request ends exactly once -------------------------------------------------
 
 EVENTS = st.lists(st.tuples(
     st.sampled_from(["request", "answer", "empty_answer", "wake_failed", "deadline_failed",
                      "machine_added", "machine_lost", "request_ended", "client_gone",
-                     "timer"]),
+                     "timer", "predicted"]),
     st.integers(0, 3), st.floats(0.0, 2.0)), max_size=60)
 
 
@@ -239,11 +309,11 @@ def test_every_held_request_ends_in_exactly_one_answer(
                     answered[released.item] = "released"
                     forwarded.append(released.item)
                     in_flight += 1
-            elif isinstance(effect, Fail):
+            elif isinstance(effect, Fail | Shed):
                 for item in effect.items:
                     assert item not in answered, f"{item} answered twice"
                     held.discard(item)
-                    answered[item] = effect.code
+                    answered[item] = effect.code if isinstance(effect, Fail) else "predicted"
             elif isinstance(effect, ArmTimer):
                 timer = effect.at
 
@@ -284,6 +354,8 @@ def test_every_held_request_ends_in_exactly_one_answer(
             gone.add(victim)
         elif kind == "timer" and timer is not None and now >= timer:
             apply(core.on_timer("app", now, shape()))
+        elif kind == "predicted" and wakes:
+            apply(core.on_wake_predicted(wakes[0], now, n * 1000.0 * step))
     # run the clock out: every request still held ends by its deadline's timer
     for _ in range(10):
         if timer is None:
@@ -296,4 +368,4 @@ def test_every_held_request_ends_in_exactly_one_answer(
     assert not set(answered) & gone
     assert len(forwarded) == len(set(forwarded))
     assert set(answered.values()) <= {"released", "hold_timeout", "start_failed", "queue_full",
-                                      "edge_full"}
+                                      "edge_full", "predicted"}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.core.holdqueue import Held, HoldQueues, Rejected
+from edge.core.holdqueue import Held, HoldQueues, Rejected, request_timeout_s
 
 
 def test_held_requests_are_released_oldest_first_up_to_the_capacity_given() -> None:
@@ -117,3 +118,30 @@ def test_the_deadline_heap_expires_exactly_what_a_full_scan_would(
         assert queues.total == sum(len(fifo) for fifo in model.values())
         deadlines = [d for fifo in model.values() for _, d in fifo]
         assert queues.next_deadline() == (min(deadlines) if deadlines else None)
+
+
+def test_late_takes_out_only_the_items_whose_deadline_comes_before_a_predicted_start() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=10)
+    queues.enqueue("a", "soon", 0.0, 30.0, 10, client_timeout_s=1.0)
+    queues.enqueue("a", "later", 0.0, 30.0, 10, client_timeout_s=5.0)
+    queues.enqueue("a", "exact", 0.0, 30.0, 10, client_timeout_s=4.0)
+    queues.enqueue("b", "other", 0.0, 30.0, 10, client_timeout_s=1.0)
+    late = queues.late("a", ready_at=4.0, now=0.5)
+    assert [(e.item, e.waited_s) for e in late] == [("soon", 0.5)]  # "exact" is in time
+    assert queues.held("a") == 2 and queues.held("b") == 1 and queues.total == 3
+    assert queues.next_deadline("a") == 4.0
+
+
+@pytest.mark.parametrize(("lines", "seconds"), [
+    (b"X-Request-Timeout: 5\r\n", 5.0),
+    (b"Accept: */*\r\nx-request-timeout:0.25\r\n", 0.25),
+    (b"X-Request-Timeout: 3600\r\n", 3600.0),
+    (b"", None), (b"X-Request-Timeout: 0\r\n", None), (b"X-Request-Timeout: -1\r\n", None),
+    (b"X-Request-Timeout: nan\r\n", None), (b"X-Request-Timeout: 1e3\r\n", None),
+    (b"X-Request-Timeout: 3601\r\n", None), (b"X-Request-Timeout: 5s\r\n", None),
+    (b"Old-X-Request-Timeout: 5\r\n", None),
+])
+def test_the_clients_request_timeout_is_read_bounded_and_ignored_when_invalid(
+    lines: bytes, seconds: float | None,
+) -> None:
+    assert request_timeout_s(lines) == seconds

@@ -70,6 +70,7 @@ class FakeEdge:
     config: EdgeConfig = field(default_factory=lambda: EdgeConfig(
         placement_url="http://127.0.0.1:9", cluster_keys=RING, max_held_total=500))
     access_log: Any = None
+    shed: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def edge_with(*apps: str) -> FakeEdge:
@@ -131,6 +132,7 @@ def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
     stats.hold.observe(0.25)
     stats.autostopped("stopped")
     stats.connect_errors += 2
+    edge.shed[("web", "predicted_late")] = 3
     got = samples(edge)
     web = ("app", "web")
     assert got[("thaw_edge_wakes_total", frozenset({web, ("result", "ok")}))] == 1
@@ -141,6 +143,7 @@ def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
     assert got[("thaw_edge_hold_seconds_bucket", frozenset({web, ("le", "0.25")}))] == 1
     assert got[("thaw_edge_autostops_total", frozenset({web, ("result", "stopped")}))] == 1
     assert got[("thaw_edge_upstream_connect_errors_total", frozenset({web}))] == 2
+    assert got[("thaw_edge_shed_total", frozenset({web, ("reason", "predicted_late")}))] == 3
 
 
 def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:
@@ -152,6 +155,7 @@ def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:
         stats.hold.observe(0.1)
         stats.autostopped("kept")
         stats.connect_errors += 1
+        edge.shed[(name, "predicted_late")] = 1
     dropped = edge.view.apps["gone"].stats
     assert any(("app", "gone") in labels for _, labels in samples(edge))
     edge.view.set_app("gone", None)
@@ -161,4 +165,5 @@ def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:
     kept = {name for name, labels in got if ("app", "kept") in labels}
     assert {"thaw_edge_requests_total", "thaw_edge_request_duration_seconds_count",
             "thaw_edge_hold_seconds_count", "thaw_edge_wake_phase_seconds_count",
-            "thaw_edge_autostops_total", "thaw_edge_upstream_connect_errors_total"} <= kept
+            "thaw_edge_autostops_total", "thaw_edge_upstream_connect_errors_total",
+            "thaw_edge_shed_total"} <= kept

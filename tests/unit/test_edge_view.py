@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 import msgspec
 import pytest
@@ -102,7 +103,7 @@ def test_a_host_that_is_the_edges_domain_or_under_it_is_ignored() -> None:
     assert view.route("web.apps.example") is view.apps["web"]
 
 
-def test_a_host_claimed_by_two_apps_routes_to_neither_and_is_reported_once_per_rebuild(
+def test_a_host_claimed_by_two_apps_routes_to_neither_and_is_reported_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     view = View("localhost", clock=Clock(), wall=Clock())
@@ -130,3 +131,54 @@ def test_a_full_load_replaces_the_apps_and_drops_the_missing_ones() -> None:
     view.set_apps([app_config("a", ["a.test"]), app_config("b")])
     view.set_apps([app_config("b", ["a.test"])])
     assert sorted(view.apps) == ["b"] and view.route("a.test") is view.apps["b"]
+
+
+def hosts_from_scratch(view: View) -> dict[str, str]:
+    """What the host map must be: every app's hosts claimed afresh (the rule, not the
+    incremental bookkeeping)."""
+    claims: dict[str, set[str]] = {}
+    for entry in view.apps.values():
+        for raw in entry.config.hosts:
+            host = raw.lower().rstrip(".")
+            if host and host != view.domain and not host.endswith(view.domain_suffix):
+                claims.setdefault(host, set()).add(entry.name)
+    return {host: apps.pop() for host, apps in claims.items() if len(apps) == 1}
+
+
+def test_host_claims_kept_app_by_app_always_equal_claims_made_from_scratch() -> None:
+    rng = random.Random(12)
+    pool = ["a.test", "B.test.", "b.test", "c.test", "x.localhost", "localhost", "d.test"]
+    view = View("localhost", clock=Clock(), wall=Clock())
+    for _ in range(2000):
+        name = rng.choice(["p", "q", "r", "s"])
+        if rng.random() < 0.2:
+            view.set_app(name, None)
+        elif rng.random() < 0.1:
+            view.set_apps([app_config(n, rng.sample(pool, rng.randint(0, 3))) for n in "pqs"],
+                          prune=rng.random() < 0.5)
+        else:
+            view.set_app(name, app_config(name, rng.sample(pool, rng.randint(0, 3))))
+        assert view.hosts == hosts_from_scratch(view)
+        for host in ["a.test", "b.test", "c.test", "d.test"]:
+            entry = view.route(host)
+            assert (entry.name if entry else None) == view.hosts.get(host)
+
+
+def test_a_contested_host_is_reported_when_it_becomes_so_not_on_every_full_load(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    configs = [app_config("a", ["shared.test", "a.localhost"]), app_config("b", ["shared.test"])]
+    with caplog.at_level(logging.WARNING, logger="thaw.edge.view"):
+        for _ in range(3):
+            view.set_apps(configs)
+    assert len([r for r in caplog.records if "shared.test" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "a.localhost" in r.getMessage()]) == 1
+
+
+def test_a_config_change_that_keeps_the_hosts_keeps_the_remembered_routes() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("web", app_config("web", ["www.web.test"]))
+    entry = view.route("www.web.test")
+    view.set_app("web", msgspec.structs.replace(app_config("web", ["www.web.test"]), version=2))
+    assert view.route("www.web.test") is entry and entry.config.version == 2

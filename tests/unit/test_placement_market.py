@@ -1,21 +1,28 @@
-"""The market's filters, score terms and candidate set, on hand-made workers."""
+"""The market's filters, score terms, hot-spot gate and candidate set, on hand-made workers."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from placement.core.index import RegionIndex, ReservationLedger
 from placement.core.market import (
     DEFAULT_UTILITY,
+    FILTERS,
     Decision,
     Market,
     MarketParams,
     PlacementRequest,
+    Scored,
     decide,
+    first_rejection,
     layers_term,
     piecewise_linear,
     resources_term,
+    score,
     spread_term,
     starting_term,
 )
@@ -44,20 +51,21 @@ def request(**fields: object) -> PlacementRequest:
 
 
 def market(app_machines: dict[str, int] | None = None) -> Market:
-    return Market(request(), PARAMS, NOW, app_machines or {})
+    return Market.of(request(), PARAMS, NOW, app_machines or {})
 
 
 def run(workers: list[WorkerStatus], req: PlacementRequest | None = None,
-        app_machines: dict[str, int] | None = None, held: dict[str, int] | None = None,
-        params: MarketParams = PARAMS, sampler: random.Random | None = None) -> Decision:
-    return decide(req or request(), workers, now=NOW, params=params,
-                  app_machines=app_machines or {}, held_bytes=held or {},
-                  sampler=sampler or random.Random(0))
+        app_machines: dict[str, int] | None = None, params: MarketParams = PARAMS,
+        sampler: random.Random | None = None,
+        ledger: ReservationLedger | None = None) -> Decision:
+    return decide(req or request(), RegionIndex.of(workers), now=NOW, params=params,
+                  app_machines=app_machines or {}, sampler=sampler or random.Random(0),
+                  ledger=ledger)
 
 
 @pytest.mark.parametrize(
     ("x", "expected"),
-    [(0.0, 0.3), (0.35, 0.65), (0.7, 1.0), (0.8, 0.75), (0.9, 0.5), (0.95, 0.25), (1.0, 0.0)],
+    [(0.0, 0.85), (0.35, 0.925), (0.7, 1.0), (0.8, 1.0), (0.9, 0.5), (0.95, 0.3), (1.0, 0.1)],
 )
 def test_resources_utility_passes_through_the_default_points_and_interpolates(
     x: float, expected: float
@@ -144,15 +152,124 @@ def test_every_score_is_within_zero_and_one() -> None:
 
 
 def test_above_128_workers_only_the_candidate_set_is_scored() -> None:
-    workers = [worker(f"w{i:04d}") for i in range(1000)]
-    held = {f"w{i:04d}": 100 for i in range(5)}  # five workers hold the whole image
-    decision = run(workers, held=held, sampler=random.Random(7))
+    holders = {f"w{i:04d}" for i in range(5)}  # five workers hold the whole image
+    workers = [worker(f"w{i:04d}", layers=dict(IMAGE) if f"w{i:04d}" in holders else {})
+               for i in range(1000)]
+    decision = run(workers, sampler=random.Random(7))
     # 5 holders + ceil(log2(1000)) = 10 random others
     assert decision.fleet == 1000 and decision.considered == 15
     scored = {s.worker for s in decision.ranked}
-    assert set(held) <= scored and len(scored) == 15
+    assert holders <= scored and len(scored) == 15
+    assert [s.worker for s in decision.ranked[:5]] == sorted(holders)
+
+
+def test_above_the_threshold_random_candidates_have_room_and_are_not_declined() -> None:
+    workers = [worker(f"w{i:04d}", reserved_memory_mb=4000 if i % 2 else 0)
+               for i in range(1000)]
+    declined = frozenset(f"w{i:04d}" for i in range(0, 1000, 4))
+    decision = run(workers, req=request(declined=declined), sampler=random.Random(3))
+    assert decision.considered == 10 and len(decision.ranked) == 10
+    assert not {s.worker for s in decision.ranked} & declined
 
 
 def test_at_or_below_the_threshold_every_worker_is_scored() -> None:
     decision = run([worker(f"w{i}") for i in range(128)])
     assert decision.considered == 128 and len(decision.ranked) == 128
+
+
+# -- the hot-spot gate ------------------------------------------------------------
+
+
+def test_no_hot_spot_where_a_cooler_worker_fits() -> None:
+    # the holder of every layer would go to 3.75 of 4 cpus (94 %); the other pulls it all
+    hot = worker("w-holder", reserved_cpus=2.75, layers=dict(IMAGE))
+    cool = worker("w-cool", reserved_cpus=1.0)
+    decision = run([hot, cool])
+    assert [s.worker for s in decision.ranked] == ["w-cool", "w-holder"]
+    assert decision.ranked[1].hot and not decision.ranked[0].hot
+
+
+def test_a_hot_worker_is_still_offered_when_no_cooler_worker_fits() -> None:
+    hot = worker("w-holder", reserved_cpus=2.75, layers=dict(IMAGE))
+    full = worker("w-full", reserved_cpus=3.5)
+    decision = run([hot, full])
+    assert [s.worker for s in decision.ranked] == ["w-holder"]
+    assert decision.ranked[0].hot
+
+
+def test_a_warm_holder_beats_a_cool_worker_that_would_pull_the_whole_image() -> None:
+    warm = worker("w-warm", reserved_cpus=2.5, layers=dict(IMAGE))  # 3.5 of 4 after: 87.5 %
+    cool = worker("w-cool", reserved_cpus=0.25)
+    assert [s.worker for s in run([warm, cool]).ranked] == ["w-warm", "w-cool"]
+
+
+def test_a_cool_worker_holding_the_image_beats_a_warm_one_holding_it_too() -> None:
+    warm = worker("w-a", reserved_cpus=2.5, layers=dict(IMAGE))
+    cool = worker("w-b", reserved_cpus=1.0, layers=dict(IMAGE))
+    assert [s.worker for s in run([warm, cool]).ranked] == ["w-b", "w-a"]
+
+
+def test_the_score_is_the_resources_gate_times_the_weighted_mean_of_the_others() -> None:
+    w = worker("w1", reserved_cpus=1.0, layers={"sha256:a": 60}, machines_starting=1)
+    scored = run([w], app_machines={"w1": 1}).ranked[0]
+    terms = scored.terms
+    mean = (terms["layers"] * 1.0 + terms["spread"] * 0.5 + terms["starting"] * 0.25) / 1.75
+    assert scored.score == pytest.approx(terms["resources"] * mean)
+    assert terms == pytest.approx({"resources": resources_term(w, market()), "layers": 0.6,
+                                   "spread": 0.5, "starting": 0.5})
+
+
+# -- the reservation ledger ------------------------------------------------------------
+
+
+def test_a_herd_of_wakes_spreads_over_workers_through_the_ledger() -> None:
+    workers = [worker(f"w{i}", layers=dict(IMAGE)) for i in range(4)]
+    ledger = ReservationLedger(hold_s=3.0)
+    chosen = []
+    for _ in range(12):  # before any heartbeat carries them
+        best = run(workers, ledger=ledger).ranked[0].worker
+        ledger.reserve(best, 1.0, 256, at=NOW + 0.1)
+        chosen.append(best)
+    assert chosen[:4] == ["w0", "w1", "w2", "w3"]
+    assert sorted(chosen) == sorted(["w0", "w1", "w2", "w3"] * 3)
+
+
+def test_a_reserved_worker_is_filtered_once_its_ledger_fills_it() -> None:
+    ledger = ReservationLedger(hold_s=3.0)
+    for _ in range(4):
+        ledger.reserve("w1", 1.0, 256, at=NOW + 0.1)
+    decision = run([worker("w1")], ledger=ledger)
+    assert decision.outcome == "no_capacity"
+    assert decision.filtered[0].reason.startswith("insufficient cpus")
+
+
+# -- the index against a full scan ---------------------------------------------------
+
+
+def full_scan(workers: list[WorkerStatus], req: PlacementRequest,
+              app_machines: dict[str, int]) -> list[Scored]:
+    m = Market.of(req, PARAMS, NOW, app_machines)
+    ranked = [score(w, m) for w in workers if first_rejection(w, m, FILTERS) is None]
+    return sorted(ranked, key=lambda s: (s.hot, -s.score, s.worker))
+
+
+fleets = st.lists(
+    st.tuples(st.floats(0, 4), st.integers(0, 4096), st.integers(0, 3), st.booleans(),
+              st.sets(st.sampled_from([*sorted(IMAGE), "sha256:c"])),
+              st.floats(NOW - 5, NOW)),
+    min_size=1, max_size=128)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleet=fleets, spread=st.dictionaries(st.integers(0, 127), st.integers(1, 3)))
+def test_the_index_ranks_like_a_full_scan_up_to_the_threshold(
+    fleet: list[tuple[float, int, int, bool, set[str], float]], spread: dict[int, int]
+) -> None:
+    workers = [worker(f"w{i:03d}", reserved_cpus=cpus, reserved_memory_mb=memory,
+                      machines_starting=starting, draining=draining,
+                      layers={d: IMAGE.get(d, 7) for d in layers}, updated_at=at)
+               for i, (cpus, memory, starting, draining, layers, at) in enumerate(fleet)]
+    app_machines = {f"w{i:03d}": n for i, n in spread.items()}
+    decision = run(workers, app_machines=app_machines)
+    assert list(decision.ranked) == full_scan(workers, request(), app_machines)
+    assert decision.considered == len(workers)

@@ -41,3 +41,18 @@ def worker_epochs() -> str:
 def generation() -> str:
     """A random name set once per incarnation of the registry: gone with the data."""
     return f"{PREFIX}:generation"
+
+
+def lease(name: str) -> str:
+    """`holder|token` of a lease (placement/leases.py), expiring with it."""
+    return f"{PREFIX}:lease:{name}"
+
+
+def lease_tokens() -> str:
+    """The last fencing token issued (tokens never go below it)."""
+    return f"{PREFIX}:lease-tokens"
+
+
+def wake_claims(app: str) -> str:
+    """What each placement's wakes of `app` are starting: placement id -> JSON."""
+    return f"{PREFIX}:wake-claims:{app}"

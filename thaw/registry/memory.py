@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from thaw.appconfig import AppConfig
 from thaw.registry.types import Change, MachineRecord, WorkerStatus
@@ -15,7 +14,12 @@ FEED_LENGTH = 10_000
 
 
 class MemoryRegistry:
-    """Dictionaries plus a bounded change feed. `clock` is monotonic seconds."""
+    """Dictionaries plus a bounded change feed. `clock` is monotonic seconds.
+
+    The feed is a ring of the last `FEED_LENGTH` changes: change number `seq` sits at
+    `seq % FEED_LENGTH`, so a reader finds the next one by arithmetic, never by a scan,
+    and a write costs the same with 10 changes retained or 10,000.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -25,16 +29,17 @@ class MemoryRegistry:
         self._holders: dict[str, dict[str, int]] = {}
         self._machines: dict[str, dict[str, MachineRecord]] = {}
         self._apps: dict[str, AppConfig] = {}
-        self._feed: deque[Change] = deque(maxlen=FEED_LENGTH)
-        self._seq = 0
-        self._wakeup = asyncio.Event()
+        self._feed: list[Change | None] = [None] * FEED_LENGTH
+        self._seq = 0  # of the newest change; changes max(1, seq - FEED_LENGTH + 1)..seq kept
+        self._wakeup: asyncio.Event | None = None  # made by the first reader waiting
         self._generation = secrets.token_hex(8)  # the process's memory is never lost alone
 
     def _emit(self, kind: str, key: str) -> None:
         self._seq += 1
-        self._feed.append(Change(seq=str(self._seq), kind=kind, key=key))
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
+        self._feed[self._seq % FEED_LENGTH] = Change(seq=str(self._seq), kind=kind, key=key)
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
 
     async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
         if self._epochs.get(status.id, -1) > status.epoch:
@@ -83,6 +88,9 @@ class MemoryRegistry:
     async def machines(self, app: str) -> list[MachineRecord]:
         return list(self._machines.get(app, {}).values())
 
+    async def machines_of(self, apps: Iterable[str]) -> dict[str, list[MachineRecord]]:
+        return {app: list(found.values()) for app in apps if (found := self._machines.get(app))}
+
     async def put_app(self, config: AppConfig) -> None:
         current = self._apps.get(config.name)
         if current is not None and current.version > config.version:
@@ -109,12 +117,16 @@ class MemoryRegistry:
     async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
         last = int(after) if after is not None else self._seq
         while True:
-            pending = [c for c in self._feed if int(c.seq) > last]
-            for change in pending:
-                last = int(change.seq)
+            while last < self._seq:
+                # past the oldest change kept (trimmed): go on from the oldest kept
+                last = max(last, self._seq - FEED_LENGTH) + 1
+                change = self._feed[last % FEED_LENGTH]
+                assert change is not None
                 yield change
-            if not pending:
-                await self._wakeup.wait()
+            if self._wakeup is None:
+                self._wakeup = asyncio.Event()
+            await self._wakeup.wait()
 
     async def close(self) -> None:
-        self._wakeup.set()
+        """Nothing to release. Readers of `changes()` are not woken: they end when their
+        owners cancel them (woken with nothing new, they would only wait again)."""

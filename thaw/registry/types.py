@@ -33,6 +33,9 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     disk_full: bool = False  # its op log could not be written: it takes no changes now
     machines_running: int = 0  # starting or started (what the reservations are for)
     machines: int = 0  # that exist, in any state
+    # Its layer downloads' measured rate, bytes/s (an EWMA; 0: none measured yet). Older
+    # agents do not send it: placement then assumes its documented default.
+    pull_bytes_per_s: float = 0.0
 
 
 def boot_span_ms(events: Iterable[tuple[str, float]]) -> float:

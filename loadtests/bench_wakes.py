@@ -1,0 +1,188 @@
+"""Wakes across several placements and edges, and a herd of cold apps, every service a
+separate process on one Redis (and one PostgreSQL when there are several placements).
+
+    .venv/bin/python loadtests/bench_wakes.py [--rounds 5] [--burst 200] [--herd 200]
+        [--no-write]
+
+1. Two edges, two placements: `--rounds` bursts of `--burst` cold requests, each on a new
+   app (soft_limit 25, max 20, a 1 s boot), split across the two edges in a different
+   ratio each round (1:1, 3:1, 1:3, ...): machines started against ceil(burst / 25).
+2. A herd: `--herd` apps (one machine each) woken at once through one edge, on three
+   workers: machines per worker, and each request's hold time minus its machine's boot
+   (both from Server-Timing), p50/p99.
+Loopback only; bounded (every wait has a deadline); every process started is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.benchlib import machine_line, percentile, write_section
+from tests.support.agent_process import call, wait_until
+from tests.support.credentials import ADMIN_TOKEN
+from tests.support.postgres import running_postgres
+from tests.support.redis_server import start_redis_server
+from tests.support.services import Services
+from thaw.imagebuild import BuildOverrides, build_image
+
+ROOT = Path(__file__).resolve().parents[1]
+ECHO = ROOT / "tests" / "e2e" / "apps" / "echo"
+SOFT_LIMIT = 25
+RATIOS = ((1, 1), (3, 1), (1, 3), (9, 1), (1, 9))
+
+
+def create(services: Services, placement: int, name: str, image: str, **fields: Any) -> None:
+    status, body = call("POST", f"{services.apis[placement]}/v1/apps", token=ADMIN_TOKEN,
+                        body={"name": name, "image": image, "idle_timeout_s": 300,
+                              "guest": {"cpus": 0.01, "memory_mb": 8}, **fields})
+    if status != 201:
+        raise SystemExit(f"create {name}: {status} {body}")
+
+
+def live(services: Services, app: str) -> list[dict[str, Any]]:
+    _, body = call("GET", f"{services.api}/v1/apps/{app}/machines", token=ADMIN_TOKEN)
+    return [m for m in body if m["state"] not in ("destroying", "destroyed")]
+
+
+def known(services: Services, edge: int, app: str) -> bool:
+    _, state = call("GET", f"http://127.0.0.1:{services.admin_ports[edge]}/v1/state")
+    return app in state["apps"]
+
+
+def timing(header: str, name: str) -> float:
+    for part in header.split(","):
+        fields = dict(p.strip().partition("=")[::2] for p in part.split(";")[1:])
+        if part.split(";")[0].strip() == name and "dur" in fields:
+            return float(fields["dur"])
+    return 0.0
+
+
+async def get_all(targets: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """GET each (edge port, host, path) at once: (status, body, Server-Timing)."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async def one(port: int, host: str, path: str) -> tuple[int, str, str]:
+            async with session.get(f"http://127.0.0.1:{port}{path}",
+                                   headers={"Host": host}) as response:
+                return (response.status, await response.text(),
+                        response.headers.get("Server-Timing", ""))
+
+        return await asyncio.gather(*(one(*t) for t in targets))
+
+
+def two_edges(services: Services, image: str, rounds: int, burst: int) -> list[str]:
+    rows = ["| round | split edge A : B | answers 200 | machines started | needed |",
+            "|---|---|---|---|---|"]
+    for r in range(rounds):
+        a, b = RATIOS[r % len(RATIOS)]
+        app = f"burst{r}"
+        create(services, r % 2, app, image, max_machines=20,
+               concurrency={"type": "requests", "soft_limit": SOFT_LIMIT, "hard_limit": 30})
+        wait_until(lambda app=app: known(services, 0, app) and known(services, 1, app), 10, 0.05)
+        on_a = burst * a // (a + b)
+        targets = [(services.edge_ports[0 if i < on_a else 1], f"{app}.localhost", "/slow?s=0.3")
+                   for i in range(burst)]
+        answers = asyncio.run(get_all(targets))
+        ok = sum(1 for status, _, _ in answers if status == 200)
+        started = len(live(services, app))
+        needed = min(20, math.ceil(burst / SOFT_LIMIT))
+        rows.append(f"| {r + 1} | {on_a} : {burst - on_a} | {ok} / {burst} | {started} | "
+                    f"{needed} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def herd(services: Services, image: str, apps: int) -> list[str]:
+    names = [f"herd{i}" for i in range(apps)]
+    for name in names:
+        create(services, 0, name, image)
+    wait_until(lambda: all(known(services, 0, n) for n in names[-5:]), 20, 0.1)
+    began = time.monotonic()
+    answers = asyncio.run(get_all([(services.edge_ports[0], f"{n}.localhost", "/")
+                                   for n in names]))
+    took_s = time.monotonic() - began
+    per_worker: Counter[str] = Counter()
+    for name in names:
+        for machine in live(services, name):
+            per_worker[machine["worker"]] += 1
+    waits = [timing(st, "hold") - timing(st, "boot") for status, _, st in answers
+             if status == 200 and "hold" in st]
+    spread = " / ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
+    ok = sum(1 for status, _, _ in answers if status == 200)
+    line = (f"| {apps} | {ok} / {apps} | {spread} | {percentile(waits, 50):.0f} | "
+            f"{percentile(waits, 99):.0f} | {took_s:.1f} |" if waits else "| no answers |")
+    print(line, flush=True)
+    return ["| apps | answers 200 | machines per worker | hold minus boot p50 ms | p99 ms | "
+            "burst took s |", "|---|---|---|---|---|---|", line]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--herd", type=int, default=200)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="thaw-wakes-"))
+    try:
+        build_image(ECHO, "echo:slowboot", layout=work / "layout", overrides=BuildOverrides(
+            entrypoint=["python3", "app.py", "--boot-delay", "1"]))
+        build_image(ECHO, "echo:echo", layout=work / "layout",
+                    overrides=BuildOverrides(entrypoint=["python3", "app.py"]))
+        with start_redis_server() as redis, running_postgres() as postgres:
+            services = Services(work / "two", redis.url, agents=3, placements=2, edges=2,
+                                store=postgres.url(), agent_cpus=8, agent_memory_mb=8192)
+            (work / "two").mkdir()
+            try:
+                services.start()
+                wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
+                                            token=ADMIN_TOKEN)[1]) == 3, 20)
+                bursts = two_edges(services, f"oci:{work / 'layout'}:slowboot", args.rounds,
+                                   args.burst)
+            finally:
+                services.stop()
+        with start_redis_server() as redis:
+            services = Services(work / "herd", redis.url, agents=3, agent_cpus=8,
+                                agent_memory_mb=8192)
+            (work / "herd").mkdir()
+            try:
+                services.start()
+                wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
+                                            token=ADMIN_TOKEN)[1]) == 3, 20)
+                herded = herd(services, f"oci:{work / 'layout'}:echo", args.herd)
+            finally:
+                services.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    body = "\n".join([
+        "## Wakes across two edges and two placements; a herd of cold apps", "",
+        f"Machine: {machine_line()}", "",
+        "Command: `.venv/bin/python loadtests/bench_wakes.py "
+        f"--rounds {args.rounds} --burst {args.burst} --herd {args.herd}`", "",
+        f"Two placements and two edges on one Redis and one PostgreSQL, three agents; each "
+        f"round a new app (soft_limit {SOFT_LIMIT}, max 20, 1 s boot) gets a burst of "
+        f"{args.burst} cold requests split across the edges:", "", *bursts, "",
+        "A herd of cold apps (one machine each, the echo app) woken at once through one edge, "
+        "one placement, three workers:", "", *herded,
+    ])
+    print(body)
+    if not args.no_write:
+        write_section("bench-wakes", body)
+
+
+if __name__ == "__main__":
+    main()

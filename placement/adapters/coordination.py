@@ -1,0 +1,155 @@
+"""Leases and wake claims in Redis: what several placements on one Redis agree through.
+
+Each operation is one Lua script (atomic, and correct when redis-py retries it after
+a reconnect). Times are Redis's own clock (`TIME`), so placements on hosts whose
+clocks differ agree on expiry. Redis errors become `Unavailable` (503) here.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from placement.errors import Unavailable
+from placement.leases import Taken
+from placement.wakeclaims import Claims
+from thaw.registry import keys
+
+# KEYS: lease, token clock. ARGV: holder, ttl ms. -> {1, token} or {0, remaining ms}
+_ACQUIRE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local holder, token = string.match(current, '^(.*)|(%d+)$')
+  if holder ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[1])} end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token}
+end
+local now = redis.call('TIME')
+local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if token <= last then token = last + 1 end
+redis.call('SET', KEYS[2], string.format('%d', token))
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%d', token), 'PX', ARGV[2])
+return {1, string.format('%d', token)}
+"""
+
+# KEYS: leases. ARGV: holder, ttl ms, tokens... -> 1/0 per lease
+_RENEW = """
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] .. '|' .. ARGV[i + 2] then
+    redis.call('PEXPIRE', key, ARGV[2])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+# KEYS: the app's claims. ARGV: placement id, JSON claims or '' to withdraw, ttl ms.
+_PUBLISH = """
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end
+local now = redis.call('TIME')
+local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', until_ms) .. ' ' .. ARGV[2])
+redis.call('PEXPIRE', KEYS[1], 60000)
+return 1
+"""
+
+# KEYS: the app's claims. ARGV: placement id. -> the others' unexpired JSON claims
+_OTHERS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local found = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local until_ms, claims = string.match(all[i + 1], '^(%d+) (.*)$')
+  if tonumber(until_ms) <= now_ms then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif all[i] ~= ARGV[1] then
+    table.insert(found, claims)
+  end
+end
+return found
+"""
+
+
+class _Wire(msgspec.Struct, frozen=True):
+    placing: int
+    starting: list[str]
+
+
+class RedisCoordination:
+    """Both the lease store and the claim book of placement, on one connection pool."""
+
+    def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
+        self._r = aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout_s,
+                                          socket_connect_timeout=timeout_s, retry=retry)
+        self._acquire = self._r.register_script(_ACQUIRE)
+        self._renew = self._r.register_script(_RENEW)
+        self._release = self._r.register_script(_RELEASE)
+        self._publish = self._r.register_script(_PUBLISH)
+        self._others = self._r.register_script(_OTHERS)
+
+    async def _call(self, awaitable):  # type: ignore[no-untyped-def]
+        try:
+            return await awaitable
+        except (RedisError, OSError) as exc:
+            raise Unavailable(f"redis: {exc}", code="registry_unavailable") from exc
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> int | Taken:
+        got, value = await self._call(self._acquire(
+            keys=[keys.lease(name), keys.lease_tokens()],
+            args=[holder, max(1, int(ttl_s * 1000))]))
+        return int(value) if int(got) else Taken(max(0, int(value)) / 1000)
+
+    async def renew(self, leases: list[tuple[str, int]], holder: str,
+                    ttl_s: float) -> list[bool]:
+        if not leases:
+            return []
+        answer = await self._call(self._renew(
+            keys=[keys.lease(name) for name, _ in leases],
+            args=[holder, max(1, int(ttl_s * 1000)), *(token for _, token in leases)]))
+        return [bool(int(x)) for x in answer]
+
+    async def release(self, name: str, holder: str, token: int) -> None:
+        await self._call(self._release(keys=[keys.lease(name)], args=[f"{holder}|{token}"]))
+
+    # -- wake claims ---------------------------------------------------------------------
+
+    async def others(self, app: str, me: str) -> Claims:
+        found = await self._call(self._others(keys=[keys.wake_claims(app)], args=[me]))
+        total = Claims()
+        for raw in found:
+            wire = msgspec.json.decode(raw, type=_Wire)
+            total = total.plus(Claims(wire.placing, frozenset(wire.starting)))
+        return total
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        payload = "" if claims == Claims() else msgspec.json.encode(
+            _Wire(claims.placing, sorted(claims.starting))).decode()
+        await self._call(self._publish(keys=[keys.wake_claims(app)],
+                                       args=[me, payload, max(1, int(ttl_s * 1000))]))
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+
+def open_coordination(registry_url: str) -> RedisCoordination | None:
+    """The Redis the registry is on, for leases and wake claims; None for the in-memory
+    registry (one process: `thaw up`), where memory serves."""
+    if registry_url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisCoordination(registry_url)
+    return None

@@ -1,0 +1,69 @@
+"""Open placement's store from its `--store` setting: `sqlite` (the embedded default,
+`state_dir/apps.sqlite3`) or `postgresql://USER@HOST:PORT/DB`; migrated before use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from placement.store.apps import SqlAppStore
+from placement.store.database import Database
+from placement.store.migrations import migrate
+from placement.store.tokens import SqlImageStore, SqlTokenStore
+
+SQLITE_FILE = "apps.sqlite3"
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+STORE_HELP = "sqlite (a file in the state dir) or postgresql://USER@HOST:PORT/DB"
+
+
+class SqlStore:
+    """The store's three parts over one database (either backend)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.apps = SqlAppStore(database)
+        self.images = SqlImageStore(database)
+        self.tokens = SqlTokenStore(database)
+
+    async def close(self) -> None:
+        await self.database.close()
+
+
+def check_store_url(url: str) -> str:
+    """`url` if it names a store, else ValueError saying what would (no password shown)."""
+    if url == "sqlite":
+        return url
+    parts = urlsplit(url)
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() \
+        if "@" in parts.netloc else url
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in POSTGRES_SCHEMES or not parts.hostname or port == -1 \
+            or not parts.path.strip("/"):
+        raise ValueError(f"store: {shown!r} is not a store; use {STORE_HELP}")
+    return url
+
+
+async def open_store(url: str, state_dir: Path) -> SqlStore:
+    """The store `url` names, its schema migrated to this code's version, and hosts
+    indexed (a store written before hosts were owned)."""
+    database: Database
+    if check_store_url(url) == "sqlite":
+        from placement.store.sqlite import SQLiteDatabase
+
+        database = SQLiteDatabase(state_dir / SQLITE_FILE)
+    else:
+        from placement.store.postgres import PostgresDatabase
+
+        database = postgres = PostgresDatabase(url)
+        await postgres.open()
+    store = SqlStore(database)
+    try:
+        await migrate(database)
+        await store.apps.index_hosts()
+    except BaseException:
+        await store.close()
+        raise
+    return store

@@ -1,0 +1,190 @@
+"""What wakes are starting, shared by every placement: one app's wakes are single-flight.
+
+A wake plans from the app's machines (the registry) plus what other wakes are
+already starting: machines they claimed (being started) and new ones they are
+placing (that no agent reports yet). In one process those are two dictionaries;
+with several placements on one Redis each publishes its own under the app's key,
+and a wake plans while holding a short per-app wake lease, so two edges' bursts
+reaching two placements at once are planned one after the other and together
+start what both asked for — not twice as many, not half.
+
+Published claims expire (`CLAIM_TTL_S`, by Redis's clock) unless refreshed, so a
+placement that dies holding claims blocks nobody for long; a placement refreshes
+its own while it has any. A new machine is "placing" until an agent has made it;
+from then on the registry shows it starting, and a later wake waits for it (as one
+placement's wakes always did) rather than starting another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from placement.errors import PlacementError
+from placement.leases import LeaseStore, MemoryLeaseStore, Taken
+
+log = logging.getLogger("thaw.placement.wakes")
+
+CLAIM_TTL_S = 3.0
+WAKE_LEASE_TTL_S = 2.0  # planning takes milliseconds: the lease only outlives a dead planner
+LEASE_POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Claims:
+    placing: int = 0  # new machines being placed, not reported by an agent yet
+    starting: frozenset[str] = frozenset()  # machines being started
+
+    def plus(self, other: Claims) -> Claims:
+        return Claims(self.placing + other.placing, self.starting | other.starting)
+
+
+class ClaimBook(Protocol):
+    """Where placements publish what their wakes of an app are starting."""
+
+    async def others(self, app: str, me: str) -> Claims:
+        """The unexpired claims of every placement but `me`."""
+        ...
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        """Replace `me`'s claims of `app` (empty: withdraw them)."""
+        ...
+
+
+@dataclass
+class MemoryClaimBook:
+    """Several placements in one process (tests); `thaw up` has one, which sees none."""
+
+    clock: Callable[[], float] = time.monotonic
+    book: dict[str, dict[str, tuple[Claims, float]]] = field(default_factory=dict)
+
+    async def others(self, app: str, me: str) -> Claims:
+        now = self.clock()
+        total = Claims()
+        for who, (claims, until) in self.book.get(app, {}).items():
+            if who != me and until > now:
+                total = total.plus(claims)
+        return total
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        entries = self.book.setdefault(app, {})
+        if claims == Claims():
+            entries.pop(me, None)
+            if not entries:
+                del self.book[app]
+        else:
+            entries[me] = (claims, self.clock() + ttl_s)
+
+
+class WakeClaims:
+    """This placement's claims (`claimed`, `placing`: read and changed by the waker) and
+    the way to plan with everyone's."""
+
+    def __init__(self, book: ClaimBook | None = None, leases: LeaseStore | None = None,
+                 me: str = "local") -> None:
+        self.book: ClaimBook = book or MemoryClaimBook()
+        self.leases: LeaseStore = leases or MemoryLeaseStore()
+        self.me = me
+        self.claimed: dict[str, set[str]] = {}  # app -> machines a wake here is starting
+        self.placing: Counter[str] = Counter()  # app -> new machines being placed here
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
+        self._dirty: set[str] = set()
+        self._publisher: asyncio.Task[None] | None = None
+
+    def mine(self, app: str) -> Claims:
+        return Claims(self.placing[app], frozenset(self.claimed.get(app, ())))
+
+    async def everyone(self, app: str) -> Claims:
+        """What every placement's wakes of `app` are starting (for the reconciler)."""
+        return self.mine(app).plus(await self._others(app))
+
+    @contextlib.asynccontextmanager
+    async def planning(self, app: str, until: float) -> AsyncIterator[Claims]:
+        """Plan a wake of `app`: yields what other wakes (here and elsewhere) are starting;
+        the caller adds its own to `claimed`/`placing` before leaving, which publishes
+        them before the next wake may plan. `until`: loop time to give up (504)."""
+        self._planners[app] += 1
+        lock = self._locks.setdefault(app, asyncio.Lock())
+        try:
+            async with lock:
+                token = await self._take_wake_lease(app, until)
+                try:
+                    yield self.mine(app).plus(await self._others(app))
+                    await self._publish(app)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await self.leases.release(f"wake:{app}", self.me, token)
+        finally:
+            self._planners[app] -= 1
+            if not self._planners[app]:
+                del self._planners[app]
+                del self._locks[app]
+
+    async def _take_wake_lease(self, app: str, until: float) -> int:
+        loop = asyncio.get_running_loop()
+        while True:
+            answer = await self.leases.acquire(f"wake:{app}", self.me, WAKE_LEASE_TTL_S)
+            if not isinstance(answer, Taken):
+                return answer
+            if loop.time() + LEASE_POLL_S >= until:
+                raise PlacementError(f"another placement is planning a wake of {app}",
+                                     code="deadline", status=504)
+            await asyncio.sleep(LEASE_POLL_S)
+
+    async def _others(self, app: str) -> Claims:
+        return await self.book.others(app, self.me)
+
+    def changed(self, app: str) -> None:
+        """`claimed`/`placing` of `app` changed outside planning: published soon (in order,
+        coalesced), and refreshed while not empty."""
+        self._dirty.add(app)
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.create_task(self._publish_dirty())
+
+    def unclaim(self, app: str, machine: str) -> None:
+        """A wake is done starting `machine`."""
+        machines = self.claimed.get(app)
+        if machines is not None:
+            machines.discard(machine)
+            if not machines:
+                del self.claimed[app]
+        self.changed(app)
+
+    async def _publish_dirty(self) -> None:
+        while self._dirty or self._any_claims():
+            apps = self._dirty | {a for a in (*self.claimed, *self.placing)
+                                  if self.mine(a) != Claims()}
+            self._dirty = set()
+            for app in apps:
+                await self._publish(app)
+            if not self._dirty:
+                await asyncio.sleep(CLAIM_TTL_S / 3)
+
+    def _any_claims(self) -> bool:
+        return any(self.claimed.values()) or any(self.placing.values())
+
+    async def _publish(self, app: str) -> None:
+        if not self.placing[app]:
+            self.placing.pop(app, None)
+        try:
+            await self.book.publish(app, self.me, self.mine(app), CLAIM_TTL_S)
+        except Exception as exc:  # others plan without ours until the next refresh
+            log.warning("wake claims of %s could not be published: %s", app, exc)
+
+    async def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publisher
+        for app in list({*self.claimed, *self.placing}):
+            self.claimed.pop(app, None)
+            self.placing.pop(app, None)
+            with contextlib.suppress(Exception):
+                await self.book.publish(app, self.me, Claims(), CLAIM_TTL_S)

@@ -1,0 +1,121 @@
+"""One contract for placement's leases and wake claims, on memory and on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+
+from placement.adapters.coordination import RedisCoordination
+from placement.leases import LeaseKeeper, MemoryLeaseStore, Taken
+from placement.wakeclaims import Claims, MemoryClaimBook, WakeClaims
+
+
+class Backend:
+    def __init__(self, leases: Any, book: Any) -> None:
+        self.leases, self.book = leases, book
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        yield Backend(MemoryLeaseStore(), MemoryClaimBook())
+        return
+    server = request.getfixturevalue("redis_server")
+    flush = redis.Redis.from_url(server.url)
+    await flush.flushall()
+    await flush.aclose()
+    both = RedisCoordination(server.url)
+    yield Backend(both, both)
+    await both.close()
+
+
+async def test_a_lease_is_held_by_one_holder_until_it_lapses(backend: Backend) -> None:
+    first = await backend.leases.acquire("reconcile:a", "p1", 0.3)
+    assert isinstance(first, int)
+    other = await backend.leases.acquire("reconcile:a", "p2", 0.3)
+    assert isinstance(other, Taken) and 0 < other.remaining_s <= 0.3
+    assert await backend.leases.acquire("reconcile:a", "p1", 0.3) == first  # a renewal
+    await asyncio.sleep(0.4)
+    second = await backend.leases.acquire("reconcile:a", "p2", 0.3)
+    assert isinstance(second, int) and second > first  # a new holder: a greater token
+
+
+async def test_renew_keeps_only_leases_still_held_with_their_token(backend: Backend) -> None:
+    a = await backend.leases.acquire("x", "p1", 0.3)
+    b = await backend.leases.acquire("y", "p1", 0.3)
+    assert isinstance(a, int) and isinstance(b, int)
+    assert await backend.leases.renew([("x", a), ("y", b + 1)], "p1", 0.3) == [True, False]
+    await asyncio.sleep(0.2)
+    assert await backend.leases.renew([("x", a)], "p1", 0.3) == [True]
+    await asyncio.sleep(0.2)  # x was renewed: still held; y was not
+    assert isinstance(await backend.leases.acquire("x", "p2", 0.3), Taken)
+    assert isinstance(await backend.leases.acquire("y", "p2", 0.3), int)
+
+
+async def test_release_frees_a_lease_only_for_its_holder(backend: Backend) -> None:
+    token = await backend.leases.acquire("z", "p1", 5)
+    assert isinstance(token, int)
+    await backend.leases.release("z", "p2", token)
+    assert isinstance(await backend.leases.acquire("z", "p2", 5), Taken)
+    await backend.leases.release("z", "p1", token)
+    assert isinstance(await backend.leases.acquire("z", "p2", 5), int)
+
+
+async def test_tokens_grow_across_names_and_holders(backend: Backend) -> None:
+    tokens = []
+    for i in range(5):
+        token = await backend.leases.acquire(f"n{i}", f"p{i}", 5)
+        assert isinstance(token, int)
+        tokens.append(token)
+    assert tokens == sorted(set(tokens))
+
+
+async def test_claims_are_summed_over_other_placements_and_expire(backend: Backend) -> None:
+    book = backend.book
+    await book.publish("app", "p1", Claims(2, frozenset({"m1"})), 0.3)
+    await book.publish("app", "p2", Claims(1, frozenset({"m2"})), 5)
+    assert await book.others("app", "p3") == Claims(3, frozenset({"m1", "m2"}))
+    assert await book.others("app", "p1") == Claims(1, frozenset({"m2"}))
+    await asyncio.sleep(0.4)
+    assert await book.others("app", "p3") == Claims(1, frozenset({"m2"}))
+    await book.publish("app", "p2", Claims(), 5)  # withdrawn
+    assert await book.others("app", "p3") == Claims()
+    assert await book.others("other-app", "p3") == Claims()
+
+
+async def test_two_placements_plan_one_after_the_other(backend: Backend) -> None:
+    """Two wakes of one app planned at once on two placements: the second sees the first's
+    claims, so together they place what both asked for."""
+    a = WakeClaims(backend.book, backend.leases, "pa")
+    b = WakeClaims(backend.book, backend.leases, "pb")
+    seen: list[Claims] = []
+
+    async def wake(claims: WakeClaims, placing: int) -> None:
+        loop = asyncio.get_running_loop()
+        async with claims.planning("app", loop.time() + 2) as others:
+            seen.append(others)
+            await asyncio.sleep(0.05)  # the plan's own awaits: the other must wait
+            claims.placing["app"] += placing
+
+    await asyncio.gather(wake(a, 4), wake(b, 4))
+    assert sorted(s.placing for s in seen) == [0, 4]
+    assert (await a.everyone("app")).placing == 8
+    await a.close()
+    await b.close()
+    assert (await WakeClaims(backend.book, backend.leases, "pc").everyone("app")) == Claims()
+
+
+async def test_a_keeper_renews_and_hands_back_its_leases(backend: Backend) -> None:
+    keeper = LeaseKeeper(backend.leases, 0.9, holder="k1")
+    lease = await keeper.acquire("reconcile:a")
+    assert not isinstance(lease, Taken)
+    await asyncio.sleep(1.2)  # longer than the TTL: renewed meanwhile
+    assert keeper.valid(lease)
+    assert isinstance(await backend.leases.acquire("reconcile:a", "k2", 1), Taken)
+    await keeper.close()
+    assert not keeper.valid(lease)
+    assert isinstance(await backend.leases.acquire("reconcile:a", "k2", 1), int)

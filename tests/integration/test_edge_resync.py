@@ -1,0 +1,132 @@
+"""The edge's full resync: few reads, applied in slices, and never older than the feed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from edge.adapters import registry_feed
+from edge.adapters.registry_feed import RegistryFeed
+from edge.view import View
+from thaw.appconfig import AppConfig, parse
+from thaw.registry.memory import MemoryRegistry
+from thaw.registry.types import MachineRecord
+
+
+def config(name: str) -> AppConfig:
+    return parse({"name": name, "image": "img", "hosts": [f"www.{name}.test"]})
+
+
+def started(app: str, mid: str) -> MachineRecord:
+    return MachineRecord(id=mid, app=app, worker="w1", region="local", state="started",
+                         image_digest="", created_at=1.0, updated_at=time.time(),
+                         address="127.0.0.1:9")
+
+
+class Registry(MemoryRegistry):
+    """A memory registry that counts per-app reads and can run something in the middle
+    of a load (between its reads and its applying them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_app_reads = 0
+        self.meanwhile: list[object] = []
+
+    async def machines(self, app: str) -> list[MachineRecord]:
+        self.per_app_reads += 1
+        return await super().machines(app)
+
+    async def machines_of(self, apps: Iterable[str]) -> dict[str, list[MachineRecord]]:
+        found = await super().machines_of(apps)
+        while self.meanwhile:
+            await self.meanwhile.pop(0)  # type: ignore[misc]
+        return found
+
+
+async def loaded(registry: Registry) -> tuple[View, RegistryFeed]:
+    view = View("localhost", clock=time.monotonic)
+    feed = RegistryFeed(view, registry, resync_interval_s=30)
+    await feed.load()
+    return view, feed
+
+
+async def test_a_full_load_reads_machines_in_one_batch_never_app_by_app() -> None:
+    registry = Registry()
+    for n in range(50):
+        await registry.put_app(config(f"a{n}"))
+        await registry.put_machine(started(f"a{n}", "m1"))
+    view, _ = await loaded(registry)
+    assert registry.per_app_reads == 0
+    assert len(view.apps) == 50 and all(len(e.routable) == 1 for e in view.apps.values())
+    assert view.route("www.a7.test") is view.apps["a7"]
+
+
+async def test_a_load_of_many_apps_lets_the_loop_turn_between_slices() -> None:
+    registry = Registry()
+    for n in range(registry_feed.LOAD_SLICE * 5):
+        await registry.put_app(config(f"a{n}"))
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    view = View("localhost", clock=time.monotonic)
+    feed = RegistryFeed(view, registry, resync_interval_s=30)
+    task = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    before = turns
+    await feed.load()
+    task.cancel()
+    assert turns - before >= 4  # at least once between every two slices
+    assert len(view.apps) == registry_feed.LOAD_SLICE * 5
+
+
+async def test_a_machine_deleted_while_a_resync_runs_is_not_brought_back_by_it() -> None:
+    registry = Registry()
+    await registry.put_app(config("a"))
+    await registry.put_machine(started("a", "m1"))
+    view, feed = await loaded(registry)
+
+    async def deleted_and_followed() -> None:  # the feed hears of it mid-load
+        await registry.delete_machine("a", "m1")
+        await feed.refresh("machine", "a/m1")
+
+    registry.meanwhile.append(deleted_and_followed())
+    await feed.load()  # it read m1 before the delete
+    assert view.apps["a"].routable == []
+
+
+async def test_an_app_deleted_or_made_while_a_resync_runs_is_left_as_the_feed_left_it() -> None:
+    registry = Registry()
+    await registry.put_app(config("old"))
+    view, feed = await loaded(registry)
+
+    async def changed_and_followed() -> None:
+        await registry.delete_app("old")
+        await feed.refresh("app", "old")
+        await registry.put_app(config("new"))
+        await feed.refresh("app", "new")
+
+    registry.meanwhile.append(changed_and_followed())
+    await feed.load()  # it read "old" and not "new"
+    assert sorted(view.apps) == ["new"]
+    assert view.route("www.old.test") is None and view.route("www.new.test") is not None
+
+
+async def test_a_load_while_the_registry_is_filled_again_adds_but_never_removes() -> None:
+    registry = Registry()
+    await registry.put_app(config("a"))
+    await registry.put_machine(started("a", "m1"))
+    view, feed = await loaded(registry)
+    await registry.delete_app("a")
+    feed.rebuilding_until = asyncio.get_running_loop().time() + 10
+    await registry.put_app(config("b"))
+    await feed.load()
+    assert sorted(view.apps) == ["a", "b"] and len(view.apps["a"].routable) == 1
+    feed.rebuilding_until = 0.0
+    await feed.load()
+    assert sorted(view.apps) == ["b"]
