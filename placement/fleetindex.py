@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from placement.core.index import RegionIndex, ReservationLedger
+from thaw.registry.follow import FEED_RETRY_S, follow
 from thaw.registry.types import Change, WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 
 LOAD_SLICE = 2_000  # workers applied between two yields to the loop
-FEED_RETRY_S = 1.0
 RESYNC_INTERVAL_S = 60.0
 
 
@@ -150,21 +150,13 @@ class FleetIndex:
             self.forget(worker_id)  # its heartbeat expired: no change says so
 
     async def _follow(self) -> None:
-        while True:
-            try:
-                async for change in self.registry.changes(after=self.position):
-                    self.position = change.seq
-                    if change.kind in ("worker", "layers"):
-                        self._dirty.add(change.key)
-                        self._unknown_dirty |= change.key not in self._region_of
-                        self._kick.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("fleet index: change feed failed, keeping the index: %s", exc)
-            await asyncio.sleep(FEED_RETRY_S)
-            with contextlib.suppress(Exception):
-                await self.load()
+        await follow(self.registry, self, self._seen, self.load, "fleet index")
+
+    async def _seen(self, change: Change) -> None:
+        if change.kind in ("worker", "layers"):
+            self._dirty.add(change.key)
+            self._unknown_dirty |= change.key not in self._region_of
+            self._kick.set()
 
     async def _flushes(self) -> None:
         while True:

@@ -144,23 +144,26 @@ class LeaseKeeper:
                 await self.store.release(name, self.holder, lease.token)
 
     async def renew_all(self) -> None:
+        """Renew every held lease in one call. One the store says is no longer ours is
+        dropped now; when the store cannot be reached, each is kept until its trusted end
+        (Redis frees none of them before then)."""
         if not self.held:
             return
         began = self.clock()
         leases = list(self.held.values())
         try:
-            renewed = await self.store.renew([(ls.name, ls.token) for ls in leases],
-                                             self.holder, self.ttl_s)
+            renewed: list[bool] | None = await self.store.renew(
+                [(ls.name, ls.token) for ls in leases], self.holder, self.ttl_s)
         except Exception as exc:
             log.warning("leases could not be renewed: %s", exc)
-            renewed = [False] * len(leases)
-        for lease, ok in zip(leases, renewed, strict=True):
+            renewed = None
+        for i, lease in enumerate(leases):
             if self.held.get(lease.name) != lease:
                 continue  # taken again or released meanwhile
-            if ok:
+            if renewed is not None and renewed[i]:
                 self.held[lease.name] = Lease(lease.name, lease.token,
                                               began + self.ttl_s - self.margin_s)
-            elif self.clock() >= lease.expires or not _transient(renewed):
+            elif renewed is not None or self.clock() >= lease.expires:
                 log.warning("lease %s (token %d) lost", lease.name, lease.token)
                 del self.held[lease.name]
 
@@ -181,8 +184,3 @@ class LeaseKeeper:
                 await self._renewer
         for name in list(self.held):
             await self.release(name)
-
-
-def _transient(renewed: list[bool]) -> bool:
-    """Every renewal failed at once: the store was away, not our leases taken."""
-    return bool(renewed) and not any(renewed)

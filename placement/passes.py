@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from placement.errors import NotFound, PlacementError
 from placement.leases import Lease, LeaseKeeper, Taken
-from thaw.registry import Registry
+from thaw.registry import Change, Registry
+from thaw.registry.follow import follow
 
 log = logging.getLogger("thaw.placement")
 RETRY_AFTER_LAPSE_S = 0.05  # asked again this long after another holder's lease would lapse
@@ -55,6 +56,7 @@ class Passes:
         self.forget_app = forget
         self.state: dict[str, AppPasses] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.position: str | None = None  # in the registry's feed (None: from the start)
         self._loops: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -138,19 +140,20 @@ class Passes:
                 self.poke(name)
 
     async def _feed(self) -> None:
-        """A machine's change asks for a pass over its app; a new worker's, over every app."""
-        while True:
-            try:
-                async for change in self.registry.changes():
-                    if change.kind == "machine":
-                        self.poke(change.key.split("/", 1)[0])
-                    elif change.kind == "app":  # changed or deployed, maybe elsewhere
-                        self.poke(change.key)
-                    elif change.kind == "worker" and self.new_worker(change.key):
-                        for name in await self.apps():
-                            self.poke(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the registry is away: the timer goes on
-                log.warning("reconciler: change feed unavailable: %s", exc)
-                await asyncio.sleep(1.0)
+        """An app's or a machine's change asks for a pass over that app; a new worker's,
+        over every app. After a feed error it resumes where it was (the timer goes on
+        meanwhile)."""
+        await follow(self.registry, self, self._seen, _nothing, "reconciler")
+
+    async def _seen(self, change: Change) -> None:
+        if change.kind == "machine":
+            self.poke(change.key.split("/", 1)[0])
+        elif change.kind == "app":  # changed or deployed, maybe through another placement
+            self.poke(change.key)
+        elif change.kind == "worker" and self.new_worker(change.key):
+            for name in await self.apps():
+                self.poke(name)
+
+
+async def _nothing() -> None:
+    """Nothing to reload: a missed change is seen by the next timer pass."""

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from edge.view import View
 from thaw.appconfig import AppConfig
 from thaw.registry import MachineRecord, Registry
+from thaw.registry.follow import follow
 from thaw.registry.generation import GenerationWatch
+from thaw.registry.types import Change
 
 log = logging.getLogger("thaw.edge.view")
 
-FEED_RETRY_S = 1.0
 REBUILD_GRACE_S = 10.0  # after the registry was lost: time for everyone to publish again
 LOAD_SLICE = 100  # apps a load applies between two turns of the event loop
 NO_MACHINES: tuple[MachineRecord, ...] = ()
@@ -140,18 +141,10 @@ class RegistryFeed:
         """Follow the feed from the position taken before the first load, so no change
         written during the load is missed; after an error, resume from the last one seen
         and reload (the stream may have been trimmed past it)."""
-        while True:
-            try:
-                async for change in self.registry.changes(after=self.position):
-                    self.position = change.seq
-                    await self.refresh(change.kind, change.key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("registry feed failed, keeping the view: %s", exc)
-            await asyncio.sleep(FEED_RETRY_S)
-            with contextlib.suppress(Exception):
-                await self.load()
+        await follow(self.registry, self, self._refresh_change, self.load, "edge view")
+
+    async def _refresh_change(self, change: Change) -> None:
+        await self.refresh(change.kind, change.key)
 
     async def _resync(self) -> None:
         while True:

@@ -1,0 +1,52 @@
+"""Following the registry's change feed: from a position, resumed after an error.
+
+Every follower (the edge's view, placement's fleet index, the reconciler's
+triggers) reads `changes(after=position)` and must not lose its place when the
+registry is away: it keeps what it has, waits, reloads (the stream may have been
+trimmed past its position, or lost with the registry) and resumes from the last
+change it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
+
+from thaw.registry.types import Change
+
+log = logging.getLogger("thaw.registry")
+
+FEED_RETRY_S = 1.0
+
+
+class ChangeFeed(Protocol):
+    """The part of the registry a follower reads (`thaw.registry.Registry` is one)."""
+
+    def changes(self, after: str | None = None) -> AsyncIterator[Change]: ...
+
+
+class Cursor(Protocol):
+    """Where a follower is in the feed (None: from the first read on)."""
+
+    position: str | None
+
+
+async def follow(registry: ChangeFeed, cursor: Cursor,
+                 apply: Callable[[Change], Awaitable[None]],
+                 reload: Callable[[], Awaitable[None]], what: str) -> None:
+    """Apply every change after `cursor.position`, forever (until cancelled)."""
+    while True:
+        try:
+            async for change in registry.changes(after=cursor.position):
+                cursor.position = change.seq
+                await apply(change)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: change feed failed, keeping what it has: %s", what, exc)
+        await asyncio.sleep(FEED_RETRY_S)
+        with contextlib.suppress(Exception):
+            await reload()
