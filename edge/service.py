@@ -50,7 +50,7 @@ from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
 from edge.metrics import EdgeMetrics
 from edge.view import AppEntry, MachineSlot, View
-from placement.api import WakePrediction, WakeRequest
+from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
 from thaw.logs import event
 
 log = logging.getLogger("thaw.edge")
@@ -377,7 +377,8 @@ class Edge(Shell):
         entry = self.view.apps.get(name)
         if entry is not None and region not in entry.config.regions:
             region = ""
-        request = WakeRequest(count=call.count, deadline_ms=call.deadline_ms, region=region)
+        request = WakeRequest(count=call.count, deadline_ms=call.deadline_ms, region=region,
+                              demand=min(call.demand, MAX_DEMAND), edge=self.instance_id)
         # Judge "did this wake add anything" against what was routable when it was sent:
         # the registry feed may report the woken machines before the answer arrives.
         before = {slot.id for slot in entry.routable} if entry is not None else set()

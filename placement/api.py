@@ -11,18 +11,30 @@ from agent.api import MachineView
 from thaw.appconfig import AppConfig, AppName, RegionOrPrimary
 
 MAX_DEADLINE_MS = 3_600_000
+MAX_DEMAND = 1_000_000
+# An edge process's id in wake requests (random per process): whose demand it is.
+EdgeId = Annotated[str, msgspec.Meta(pattern="^[a-z0-9-]{1,64}$")]
 
 
 class WakeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`POST /internal/apps/{app}/wake`: start `count` machines within `deadline_ms`.
 
     `deadline_ms` is the budget left, in milliseconds, measured from receipt.
-    `region` "" means the app's primary region.
+    `region` "" means the app's primary region. With `demand` (requests the edge `edge`
+    holds or forwards for the app), placement sizes the wake from every edge's demand
+    instead of `count`: the app's machines, up or coming up, become
+    ceil(total / soft_limit), within max_machines.
     """
 
     count: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
     deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_DEADLINE_MS)] = 30_000
     region: RegionOrPrimary = ""
+    demand: Annotated[int, msgspec.Meta(ge=0, le=MAX_DEMAND)] | None = None
+    edge: EdgeId | None = None
+
+    def __post_init__(self) -> None:
+        if (self.demand is None) != (self.edge is None):
+            raise ValueError("demand and edge go together")
 
 
 class WokenMachine(msgspec.Struct, frozen=True):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Protocol
 
 from placement.core.index import RegionIndex, ReservationLedger
@@ -106,6 +106,18 @@ class FleetIndex:
         if self.position is None:
             self.position = position
         self.loaded = True
+
+    async def prewarm(self, images: Iterable[tuple[str, Mapping[str, int]]], k: int) -> int:
+        """Compute the top `k` holders of each (region, image layers) now, one image per
+        loop turn, so that no decision pays for the first (O(holders): 0.1 s for a popular
+        image at 100,000 workers); the number computed."""
+        done = 0
+        for region, layers in images:
+            if layers:
+                self.region(region).top_holders(layers, k)
+                done += 1
+                await asyncio.sleep(0)
+        return done
 
     def apply(self, worker: WorkerStatus) -> None:
         region = self._region_of.get(worker.id)

@@ -16,6 +16,7 @@ import random
 import secrets
 import time
 from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,20 @@ class Placer:
             m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
         )
         return Round(config, region, image, on_workers)
+
+    async def prewarm(self, configs: Iterable[AppConfig]) -> int:
+        """Every region's top holders of these apps' images, computed before any decision
+        needs them (at start, for the stored apps); the number of tops computed."""
+        await self.index.start()
+        seen: set[tuple[str, str]] = set()
+        images: list[tuple[str, Mapping[str, int]]] = []
+        for config in configs:
+            image = await self.fleet.image(config)
+            for region in config.regions:
+                if (region, image.digest) not in seen:
+                    seen.add((region, image.digest))
+                    images.append((region, image.layers))
+        return await self.index.prewarm(images, self.params.candidate_top_holders)
 
     def decide(self, rnd: Round, avoid: frozenset[str] = frozenset()) -> Decision:
         guest = rnd.config.guest

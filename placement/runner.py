@@ -86,7 +86,10 @@ class PlacementRuntime:
                                    registry_grace_s=2 * market.heartbeat_freshness_s,
                                    leases=self.coordination)
         placement = self.placement
-        await placement.apps()
+        began = time.perf_counter()
+        warmed = await placer.prewarm(await placement.apps())
+        log.info("image tops of %d stored images computed in %.2fs", warmed,
+                 time.perf_counter() - began)
         metrics.watch(lambda: placement.app_names, placement.reconciler)
         published = await self.placement.republisher.check()
         self.placement.republisher.start()

@@ -10,9 +10,16 @@ start what both asked for — not twice as many, not half.
 
 Published claims expire (`CLAIM_TTL_S`, by Redis's clock) unless refreshed, so a
 placement that dies holding claims blocks nobody for long; a placement refreshes
-its own while it has any. A new machine is "placing" until an agent has made it;
-from then on the registry shows it starting, and a later wake waits for it (as one
-placement's wakes always did) rather than starting another.
+its own while it has any. A new machine is "placing" until an agent has made it,
+then claimed until its start ends (the registry may not show it yet, or show it
+created while its image is pulled); a machine still starting after that is one a
+later wake waits for (as one placement's wakes always did) rather than start another.
+
+Edges report their demand with each wake (requests held or in flight there for the
+app, as Knative's activators report theirs to the autoscaler), kept per edge beside
+the claims while the wake runs and `DEMAND_AFTER_S` after. A wake is sized from the
+sum: each edge sees only its own requests, and counts every machine it can route to
+as its own, so two edges sizing their wakes alone start too few.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from placement.leases import LeaseStore, MemoryLeaseStore, Taken
 log = logging.getLogger("thaw.placement.wakes")
 
 CLAIM_TTL_S = 3.0
+DEMAND_AFTER_S = 3.0  # an edge's demand counts while its wake runs and this long after
 WAKE_LEASE_TTL_S = 2.0  # planning takes milliseconds: the lease only outlives a dead planner
 LEASE_POLL_S = 0.005
 
@@ -56,6 +64,12 @@ class ClaimBook(Protocol):
         """Replace `me`'s claims of `app` (empty: withdraw them)."""
         ...
 
+    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
+        """Replace `edge`'s demand for `app` (requests it holds or has in flight; 0:
+        withdraw it) for `ttl_s`; the sum of every edge's unexpired demand, this one's
+        included."""
+        ...
+
 
 @dataclass
 class MemoryClaimBook:
@@ -63,6 +77,7 @@ class MemoryClaimBook:
 
     clock: Callable[[], float] = time.monotonic
     book: dict[str, dict[str, tuple[Claims, float]]] = field(default_factory=dict)
+    demands: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
 
     async def others(self, app: str, me: str) -> Claims:
         now = self.clock()
@@ -81,6 +96,19 @@ class MemoryClaimBook:
         else:
             entries[me] = (claims, self.clock() + ttl_s)
 
+    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
+        now = self.clock()
+        entries = self.demands.setdefault(app, {})
+        if demand > 0:
+            entries[edge] = (demand, now + ttl_s)
+        else:
+            entries.pop(edge, None)
+        for who in [w for w, (_, until) in entries.items() if until <= now]:
+            del entries[who]
+        if not entries:
+            del self.demands[app]
+        return sum(d for d, _ in entries.values())
+
 
 class WakeClaims:
     """This placement's claims (`claimed`, `placing`: read and changed by the waker) and
@@ -96,6 +124,7 @@ class WakeClaims:
         self._locks: dict[str, asyncio.Lock] = {}
         self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
         self._dirty: set[str] = set()
+        self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
 
     def mine(self, app: str) -> Claims:
@@ -141,10 +170,24 @@ class WakeClaims:
     async def _others(self, app: str) -> Claims:
         return await self.book.others(app, self.me)
 
+    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
+        """`edge` holds or forwards `demand` requests of `app` (said by its wake, reported
+        while planning it, standing `ttl_s`): every edge's demand, summed."""
+        return await self.book.report(app, edge, demand, ttl_s)
+
+    async def report_after(self, app: str, edge: str, demand: int) -> None:
+        """`edge`'s wake is answered: its demand stands `DEMAND_AFTER_S` more (a burst on
+        another edge just after is sized with it), then lapses unless a wake renews it."""
+        try:
+            await self.book.report(app, edge, demand, DEMAND_AFTER_S)
+        except Exception as exc:  # it lapses at its first expiry instead
+            log.warning("demand of %s at edge %s could not be refreshed: %s", app, edge, exc)
+
     def changed(self, app: str) -> None:
         """`claimed`/`placing` of `app` changed outside planning: published soon (in order,
         coalesced), and refreshed while not empty."""
         self._dirty.add(app)
+        self._changed.set()
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.create_task(self._publish_dirty())
 
@@ -164,8 +207,10 @@ class WakeClaims:
             self._dirty = set()
             for app in apps:
                 await self._publish(app)
-            if not self._dirty:
-                await asyncio.sleep(CLAIM_TTL_S / 3)
+            if not self._dirty:  # refresh what stands, or publish a change at once
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), CLAIM_TTL_S / 3)
 
     def _any_claims(self) -> bool:
         return any(self.claimed.values()) or any(self.placing.values())

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from placement.core.predict import BootHistory, StartKind, WakeForecast
 from placement.core.wake import (
     MachineState,
     Refuse,
+    WakePlan,
     decide_autostop,
     plan_wake,
     room_for_new,
@@ -52,7 +54,7 @@ from placement.core.wake import (
 from placement.errors import AgentReplied, Conflict, PlacementError
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
-from placement.wakeclaims import WakeClaims
+from placement.wakeclaims import DEMAND_AFTER_S, Claims, WakeClaims
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 from thaw.registry.types import boot_span_ms
@@ -132,6 +134,7 @@ class NewMachines:
         self.machines = states_of(views, config)
         self.live_workers = live_workers
         self.placed = 0  # placed by this wake, not destroyed since: not in `views`
+        self.claimed: set[str] = set()  # machines this wake claimed (reused or placed)
         self.lock = asyncio.Lock()  # one offer at a time: each sees the last's reservations
         self._round: asyncio.Future[Round | Failed] | None = None
 
@@ -202,18 +205,48 @@ class Waker:
         region = request.region or config.regions[0]
         # Planned under the app's wake lease, with every placement's claims: two wakes of
         # one app (from two edges, maybe through two placements) start what both asked for.
+        # Sized from every edge's demand when the edge tells its own (see wakeclaims).
         async with self.claims.planning(config.name, answer_by) as claims:
+            demand = await self._demand(config.name, request, answer_by - loop.time())
             everywhere, views = await self._observe(config, answer_by)
             here = {wid for wid, w in everywhere.items() if w.region == region}
             plan = plan_wake(config, states_of(views, config), everywhere.keys(),
                              request.count, claims.starting, claims.placing,
-                             region_workers=here)
+                             region_workers=here, demand=demand)
+            event(log, "wake_planned", logging.DEBUG, app=config.name, demand=demand,
+                  count=request.count, reuse=len(plan.reuse), new=plan.new,
+                  others_placing=claims.placing, others_starting=len(claims.starting),
+                  machines=" ".join(f"{state}:{n}" for state, n in
+                                    sorted(Counter(v["state"] for v in views).items())))
             if plan.reuse:  # entries only while machines are claimed (see _restart)
                 self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
             self.placing[config.name] += plan.new
         new = NewMachines(self.placer, config, region, views, everywhere.keys())
-        if not plan.reuse and not plan.new:
-            return await self._nothing_to_start(config, views, plan.shortfall)
+        new.claimed.update(m.id for m in plan.reuse)
+        try:
+            if not plan.reuse and not plan.new:
+                return self._nothing_to_start(config, views, plan.shortfall, claims)
+            return await self._start(config, plan, new, everywhere, answer_by, received)
+        finally:
+            # Answered: what is still starting is no longer this wake's to wait for; a later
+            # wake finds it starting, unclaimed, and waits for it instead of starting more.
+            for machine in new.claimed:
+                self.claims.unclaim(config.name, machine)
+            if request.demand is not None and request.edge is not None:
+                await self.claims.report_after(config.name, request.edge, request.demand)
+
+    async def _demand(self, app: str, request: WakeRequest, ttl_s: float) -> int | None:
+        """Every edge's demand for `app`, this request's edge's included (None: the request
+        says none: size it by its count)."""
+        if request.demand is None or request.edge is None:
+            return None
+        return await self.claims.report(app, request.edge, request.demand,
+                                        max(0.0, ttl_s) + DEMAND_AFTER_S)
+
+    async def _start(self, config: AppConfig, plan: WakePlan, new: NewMachines,
+                     everywhere: dict[str, Any], answer_by: float,
+                     received: float) -> WakeResponse:
+        """Start what `plan` says, answer as soon as all are ready or at `answer_by`."""
         forecast = WakeForecast(config.name, len(plan.reuse) + plan.new, everywhere,
                                 self.boots, self.placer.params.reference_bandwidth_bytes_per_s,
                                 received)
@@ -276,12 +309,19 @@ class Waker:
             shortfall="; ".join(notes),
         )
 
-    async def _nothing_to_start(
-        self, config: AppConfig, views: list[dict[str, Any]], shortfall: str
-    ) -> WakeResponse:
+    def _nothing_to_start(self, config: AppConfig, views: list[dict[str, Any]], shortfall: str,
+                          claims: Claims) -> WakeResponse:
+        """The machines started, or, when other wakes are starting what the demand needs
+        (`claims`, as the plan saw them), none: the edge sees theirs come up. Else
+        no_capacity."""
         started = [v for v in views if v["state"] == "started" and v.get("address")]
         if started:
             return WakeResponse(machines=[woken(v) for v in started], shortfall=shortfall)
+        coming_up = claims.placing + len(claims.starting | {
+            v["id"] for v in views if v["state"] == "starting"})
+        if coming_up:
+            return WakeResponse(machines=[], shortfall=shortfall or (
+                f"{coming_up} machines other wakes are starting are enough for the demand"))
         raise PlacementError(shortfall or f"app {config.name}: nothing to start",
                              code="no_capacity", status=WAKE_ERRORS["no_capacity"])
 
@@ -364,11 +404,24 @@ class Waker:
             if slot is not None and isinstance(placed, Failed):
                 slot.failed()
             # From here on the machine exists on an agent (or never will): no longer
-            # "placing"; a later wake finds it starting and waits for it.
+            # "placing" but claimed, until its start ends (the registry may not show it
+            # yet, or show it created while its image is pulled: no other wake takes it).
             self.placing[app] -= 1
+            if not isinstance(placed, Failed):
+                self.claimed.setdefault(app, set()).add(placed.view["id"])
+                new.claimed.add(placed.view["id"])
             self.claims.changed(app)
         if isinstance(placed, Failed):
             return placed
+        try:
+            outcome = await self._start_placed(app, new, rnd, placed, answer_by, began)
+        finally:
+            self.claims.unclaim(app, placed.view["id"])
+        return outcome
+
+    async def _start_placed(self, app: str, new: NewMachines, rnd: Round, placed: NewMachine,
+                            answer_by: float, began: float) -> Outcome:
+        """Pull and start a machine this wake placed; destroyed if its worker declines."""
         if not await self.is_current(new.config):  # deleted (or re-made) while this was placed
             await self._release(placed.url, placed.view["id"])
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")

@@ -12,9 +12,12 @@ and carries out the effects returned: `CallPlacement`, `Release`, `Fail`,
 How many machines a wake asks for: `ceil((in_flight + held) / soft_limit) -
 started`, capped by `max_machines - started`, never below 0; one wake in flight
 per app (when it answers the need is counted again, so a burst of 1,000 at
-soft_limit 20 starts 50 machines, not 1,000 and not 1). A wake that adds no
-machine, or fails, backs off `backoff_s` before the next; a failure other than
-`deadline` with no machine started answers every held request with its code.
+soft_limit 20 starts 50 machines, not 1,000 and not 1). The wake also says the
+demand (`in_flight + held`): placement sizes it from every edge's demand, since
+an edge counts machines other edges' wakes started as its own. A wake that adds
+no machine, or fails, backs off `backoff_s` before the next (a machine appearing
+ends the backoff); a failure other than `deadline` with no machine started
+answers every held request with its code.
 
 Each released request carries the `Wake` that produced the machine it goes to
 (None when it went to room left by another request): its place, pull and
@@ -132,13 +135,15 @@ def server_timing(hold_s: float, wake: Wake | None) -> bytes:
 
 @dataclass(frozen=True)
 class CallPlacement:
-    """Ask placement for `count` machines of `app` within `deadline_ms`; report the answer
+    """Ask placement for `count` machines of `app` within `deadline_ms`, saying `demand`
+    (requests held or in flight here: placement sums every edge's); report the answer
     with `on_wake_answer(wake, ...)` or `on_wake_failed(wake, ...)`."""
 
     app: str
     count: int
     deadline_ms: int
     wake: Wake
+    demand: int = 0
 
 
 @dataclass(frozen=True)
@@ -284,11 +289,20 @@ class AppWakes(Generic[T]):
     def on_machine_added(self, app: str, now: float, shape: Shape,
                          boot_ms: float | None = None) -> list[Effect[T]]:
         """A machine became routable outside a wake answer (the registry feed). While a
-        wake is in flight it is counted as that wake's (`boot_ms`: from its worker)."""
+        wake is in flight it is counted as that wake's (`boot_ms`: from its worker);
+        otherwise it ends a backoff: requests still held after it may call for a wake (one
+        that found another edge's wakes starting enough, say, is sized again)."""
         state = self._apps.get(app)
         if state is not None and state.wake is not None:
             state.wake.machine_seen(now, boot_ms)
             state.last = state.wake
+        elif state is not None and state.backoff_until > now and self.holds.held(app):
+            state.backoff_until = now
+            effects: list[Effect[T]] = []
+            shape = self._release(app, state, now, shape, effects)
+            self._maybe_wake(app, state, now, shape, effects)
+            self._arm(app, state, now, effects)
+            return effects
         return self.on_capacity(app, now, shape)
 
     def on_machine_lost(self, app: str, now: float, shape: Shape) -> list[Effect[T]]:
@@ -415,13 +429,14 @@ class AppWakes(Generic[T]):
         if (not shape.auto_start or held == 0 or state.wake is not None
                 or now < state.backoff_until):
             return
-        count = machines_to_start(shape.in_flight + held, shape.started, shape.soft_limit,
-                                  shape.max_machines)
+        demand = shape.in_flight + held
+        count = machines_to_start(demand, shape.started, shape.soft_limit, shape.max_machines)
         if count <= 0:
             return
         wake = state.wake = Wake(app, count, now)
         # at least 1 ms: placement refuses less, and the app would never start
-        effects.append(CallPlacement(app, count, max(1, int(shape.hold_timeout_s * 1000)), wake))
+        effects.append(CallPlacement(app, count, max(1, int(shape.hold_timeout_s * 1000)), wake,
+                                     demand))
 
     def _fail_all(self, app: str, now: float, code: str, detail: str,
                   effects: list[Effect[T]]) -> None:

@@ -83,6 +83,33 @@ return found
 """
 
 
+# KEYS: the app's demand. ARGV: edge id, demand (0: withdraw), ttl ms.
+# -> the sum of every edge's unexpired demand
+_REPORT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if tonumber(ARGV[2]) > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now_ms + ARGV[3]) .. ' ' .. ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+local total = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local until_ms, demand = string.match(all[i + 1], '^(%d+) (%d+)$')
+  if tonumber(until_ms) <= now_ms then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    total = total + tonumber(demand)
+  end
+end
+return total
+"""
+
+
 class _Wire(msgspec.Struct, frozen=True):
     placing: int
     starting: list[str]
@@ -100,6 +127,7 @@ class RedisCoordination:
         self._release = self._r.register_script(_RELEASE)
         self._publish = self._r.register_script(_PUBLISH)
         self._others = self._r.register_script(_OTHERS)
+        self._report = self._r.register_script(_REPORT)
 
     async def _call(self, awaitable):  # type: ignore[no-untyped-def]
         try:
@@ -142,6 +170,10 @@ class RedisCoordination:
             _Wire(claims.placing, sorted(claims.starting))).decode()
         await self._call(self._publish(keys=[keys.wake_claims(app)],
                                        args=[me, payload, max(1, int(ttl_s * 1000))]))
+
+    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
+        return int(await self._call(self._report(
+            keys=[keys.wake_demand(app)], args=[edge, max(0, demand), max(1, int(ttl_s * 1000))])))
 
     async def close(self) -> None:
         await self._r.aclose()

@@ -232,6 +232,11 @@ class RegionIndex:
         self._tops.move_to_end(key)
         return [self.workers[wid] for wid in best]
 
+    def knows_top(self, layers: Mapping[str, int], k: int) -> bool:
+        """The image's top `k` holders are cached: the next `top_holders` scans nothing."""
+        top = self._tops.get(image_key(layers))
+        return top is not None and top.k >= k and top.best(k) is not None
+
     def _compute_top(self, key: ImageKey, k: int) -> ImageTop:
         """Once per image (and again only if the top lost too many members): every holder
         of every layer, summed, O(holders) with a dict update each."""

@@ -64,6 +64,7 @@ def plan_wake(
     claimed: Collection[str] = (),
     placing: int = 0,
     region_workers: Collection[str] | None = None,
+    demand: int | None = None,
 ) -> WakePlan:
     """Start up to `count` machines: reuse stopped ones on live workers first, then new.
 
@@ -72,9 +73,19 @@ def plan_wake(
     ones whose machines are reused (None: all of `live_workers`).
     `claimed`: machines another wake is already starting (not reused twice; counted even
     when `machines` does not show them yet);
-    `placing`: new machines other wakes are placing that no agent reports yet.
+    `placing`: new machines other wakes are placing (an agent may have made and reported
+    one already, before the wake placing it claims it: as many machines never started
+    and unclaimed as are being placed are taken to be those, counted once, not reused;
+    a spare taken so is only left for a later wake);
+    `demand`: requests held or in flight for the app at every edge (None: start `count`):
+    the wake starts what brings the machines up, or coming up, to `machines_for(demand)`.
     """
     here = live_workers if region_workers is None else region_workers
+    unclaimed_new = sorted(m.id for m in existing_machines(machines, live_workers)
+                           if m.state == "created" and m.id not in claimed)
+    seen = min(placing, len(unclaimed_new))
+    if seen:
+        claimed, placing = {*claimed, *unclaimed_new[:seen]}, placing - seen
     # Machines claimed that the view does not show yet (just made, maybe by another
     # placement) exist all the same: they count like the ones being placed.
     placing += len(set(claimed) - {m.id for m in machines})
@@ -84,6 +95,8 @@ def plan_wake(
     active = placing + sum(
         1 for m in present if m.state == "started" or m.id in claimed
     )
+    if demand is not None:
+        count = machines_for(config, demand) - active
     wanted = max(0, min(count, config.max_machines - active))
     reusable = sorted(
         (m for m in present
@@ -100,6 +113,12 @@ def plan_wake(
             f"{len(present)} exist, starting {len(reuse) + new} of {count}"
         )
     return WakePlan(reuse=reuse, new=new, shortfall=shortfall)
+
+
+def machines_for(config: AppConfig, demand: int) -> int:
+    """Machines `demand` concurrent requests need at `soft_limit` each, within
+    `max_machines` (the edge's rule, applied to every edge's requests at once)."""
+    return min(config.max_machines, -(-max(0, demand) // config.concurrency.soft_limit))
 
 
 def existing_machines(

@@ -87,6 +87,18 @@ async def test_claims_are_summed_over_other_placements_and_expire(backend: Backe
     assert await book.others("other-app", "p3") == Claims()
 
 
+async def test_demand_is_kept_per_edge_summed_and_expires(backend: Backend) -> None:
+    book = backend.book
+    assert await book.report("app", "e1", 100, 0.3) == 100
+    assert await book.report("app", "e2", 60, 5) == 160
+    assert await book.report("app", "e1", 40, 0.3) == 100  # e1's replaced, not added
+    assert await book.report("other", "e1", 7, 5) == 7  # per app
+    await asyncio.sleep(0.4)
+    assert await book.report("app", "e3", 1, 5) == 61  # e1's lapsed
+    assert await book.report("app", "e2", 0, 5) == 1  # withdrawn
+    assert await book.report("app", "e3", 0, 5) == 0
+
+
 async def test_two_placements_plan_one_after_the_other(backend: Backend) -> None:
     """Two wakes of one app planned at once on two placements: the second sees the first's
     claims, so together they place what both asked for."""
@@ -107,6 +119,28 @@ async def test_two_placements_plan_one_after_the_other(backend: Backend) -> None
     await a.close()
     await b.close()
     assert (await WakeClaims(backend.book, backend.leases, "pc").everyone("app")) == Claims()
+
+
+async def test_a_change_outside_planning_is_published_at_once_not_at_the_refresh(
+    backend: Backend,
+) -> None:
+    """A machine placed moves from placing to claimed: other placements must see that
+    before the machine's own record reaches them, not a refresh period (1 s) later."""
+    a = WakeClaims(backend.book, backend.leases, "pa")
+    b = WakeClaims(backend.book, backend.leases, "pb")
+    loop = asyncio.get_running_loop()
+    async with a.planning("app", loop.time() + 2):
+        a.placing["app"] += 2
+    for machine in ("m1", "m2"):
+        await asyncio.sleep(0.05)
+        a.placing["app"] -= 1
+        a.claimed.setdefault("app", set()).add(machine)
+        a.changed("app")
+        await asyncio.sleep(0.05)
+        assert machine in (await b.everyone("app")).starting
+    assert await b.everyone("app") == Claims(0, frozenset({"m1", "m2"}))
+    await a.close()
+    await b.close()
 
 
 async def test_a_keeper_renews_and_hands_back_its_leases(backend: Backend) -> None:

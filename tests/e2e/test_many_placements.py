@@ -111,11 +111,11 @@ def test_a_burst_of_200_split_across_two_edges_starts_exactly_ceil_200_over_soft
             return await asyncio.gather(*(one(i % 2) for i in range(200)))
 
     assert asyncio.run(burst()) == [200] * 200
-    # Never more than the burst needs: the two placements' wakes are planned one after the
-    # other with each other's claims (without that, each edge's wakes start their own).
-    # Exactly ceil(200 / 25) is not reached yet: an edge counts the machines the other
-    # edge's wakes started as its own capacity (see docs/placement.md, "Many placements").
-    assert 0 < len(live_machines(services, "burst")) <= math.ceil(200 / 25)
+    # Exactly what the burst needs: the two placements' wakes are planned one after the
+    # other with each other's claims (without them each edge's wakes start their own), and
+    # sized from both edges' demand (without it each edge counts the machines the other's
+    # wakes started as its own capacity, and together they start too few).
+    assert len(live_machines(services, "burst")) == math.ceil(200 / 25)
 
 
 def test_killing_the_reconciling_placement_hands_its_apps_to_the_other_within_the_ttl(

@@ -174,3 +174,31 @@ async def test_a_start_that_failed_while_the_registry_was_away_is_tried_again() 
         assert list(index.region("mad").workers) == ["w0"]
     finally:
         await index.stop()
+
+
+async def test_prewarm_computes_the_image_tops_before_any_decision() -> None:
+    registry = MemoryRegistry()
+    image = {"sha256:base": 50, "sha256:own": 10}
+    for i in range(6):
+        layers = image if i % 2 else {"sha256:base": 50}
+        await registry.publish_worker(worker(f"w{i}", layers=layers), ttl_s=30)
+    index = FleetIndex(registry, hold_s=3.0)
+    await index.start()
+    try:
+        mad = index.region("mad")
+        assert not mad.knows_top(image, 2)
+        assert await index.prewarm([("mad", image), ("fra", {}), ("mad", image)], 2) == 2
+        assert mad.knows_top(image, 2)
+        assert [w.id for w in mad.top_holders(image, 2)] == ["w1", "w3"]
+        # kept exact as holders change: a worker that gains the image joins the top
+        await registry.publish_worker(worker("w0", layers=image), ttl_s=30)
+        await eventually(lambda: _async([w.id for w in mad.top_holders(image, 2)]
+                                        == ["w0", "w1"]), timeout_s=5)
+        assert mad.knows_top(image, 2)
+    finally:
+        await index.stop()
+    await registry.close()
+
+
+async def _async(value: bool) -> bool:
+    return value

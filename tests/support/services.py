@@ -40,7 +40,8 @@ class Services:
         self.args[name] = (list(args), port)
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
-                                 self.redis_url, "--log-level", "warning"],
+                                 self.redis_url, "--log-level",
+                                 os.environ.get("THAW_TEST_LOG_LEVEL", "warning")],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         log.close()
         self.procs[name] = proc

@@ -175,6 +175,35 @@ def test_a_burst_asks_again_for_what_the_first_wake_did_not_cover() -> None:
     assert [c.count for c in calls] == [49]
 
 
+def test_each_wake_says_the_demand_here_for_placement_to_sum_over_edges() -> None:
+    core: AppWakes[str] = AppWakes(10_000)
+    first = only(core.hold("app", "r0", 0.0, COLD), CallPlacement)[0]
+    assert (first.count, first.demand) == (1, 1)
+    for n in range(1, 100):
+        core.hold("app", f"r{n}", 0.001, COLD)
+    # the machine that came is another edge's as much as this one's: 30 go to it here,
+    # and the next wake says all 100 (in flight and held), whatever it counts as started
+    one = replace(COLD, started=1, free=30)
+    effects = core.on_wake_answer(first.wake, 0.1, one, added=1, place_ms=1, pull_ms=0,
+                                  boot_ms=1)
+    again = only(effects, CallPlacement)
+    assert [(c.count, c.demand) for c in again] == [(4, 100)]
+
+
+def test_a_machine_appearing_ends_the_backoff_of_an_app_with_requests_held() -> None:
+    core: AppWakes[str] = AppWakes(100, backoff_s=1.0)
+    wake = only(core.hold("app", "r1", 0.0, COLD), CallPlacement)[0].wake
+    core.hold("app", "r2", 0.0, COLD)
+    # placement: nothing to start here, other wakes are starting enough
+    assert only(core.on_wake_answer(wake, 0.1, COLD, added=0, place_ms=0, pull_ms=0,
+                                    boot_ms=0), CallPlacement) == []
+    # another edge's machine shows up full (no room for these two): ask again now, not
+    # after the backoff, with what is held here
+    full = replace(COLD, started=1, in_flight=20, free=0)
+    calls = only(core.on_machine_added("app", 0.3, full), CallPlacement)
+    assert [(c.count, c.demand) for c in calls] == [(1, 22)]
+
+
 def test_a_deleted_app_gets_404_for_its_held_requests_and_shutdown_answers_all() -> None:
     core: AppWakes[str] = AppWakes(100)
     core.hold("gone", "r1", 0.0, COLD)

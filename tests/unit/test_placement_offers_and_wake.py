@@ -18,11 +18,12 @@ from placement.core.wake import (
     Stop,
     decide_autostop,
     deploy_shortfall,
+    machines_for,
     plan_wake,
     room_for_new,
     wake_failure,
 )
-from thaw.appconfig import AppConfig
+from thaw.appconfig import AppConfig, Concurrency
 
 
 def decision(*workers: str) -> Decision:
@@ -177,3 +178,43 @@ def test_a_stopped_machine_alone_at_max_machines_leaves_no_room_for_a_replacemen
     stopped = [MachineState("m-stop", "w1", "stopped")]
     assert room_for_new(config(max_machines=1), stopped, {"w1", "w2"}) == 0
     assert room_for_new(config(max_machines=2), stopped, {"w1", "w2"}) == 1
+
+
+def test_a_wake_sized_by_demand_brings_the_machines_up_or_coming_up_to_what_it_needs() -> None:
+    app = config(max_machines=12, concurrency=Concurrency(soft_limit=25, hard_limit=30))
+    # Edge A woke for 100 requests: 4 being placed. Edge B's wake now says 100 more.
+    plan = plan_wake(app, [], {"w1"}, count=1, placing=4, demand=200)
+    assert plan.reuse == () and plan.new == 4 and plan.shortfall == ""
+    # Started, claimed (not yet seen) and placed machines all count; a starting one nobody
+    # claimed is this wake's to wait for, as part of what it starts.
+    machines = [MachineState("up", "w1", "started"), MachineState("boot", "w1", "starting"),
+                MachineState("susp", "w1", "suspended")]
+    plan = plan_wake(app, machines, {"w1"}, count=1, claimed={"elsewhere"}, placing=1,
+                     demand=200)
+    assert [m.id for m in plan.reuse] == ["boot", "susp"] and plan.new == 3
+
+
+def test_a_wake_whose_demand_the_machines_coming_up_cover_starts_nothing() -> None:
+    app = config(max_machines=12, concurrency=Concurrency(soft_limit=25, hard_limit=30))
+    plan = plan_wake(app, [MachineState("m1", "w1", "stopped")], {"w1"}, count=5, placing=4,
+                     demand=100)
+    assert plan.reuse == () and plan.new == 0 and plan.shortfall == ""
+
+
+def test_demand_past_max_machines_is_capped_and_says_so() -> None:
+    app = config(max_machines=3, concurrency=Concurrency(soft_limit=10, hard_limit=10))
+    assert machines_for(app, 1_000) == 3 and machines_for(app, 0) == 0
+    assert machines_for(app, 11) == 2
+    plan = plan_wake(app, [MachineState("m1", "w1", "started")], {"w1"}, count=1, demand=1_000)
+    assert plan.new == 2 and plan.shortfall == ""
+
+
+def test_a_machine_made_before_its_wake_claims_it_is_counted_once_and_not_reused() -> None:
+    """Another wake is placing 3 machines; an agent has made and reported 2 of them before
+    that wake's claim names them: 3 are coming, not 5, and none of the 2 is started twice."""
+    app = config(max_machines=12, concurrency=Concurrency(soft_limit=25, hard_limit=30))
+    machines = [MachineState("up", "w1", "started"), MachineState("new1", "w1", "created"),
+                MachineState("new2", "w2", "created")]
+    plan = plan_wake(app, machines, {"w1", "w2"}, count=1, placing=3, demand=200)
+    assert plan.reuse == () and plan.new == 4  # 8 - (1 started + 3 coming)
+    assert room_for_new(app, machines, {"w1", "w2"}, placing=1) == 8

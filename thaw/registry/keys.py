@@ -56,3 +56,8 @@ def lease_tokens() -> str:
 def wake_claims(app: str) -> str:
     """What each placement's wakes of `app` are starting: placement id -> JSON."""
     return f"{PREFIX}:wake-claims:{app}"
+
+
+def wake_demand(app: str) -> str:
+    """Requests each edge holds or forwards for `app`: edge id -> "expiry_ms demand"."""
+    return f"{PREFIX}:wake-demand:{app}"
