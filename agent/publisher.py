@@ -82,6 +82,8 @@ class Publisher:
             updated_at=self.agent.clock(), disk_full=view.disk_full,
             machines_running=starting + view.machines.get(MachineState.STARTED.value, 0),
             machines=len(self.agent.state.machines),
+            # Whole pulls' rate (bytes downloaded over resolve-to-unpacked time, an EWMA),
+            # not the downloads' alone: what placement predicts a machine's pull by.
             pull_bytes_per_s=round(self.agent.cache.stats.bytes_per_s, 1),
         )
 

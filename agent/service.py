@@ -25,10 +25,10 @@ from agent.config import AgentConfig
 from agent.core import offers
 from agent.core.machine import MachineEvent, MachineState, next_state
 from agent.core.offers import Accept, Capacity, Decline
-from agent.core.records import Gone, ImageResolved, Launched, MachineSpec, Record
+from agent.core.records import Fenced, Gone, ImageResolved, Launched, MachineSpec, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
-from agent.core.state import AgentState, Machine, transition_record
+from agent.core.state import AgentState, Machine, stale_fence, transition_record
 from agent.driver import ProcessDriver, allocate_port
 from agent.errors import AgentError, Conflict, Declined, NotFound, WaitTimeout
 from agent.journal import Journal, record_ids
@@ -137,6 +137,17 @@ class Agent:
         if start:
             self.run_op(mid, self.start_task(mid))
         return self.machine(mid)
+
+    def fence(self, app: str, token: int | None) -> None:
+        """A call on `app`'s machines under fencing `token` (its caller's reconcile lease;
+        None: none claimed): refused (409 `stale_fence`) when a newer token was seen, a
+        newer one written down before the call acts (it outlives a restart)."""
+        why = stale_fence(self.state, app, token)
+        if why:
+            self.metrics.offers.labels("stale_fence").inc()
+            raise Conflict(why, code="stale_fence")
+        if token is not None and token > self.state.fences.get(app, 0):
+            self.journal.write(Fenced(app, token, self.clock()))
 
     def start(self, mid: str) -> Machine:
         machine = self.machine(mid)

@@ -45,7 +45,7 @@ from imagecache.core.tarsafety import UnpackLimits
 from imagecache.errors import ImageError, only_image_errors, os_failure
 from imagecache.flights import Flights, single_flight
 from imagecache.resolver import ImageResolver
-from imagecache.stats import PullStats
+from imagecache.stats import PullBytes, PullStats
 
 T = TypeVar("T")
 
@@ -229,6 +229,7 @@ class ImageCache:
             raise
 
     async def _pull(self, ref: str) -> Image:
+        began = time.monotonic()
         parsed = parse_reference(ref)
         source = self._resolver.source(parsed)  # the egress checks, before any IO
         if isinstance(parsed, RegistryRef) and parsed.digest:
@@ -240,15 +241,20 @@ class ImageCache:
         resolved = await self._resolver.resolve_within(source, ref)
         held = [resolved.digest, *(layer.digest for layer in resolved.manifest.layers)]
         self._in_use.update(held)
+        pulled = PullBytes()
         try:
-            image = await self._materialise(ref, source, resolved)
+            image = await self._materialise(ref, source, resolved, pulled)
         finally:
             self._in_use.subtract(held)
             self._in_use += Counter()  # drop zero counts
         self.evict(protect=held)
+        # Rated whole (unpack and fixed costs in), as a machine waits for all of it.
+        self.stats.pulled(pulled.downloaded, time.monotonic() - began)
         return image
 
-    async def _materialise(self, ref: str, source: ImageSource, resolved: Resolved) -> Image:
+    async def _materialise(
+        self, ref: str, source: ImageSource, resolved: Resolved, pulled: PullBytes
+    ) -> Image:
         digest = resolved.digest
         image = self._images.get(digest)
         whole = image is not None and all(self._store.has(x.digest) for x in image.layers)
@@ -257,10 +263,10 @@ class ImageCache:
         else:
             self.stats.misses += 1
         if image is not None and not whole:
-            await self._fetch_layers(image.layers, source)  # gone behind the cache's back
+            await self._fetch_layers(image.layers, source, pulled)  # gone behind our back
         if image is None:
             await single_flight(
-                self._image_flights, digest, lambda: self._build(ref, source, resolved)
+                self._image_flights, digest, lambda: self._build(ref, source, resolved, pulled)
             )
             image = self._images[digest]
         new_aliases = [a for a in resolved.aliases if self._aliases.get(a) != digest]
@@ -270,13 +276,15 @@ class ImageCache:
         self._touch(image)
         return image
 
-    async def _build(self, ref: str, source: ImageSource, resolved: Resolved) -> None:
+    async def _build(
+        self, ref: str, source: ImageSource, resolved: Resolved, pulled: PullBytes
+    ) -> None:
         """Config, blobs, unpack, record: afterwards `resolved.digest` is in `_images`."""
         manifest = resolved.manifest
         config_blob = await self._read_config(source, manifest.config)
         config = parse_config(config_blob)
         diff_ids = parse_diff_ids(config_blob, len(manifest.layers))
-        await self._fetch_layers(manifest.layers, source)
+        await self._fetch_layers(manifest.layers, source, pulled)
         files = [
             LayerFile(self._store.path(layer.digest), diff_id)
             for layer, diff_id in zip(manifest.layers, diff_ids, strict=True)
@@ -310,13 +318,15 @@ class ImageCache:
         async with self._download_slots:
             return await self._timed(config.digest, config.size, read_config(source, config))
 
-    async def _fetch_layers(self, layers: list[Layer], source: ImageSource) -> None:
+    async def _fetch_layers(
+        self, layers: list[Layer], source: ImageSource, pulled: PullBytes
+    ) -> None:
         """Every missing blob, `max_downloads_per_pull` at a time; a failure stops the rest."""
         todo = iter({layer.digest: layer for layer in layers}.values())
 
         async def worker() -> None:
             for layer in todo:
-                await self._ensure_blob(layer, source)
+                await self._ensure_blob(layer, source, pulled)
 
         count = min(self._downloads.max_downloads_per_pull, len(layers))
         workers = [asyncio.ensure_future(worker()) for _ in range(count)]
@@ -327,7 +337,8 @@ class ImageCache:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _ensure_blob(self, layer: Layer, source: ImageSource) -> None:
+    async def _ensure_blob(self, layer: Layer, source: ImageSource, pulled: PullBytes) -> None:
+        """Download `layer` unless it is here or on its way; its bytes count in `pulled`."""
         if self._store.has(layer.digest):
             return
 
@@ -337,11 +348,11 @@ class ImageCache:
             async with self._download_slots:
                 with self._room_for(layer.size, f"blob {layer.digest}"):
                     chunks = source.blob(layer.digest)
-                    began = time.monotonic()
                     write = self._store.write(layer.digest, layer.size, chunks, self._check_disk)
                     await self._timed(layer.digest, layer.size, write)
                     self._sizes[layer.digest] = layer.size
-                    self.stats.downloaded(layer.size, time.monotonic() - began)
+                    self.stats.downloaded(layer.size)
+                    pulled.downloaded += layer.size
             self._touch_layer(layer.digest)
             self._notify(LayerChange(digest=layer.digest, size=layer.size, present=True))
 

@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from placement.core.failures import WorkerFailures
 from placement.core.market import MarketParams
 from placement.fleet import ImageInfo
 from placement.fleetindex import FleetIndex
@@ -91,11 +92,12 @@ def naive_least_allocated(workers: list[WorkerStatus], cpus: float, memory_mb: i
 
 
 class BenchFleet:
-    """What `Placer` asks of `placement.fleet.Fleet` here: the clock and images."""
+    """What `Placer` asks of `placement.fleet.Fleet` here: the clock, images and marks."""
 
     def __init__(self, registry: MemoryRegistry, images: dict[str, ImageInfo]) -> None:
         self.registry = registry
         self.images = images
+        self.failures = WorkerFailures(self.clock)
 
     def clock(self) -> float:
         return NOW

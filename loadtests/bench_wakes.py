@@ -31,6 +31,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.benchlib import machine_line, percentile, write_section
+from loadtests.tinyapp import build_tiny_image
 from tests.support.agent_process import call, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.postgres import running_postgres
@@ -122,6 +123,9 @@ def herd(services: Services, image: str, apps: int) -> list[str]:
              if status == 200 and "hold" in st]
     spread = " / ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
     ok = sum(1 for status, _, _ in answers if status == 200)
+    others = Counter(f"{status} {body[:60]}" for status, body, _ in answers if status != 200)
+    if others:
+        print("not 200:", dict(others), flush=True)
     line = (f"| {apps} | {ok} / {apps} | {spread} | {percentile(waits, 50):.0f} | "
             f"{percentile(waits, 99):.0f} | {took_s:.1f} |" if waits else "| no answers |")
     print(line, flush=True)
@@ -136,38 +140,47 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--herd", type=int, default=200)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the services' directories")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="thaw-wakes-"))
     try:
-        build_image(ECHO, "echo:slowboot", layout=work / "layout", overrides=BuildOverrides(
-            entrypoint=["python3", "app.py", "--boot-delay", "1"]))
-        build_image(ECHO, "echo:echo", layout=work / "layout",
-                    overrides=BuildOverrides(entrypoint=["python3", "app.py"]))
+        # under each platform's directory: placement accepts layouts only there
+        build_image(ECHO, "echo:slowboot", layout=work / "two" / "layout",
+                    overrides=BuildOverrides(entrypoint=["python3", "app.py", "--boot-delay",
+                                                         "1"]))
+        # the herd's machines boot in ~1 ms of CPU: 200 Python interpreters starting at once
+        # on this machine's 2 cores would measure CPU starvation instead of the platform
+        herd_image = build_tiny_image(work / "herd" / "layout")
+        bursts: list[str] = []
         with start_redis_server() as redis, running_postgres() as postgres:
             services = Services(work / "two", redis.url, agents=3, placements=2, edges=2,
                                 store=postgres.url(), agent_cpus=8, agent_memory_mb=8192)
-            (work / "two").mkdir()
             try:
-                services.start()
-                wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
-                                            token=ADMIN_TOKEN)[1]) == 3, 20)
-                bursts = two_edges(services, f"oci:{work / 'layout'}:slowboot", args.rounds,
+                if args.rounds:
+                    services.start()
+                    wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
+                                                token=ADMIN_TOKEN)[1]) == 3, 20)
+                bursts = two_edges(services, f"oci:{work / 'two' / 'layout'}:slowboot", args.rounds,
                                    args.burst)
             finally:
                 services.stop()
         with start_redis_server() as redis:
+            # The agents' default heartbeat (1 s): 200 machine processes booting on this
+            # machine's 2 cores starve the agents' loops past the tests' 0.5 s x 3 TTL.
             services = Services(work / "herd", redis.url, agents=3, agent_cpus=8,
-                                agent_memory_mb=8192)
-            (work / "herd").mkdir()
+                                agent_memory_mb=8192, heartbeat_s=1.0)
             try:
                 services.start()
                 wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
                                             token=ADMIN_TOKEN)[1]) == 3, 20)
-                herded = herd(services, f"oci:{work / 'layout'}:echo", args.herd)
+                herded = herd(services, herd_image, args.herd)
             finally:
                 services.stop()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work} (the services' logs)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     body = "\n".join([
         "## Wakes across two edges and two placements; a herd of cold apps", "",
         f"Machine: {machine_line()}", "",

@@ -3,9 +3,10 @@
 The workers come from the `FleetIndex` (kept from the registry's change feed,
 never read per decision). One `Round` is a wake's or deploy's run of placements:
 the image, the app's machines per worker and the workers that declined. Every
-accepted offer goes into the index's reservation ledger, so the next decision —
-of this round or any other — sees it before the worker's heartbeat does, and a
-herd of wakes spreads.
+offer (but a spare's, which holds no room) goes into the index's reservation
+ledger when it is sent, and stays there if accepted: the next decision — of this
+round or any other, made while the offer is out or after — sees it before the
+worker's heartbeat does, and a herd of wakes spreads.
 """
 
 from __future__ import annotations
@@ -109,13 +110,18 @@ class Placer:
 
     def decide(self, rnd: Round, avoid: frozenset[str] = frozenset()) -> Decision:
         guest = rnd.config.guest
+        region = self.index.region(rnd.region)
+        # A worker marked failed (core/failures) while its heartbeat is still fresh is
+        # offered nothing: an offer there would wait out offer_timeout_s.
+        failed = {wid for wid, epoch in self.fleet.failures.standing().items()
+                  if wid in region.workers and region.workers[wid].epoch <= epoch}
         request = PlacementRequest(
             app=rnd.config.name, region=rnd.region, cpus=guest.cpus, memory_mb=guest.memory_mb,
-            image_layers=rnd.image.layers, declined=frozenset(rnd.declined | avoid),
+            image_layers=rnd.image.layers, declined=frozenset(rnd.declined | avoid | failed),
         )
         began = time.perf_counter()
         decision = decide(
-            request, self.index.region(rnd.region), now=self.fleet.clock(),
+            request, region, now=self.fleet.clock(),
             params=self.params, app_machines=rnd.app_machines, sampler=self.rng,
             ledger=self.index.ledger,
         )
@@ -137,13 +143,20 @@ class Placer:
         while True:
             step = next_offer(decision, answers, placement_id, self.max_offers)
             if isinstance(step, OfferTo):
+                # Reserved while the offer is out, so that decisions made meanwhile (a herd
+                # of wakes) count it; kept until a heartbeat carries it, if accepted.
+                held = None if spare else self.index.ledger.reserve(
+                    step.worker, rnd.config.guest.cpus, rnd.config.guest.memory_mb,
+                    self.fleet.clock())
                 answer, view = await self._offer(rnd, step, start, spare)
                 answers.append(answer)
+                if answer.reply is not Reply.ACCEPTED and held is not None:
+                    self.index.ledger.cancel(held)
                 if answer.reply is not Reply.ACCEPTED:
                     rnd.declined.add(step.worker)
                 elif view is not None:
                     self.record(decision, answers)
-                    self.placed(rnd, step.worker)
+                    rnd.app_machines[step.worker] += 1
                     self.fleet.remember(rnd.config.name, view)
                     return NewMachine(step.worker, step.url, view)
             elif isinstance(step, Placed):  # accepted without a view: cannot happen
@@ -151,12 +164,6 @@ class Placer:
             else:
                 self.record(decision, answers)
                 return step
-
-    def placed(self, rnd: Round, worker_id: str) -> None:
-        """Count the new machine on its worker until the worker's heartbeat does."""
-        guest = rnd.config.guest
-        self.index.ledger.reserve(worker_id, guest.cpus, guest.memory_mb, self.fleet.clock())
-        rnd.app_machines[worker_id] += 1
 
     def _release_later(self, url: str, body: dict[str, Any]) -> None:
         task = asyncio.create_task(self._release(url, body))
@@ -202,7 +209,8 @@ class Placer:
             return Answer(step.worker, Reply.ACCEPTED, machine_id=reply["id"]), reply
         code = reply.get("error", "") if isinstance(reply, dict) else ""
         result = {"no_capacity": Reply.NO_CAPACITY, "disk_full": Reply.NO_CAPACITY,
-                  "draining": Reply.DRAINING}.get(code, Reply.UNREACHABLE)
+                  "draining": Reply.DRAINING,
+                  "stale_fence": Reply.STALE_FENCE}.get(code, Reply.UNREACHABLE)
         self.metrics.offers.labels(result.value).inc()
         message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
         return Answer(step.worker, result, message=f"{status} {message}"), None

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from placement.adapters.agents import AgentClient
+from placement.adapters.agents import AgentClient, fenced_by
 from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
@@ -47,6 +47,10 @@ from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
 DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
+# A create that found no room is not tried again before this (doubling to NO_ROOM_MAX_S)
+# unless the live workers change: without it a level-triggered pass retries at once,
+# forever (thousands of failed offers and events a second).
+NO_ROOM_FIRST_S, NO_ROOM_MAX_S = 1.0, 30.0
 ROLLING_OUT = ("pending", "rolling")
 LOST_RECORD_AT = 2.0**53  # a lost machine's record: newer than any its agent may publish
 LEASE_TTL_S = 5.0  # an app's reconcile lease: a dead holder's apps are taken over after it
@@ -63,6 +67,19 @@ class AppWork:
     made: list[dict[str, Any]] = field(default_factory=list)  # views of machines made
     shortfall: str = ""
     lease: Lease | None = None  # the reconcile lease its actions run under
+    no_room: NoRoom | None = None  # the last create that found no room, while it stands
+    workers: frozenset[str] = frozenset()  # the region's live workers at the last pass
+
+
+@dataclass
+class NoRoom:
+    """Creates found no room among `workers`: none is tried again before `until` (loop
+    time) while those are the live workers; `wait_s`: the next wait, doubled each time."""
+
+    workers: frozenset[str]
+    until: float
+    wait_s: float
+    retry: asyncio.TimerHandle | None = None
 
 
 class Reconciler:
@@ -193,13 +210,42 @@ class Reconciler:
             rolling_out=release is not None and release.status in ROLLING_OUT,
         )
         region_workers = [w for w, s in live.items() if s.region == region]
-        actions = core.reconcile(declared, seen, busy, fenced, region_workers)
+        work.workers = frozenset(region_workers)
+        actions = self._room_to_create(app, work, core.reconcile(
+            declared, seen, busy, fenced, region_workers))
         if actions and not await self.republisher.trusted():
             log.info("reconcile %s: the registry was just lost; waiting for the agents", app)
             return []
         if actions:
             await self._launch(config, views, actions, work)
         return actions
+
+    def _room_to_create(self, app: str, work: AppWork,
+                        actions: list[core.Action]) -> list[core.Action]:
+        """`actions` without its creates while the last create found no room among these
+        same workers (a pass is asked for when that wait ends)."""
+        stand = work.no_room
+        if stand is None:
+            return actions
+        if stand.workers != work.workers:  # a worker came or went: there may be room now
+            if stand.retry is not None:
+                stand.retry.cancel()
+            work.no_room = None
+            return actions
+        loop = asyncio.get_running_loop()
+        if loop.time() >= stand.until:
+            return actions
+        if stand.retry is None:
+            stand.retry = loop.call_at(stand.until, self.poke, app)
+        return [a for a in actions if not isinstance(a, core.Create)]
+
+    def _found_no_room(self, work: AppWork) -> None:
+        loop = asyncio.get_running_loop()
+        last = work.no_room
+        wait_s = NO_ROOM_FIRST_S if last is None else min(NO_ROOM_MAX_S, last.wait_s * 2)
+        if last is not None and last.retry is not None:
+            last.retry.cancel()
+        work.no_room = NoRoom(work.workers, loop.time() + wait_s, wait_s)
 
     async def _launch(self, config: AppConfig, views: list[dict[str, Any]],
                 actions: list[core.Action], work: AppWork) -> None:
@@ -237,13 +283,14 @@ class Reconciler:
     def _spawn(self, app: str, work: AppWork, coro: Any) -> None:
         async def run() -> None:
             try:
-                if not self.holds(work):
+                if not self.holds(work) or work.lease is None:
                     coro.close()
                     log.warning("reconcile %s: lease lost; its pending actions dropped", app)
                     work.busy.clear()
                     work.creating.clear()
                     return
-                await coro
+                with fenced_by(work.lease.token):  # the agents refuse it once it is stale
+                    await coro
             except Exception:
                 log.exception("reconcile action for app %s failed", app)
             finally:
@@ -326,11 +373,16 @@ class Reconciler:
             if not isinstance(placed, NewMachine):
                 reason = placed.reason if isinstance(placed, NoCapacity) else work.shortfall
                 work.shortfall = reason
+                if isinstance(action, core.Create):
+                    self._found_no_room(work)
                 self._done_creating(work, action)
                 await self._event(config, _verb(action), action.reason, _old(action),
                                   f"no capacity: {reason}")
                 continue
             placed_on.add(placed.worker)
+            if work.no_room is not None and work.no_room.retry is not None:
+                work.no_room.retry.cancel()
+            work.no_room = None  # there was room: the next that finds none waits from 1 s
             note = (f"; shares worker {placed.worker}: no other worker fits"
                     if placed.worker in action.avoid else "")
             starts.append(self._bring_up(config, views, placed, action, note, rnd))

@@ -193,6 +193,7 @@ class Placement:
             self.app_names.discard(name)
             await self.tokens.app_deleted(name)
             self.placer.forget(name)
+            self.waker.boots.forget(name)  # a new app of this name is not judged by its boots
             await self.registry.delete_app(name)
             views = await self.fleet.app_machines(name)
             destroyed = await asyncio.gather(

@@ -40,7 +40,7 @@ from placement.api import (
     WokenMachine,
 )
 from placement.core.offers import NoCapacity
-from placement.core.predict import BootHistory, StartKind, WakeForecast
+from placement.core.predict import BootHistory, StartKind, StartsInFlight, WakeForecast
 from placement.core.wake import (
     MachineState,
     Refuse,
@@ -98,22 +98,40 @@ IMAGE_REFUSALS = frozenset({"bad_reference", "forbidden_host", "not_found", "una
 Outcome = Ready | Failed
 
 
-@dataclass(frozen=True)
 class Slot:
-    """One machine's place in its wake's forecast; the prediction, once made, goes to
-    `sink`."""
+    """One machine of a wake: its place in the wake's forecast, whose prediction, once
+    made, goes to `sink`; and its start, counted in `in_flight` on its worker from when
+    that is decided until the start ends (`ended`). A machine placed again after a
+    declined start keeps its slot: counted on its new worker, its boot judged by the
+    contention there, but the prediction (made already) is not changed."""
 
-    forecast: WakeForecast
-    index: int
-    sink: PredictionSink | None
+    def __init__(self, forecast: WakeForecast, index: int, sink: PredictionSink | None,
+                 in_flight: StartsInFlight) -> None:
+        self.forecast, self.index, self.sink, self.in_flight = forecast, index, sink, in_flight
+        self.worker: str | None = None  # where its start is counted in flight
+        self.stretch = 1.0  # the contention its boot was predicted to have
 
     def decided(self, kind: StartKind, worker: str,
                 layers: Mapping[str, int] | None = None) -> None:
+        self.ended()  # (placed again: the declined start is over)
         now = asyncio.get_running_loop().time()
-        self._send(self.forecast.decided(self.index, kind, worker, now, layers))
+        machine = self.forecast.machine(kind, worker, now, layers, self.in_flight.on(worker))
+        if machine is not None:
+            self.stretch = machine.stretch
+            if kind != "starting":  # (counted by the start that began it)
+                self.in_flight.began(worker)
+                self.worker = worker
+        self._send(self.forecast.report(self.index, machine))
 
     def failed(self) -> None:
+        self.ended()
         self._send(self.forecast.failed(self.index))
+
+    def ended(self) -> None:
+        """Its start ended (ready, failed or declined): no longer in flight."""
+        if self.worker is not None:
+            self.in_flight.ended(self.worker)
+            self.worker = None
 
     def _send(self, predicted_ms: float | None) -> None:
         if predicted_ms is not None and self.sink is not None:
@@ -182,6 +200,7 @@ class Waker:
         self.fleet = fleet
         self.is_current = is_current
         self.boots = BootHistory()  # each app's boot spans, for predictions
+        self.in_flight = StartsInFlight()  # the starts of this placement's wakes, per worker
         self.agents = agents
         self.placer = placer
         self.margin_s = margin_ms / 1000
@@ -250,16 +269,17 @@ class Waker:
         forecast = WakeForecast(config.name, len(plan.reuse) + plan.new, everywhere,
                                 self.boots, self.placer.params.reference_bandwidth_bytes_per_s,
                                 received)
-        slots = [Slot(forecast, index, _prediction_sink.get())
+        slots = [Slot(forecast, index, _prediction_sink.get(), self.in_flight)
                  for index in range(len(plan.reuse) + plan.new)]
         for slot, machine in zip(slots, plan.reuse, strict=False):  # workers known now
             slot.decided(reuse_kind(machine.state), machine.worker)
         work: list[Coroutine[Any, Any, Outcome]] = [
-            self._restart(config.name, m, answer_by, new) for m in plan.reuse
+            self._restart(config.name, m, answer_by, new, slot)
+            for m, slot in zip(plan.reuse, slots, strict=False)
         ]
         work += [self._start_new(config.name, new, answer_by, slot)
                  for slot in slots[len(plan.reuse):]]
-        answer = await self._gather(work, answer_by, plan.shortfall, forecast)
+        answer = await self._gather(work, slots, answer_by, plan.shortfall, forecast)
         predicted_ms, ready_ms = forecast.measured()
         event(log, "wake_predicted", app=config.name, predicted_ms=predicted_ms,
               ready_ms=ready_ms, machines=len(answer.machines))
@@ -280,14 +300,18 @@ class Waker:
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None
 
     async def _gather(
-        self, work: list[Coroutine[Any, Any, Outcome]], answer_by: float, shortfall: str,
-        forecast: WakeForecast,
+        self, work: list[Coroutine[Any, Any, Outcome]], slots: list[Slot], answer_by: float,
+        shortfall: str, forecast: WakeForecast,
     ) -> WakeResponse:
+        """Run `work` (one start per slot of `slots`, in order) until all are done or
+        `answer_by`; a start that ends (even cancelled) is no longer in flight."""
         loop = asyncio.get_running_loop()
         tasks = [asyncio.create_task(w) for w in work]
-        for task in tasks:  # tracked from the start: close() cancels them, whatever happens
+        for task, slot in zip(tasks, slots, strict=True):
+            # tracked from the start: close() cancels them, whatever happens
             self.background.add(task)
             task.add_done_callback(self.background.discard)
+            task.add_done_callback(lambda _, slot=slot: slot.ended())
             task.add_done_callback(lambda t: forecast.ready(loop.time()) if is_ready(t) else None)
         timeout = max(0.0, answer_by - asyncio.get_running_loop().time())
         done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -326,7 +350,7 @@ class Waker:
                              code="no_capacity", status=WAKE_ERRORS["no_capacity"])
 
     async def _restart(self, app: str, machine: MachineState, answer_by: float,
-                       new: NewMachines) -> Outcome:
+                       new: NewMachines, slot: Slot) -> Outcome:
         """Start a stopped/suspended machine again (its image is already on the worker).
         A worker without room for it now declines: a new machine is placed elsewhere
         instead, if `max_machines` allows it while the declined one, left as it is (for
@@ -340,7 +364,8 @@ class Waker:
         finally:
             self.claims.unclaim(app, machine.id)
         if isinstance(outcome, Ready):
-            self.boots.observe(app, machine.state == "suspended", outcome.timings.boot_ms)
+            self.boots.observe(app, machine.state == "suspended", outcome.timings.boot_ms,
+                               slot.stretch)
         if not is_declined(outcome):
             return outcome
         refused = self._count_another(app, new, answer_by, outcome.message)
@@ -348,14 +373,14 @@ class Waker:
             return refused
         log.info("%s: worker %s has no room to start it now; placing another machine",
                  machine.id, machine.worker)
-        return await self._start_new(app, new, answer_by)
+        return await self._start_new(app, new, answer_by, slot)
 
     async def _start_new(self, app: str, new: NewMachines, answer_by: float,
-                         slot: Slot | None = None) -> Outcome:
+                         slot: Slot) -> Outcome:
         """Place a machine and start it (counted in `placing` by the caller until placed).
         A worker that declines the start (its room taken since its last heartbeat) has
         that machine destroyed, and one more is placed on another worker: once. `slot`:
-        where its forecast goes (None: a replacement, after the wake's prediction)."""
+        the machine's in its wake (a replacement keeps the slot of the one it replaces)."""
         began = time.perf_counter()
         outcome = await self._place_and_start(app, new, answer_by, began, slot)
         if not is_declined(outcome):
@@ -363,7 +388,7 @@ class Waker:
         refused = self._count_another(app, new, answer_by, outcome.message)
         if refused is not None:
             return refused
-        again = await self._place_and_start(app, new, answer_by, began)
+        again = await self._place_and_start(app, new, answer_by, began, slot)
         if is_declined(again):
             return Failed("no_capacity",
                           f"two workers declined to start a new machine: {again.message}")
@@ -386,22 +411,21 @@ class Waker:
         return None
 
     async def _place_and_start(
-        self, app: str, new: NewMachines, answer_by: float, began: float,
-        slot: Slot | None = None,
+        self, app: str, new: NewMachines, answer_by: float, began: float, slot: Slot,
     ) -> Outcome:
         """One machine placed, pulled and started; one whose start its worker declines is
-        destroyed (the outcome stays "declined"). Its forecast goes to `slot` once its
-        worker is known (or it failed before)."""
+        destroyed (the outcome stays "declined"). `slot` is told its worker once known
+        (or that it failed before), and its boot is learnt under the slot's contention."""
         placed: NewMachine | Failed = Failed("start_failed", "not placed")
         try:
             rnd = await new.round()
             if isinstance(rnd, Failed):
                 return rnd
             placed = await new.place(rnd)
-            if slot is not None and not isinstance(placed, Failed):
+            if not isinstance(placed, Failed):
                 slot.decided("new", placed.worker, rnd.image.layers)
         finally:
-            if slot is not None and isinstance(placed, Failed):
+            if isinstance(placed, Failed):
                 slot.failed()
             # From here on the machine exists on an agent (or never will): no longer
             # "placing" but claimed, until its start ends (the registry may not show it
@@ -417,6 +441,8 @@ class Waker:
             outcome = await self._start_placed(app, new, rnd, placed, answer_by, began)
         finally:
             self.claims.unclaim(app, placed.view["id"])
+        if isinstance(outcome, Ready):
+            self.boots.observe(app, False, outcome.timings.boot_ms, slot.stretch)
         return outcome
 
     async def _start_placed(self, app: str, new: NewMachines, rnd: Round, placed: NewMachine,
@@ -426,8 +452,6 @@ class Waker:
             await self._release(placed.url, placed.view["id"])
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
         outcome = await self._pull_and_start(placed, rnd.image.ref, answer_by, began)
-        if isinstance(outcome, Ready):
-            self.boots.observe(app, False, outcome.timings.boot_ms)
         if is_declined(outcome):
             log.info("%s: worker %s declined to start it; destroying it",
                      placed.view["id"], placed.worker)

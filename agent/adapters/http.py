@@ -122,9 +122,19 @@ class AgentRoutes:
     def _view(self, mid: str, status: int = 200) -> web.Response:
         return json_response(machine_view(self.agent, self.agent.machine(mid)), status)
 
+    def _fenced(self, request: web.Request, app: str) -> None:
+        """The call's fencing token (`?fence=`, signed with the URL) checked for `app`."""
+        self.agent.fence(app, fence_token(request))
+
+    def _machine_fenced(self, request: web.Request) -> str:
+        mid = request.match_info["id"]
+        self._fenced(request, self.agent.machine(mid).spec.app)
+        return mid
+
     async def offer(self, request: web.Request) -> web.Response:
         offer = msgspec.json.decode(await request.read(), type=OfferRequest)
         spec = spec_from_offer(offer)
+        self._fenced(request, spec.app)
         known = offer.key in self.agent.state.offers
         machine = self.agent.offer(offer.key, spec, offer.start, offer.spare)
         await self.agent.durable()  # answered once on disk: the offer holds after a crash
@@ -143,7 +153,7 @@ class AgentRoutes:
         return self._view(request.match_info["id"])
 
     async def destroy(self, request: web.Request) -> web.Response:
-        machine = self.agent.destroy(request.match_info["id"])
+        machine = self.agent.destroy(self._machine_fenced(request))
         await self.agent.durable()
         return json_response(machine_view(self.agent, machine), 202)
 
@@ -152,7 +162,7 @@ class AgentRoutes:
         that would start and then wait): 408 / 409 as for /wait. With `wait_s`, a machine
         already starting or started is waited for, not refused: the caller (placement,
         planning from the registry's view) wants it started, whoever started it."""
-        mid = request.match_info["id"]
+        mid = self._machine_fenced(request)
         wait_s = wait_timeout(request, "wait_s", default="0")
         current = self.agent.machine(mid)
         if wait_s > 0 and current.state in (MachineState.STARTING, MachineState.STARTED):
@@ -166,12 +176,12 @@ class AgentRoutes:
         return json_response(machine_view(self.agent, machine))
 
     async def stop(self, request: web.Request) -> web.Response:
-        machine = self.agent.stop(request.match_info["id"])
+        machine = self.agent.stop(self._machine_fenced(request))
         await self.agent.durable()
         return json_response(machine_view(self.agent, machine))
 
     async def suspend(self, request: web.Request) -> web.Response:
-        machine = await self.agent.suspend(request.match_info["id"])
+        machine = await self.agent.suspend(self._machine_fenced(request))
         return json_response(machine_view(self.agent, machine))
 
     async def wait(self, request: web.Request) -> web.Response:
@@ -224,6 +234,16 @@ class AgentRoutes:
         ready, reason = await self.publisher.readiness()
         return json_response({"ready": True} if ready else {"ready": False, "reason": reason},
                              200 if ready else 503)
+
+
+def fence_token(request: web.Request) -> int | None:
+    """`?fence=`: a reconcile lease's fencing token (decimal, < 2**63), or None."""
+    raw = request.query.get("fence")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) < 2**63):
+        raise BadRequest("fence must be a decimal token below 2**63")
+    return int(raw)
 
 
 def wait_timeout(request: web.Request, name: str, default: str) -> float:

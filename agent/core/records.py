@@ -83,4 +83,13 @@ class Gone(msgspec.Struct, frozen=True, tag="gone"):
     at: float
 
 
-Record = Boot | Created | Transition | ImageResolved | Launched | Gone
+class Fenced(msgspec.Struct, frozen=True, tag="fence"):
+    """The highest fencing token a placement acted on `app` under (its reconcile lease's):
+    a call under a lower one comes from a holder whose lease has passed to another."""
+
+    app: str
+    token: int
+    at: float
+
+
+Record = Boot | Created | Transition | ImageResolved | Launched | Gone | Fenced

@@ -20,6 +20,7 @@ from agent.core.machine import MachineEvent, MachineState, next_state
 from agent.core.records import (
     Boot,
     Created,
+    Fenced,
     Gone,
     ImageResolved,
     Launched,
@@ -65,6 +66,7 @@ class AgentState:
     epoch: int = 0
     machines: dict[str, Machine] = field(default_factory=dict)
     offers: dict[str, str] = field(default_factory=dict)  # offer key -> machine id
+    fences: dict[str, int] = field(default_factory=dict)  # app -> highest fencing token
 
     def apply(self, record: Record) -> None:
         """Fold one record in. A record about a machine that does not exist (any more)
@@ -75,6 +77,8 @@ class AgentState:
         match record:
             case Boot(epoch=epoch):
                 self.epoch = max(self.epoch, epoch)
+            case Fenced(app=app, token=token):
+                self.fences[app] = max(self.fences.get(app, 0), token)
             case Created():
                 self._create(record)
             case Transition():
@@ -136,7 +140,7 @@ def unknown_machine(state: AgentState, records: Iterable[Record]) -> str:
     for record in records:
         if isinstance(record, Created):
             created.add(record.id)
-        elif not isinstance(record, Boot) and record.id not in state.machines \
+        elif not isinstance(record, Boot | Fenced) and record.id not in state.machines \
                 and record.id not in created:
             return record.id
     return ""
@@ -171,10 +175,24 @@ def replay(records: Iterable[Record]) -> AgentState:
     return state
 
 
+def stale_fence(state: AgentState, app: str, token: int | None) -> str:
+    """Why a call on `app`'s machines under fencing `token` must be refused ("" if it may
+    go on): a higher token was seen, so the lease it was taken under has passed to another
+    placement (None: the call claims no lease, as a wake's, and is not fenced)."""
+    if token is None:
+        return ""
+    highest = state.fences.get(app, 0)
+    if token < highest:
+        return (f"fencing token {token} of app {app} is older than {highest}: the "
+                "reconcile lease it was taken under has passed to another placement")
+    return ""
+
+
 def snapshot(state: AgentState) -> list[Record]:
     """Records that replay to `state` (for compaction): per machine, its creation,
     its last transition, its image and its process."""
     records: list[Record] = [Boot(epoch=state.epoch, at=0.0)]
+    records += [Fenced(app, token, 0.0) for app, token in state.fences.items()]
     for machine in state.machines.values():
         records.append(Created(machine.id, machine.spec, machine.offer_key, machine.created_at))
         for change in machine.events:

@@ -5,11 +5,19 @@ body)`; a transport failure or timeout becomes `AgentUnreachable`, whose message
 names the call but not the worker's address (it may reach an app owner): the
 address and the cause go to the log. Long polls (an owner's wait on a machine)
 have connections of their own, so they never hold those offers and starts need.
+
+A call made while `fenced_by(token)` is in force (the reconciler's actions, under the
+app's reconcile lease) carries `?fence=TOKEN`, signed with the URL: the agent refuses
+it (409 `stale_fence`) once it has seen a newer token for the app, so a placement
+whose lease passed to another while it was paused cannot act on the app's machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -20,6 +28,19 @@ from placement.errors import PlacementError
 from thaw.auth.aiohttp_glue import Signer
 
 log = logging.getLogger("thaw.placement")
+# The fencing token of the lease the calls made in this context act under (None: none).
+_fence: ContextVar[int | None] = ContextVar("fence", default=None)
+
+
+@contextlib.contextmanager
+def fenced_by(token: int) -> Iterator[None]:
+    """Calls that change machines, made in this context (and tasks made in it), carry
+    `token` for the agent to check."""
+    previous = _fence.set(token)
+    try:
+        yield
+    finally:
+        _fence.reset(previous)
 
 
 class AgentUnreachable(PlacementError):
@@ -65,6 +86,9 @@ class AgentClient:
     ) -> tuple[int, dict[str, str], bytes]:
         """The answer as it came: status, headers and body (a log is not JSON)."""
         data = msgspec.json.encode(body) if body is not None else b""
+        fence = _fence.get()
+        if fence is not None and method != "GET":
+            params = {**(params or {}), "fence": str(fence)}
         target = yarl.URL(url + path)
         if params:
             target = target.with_query(params)

@@ -8,15 +8,13 @@ clocks differ agree on expiry. Redis errors become `Unavailable` (503) here.
 from __future__ import annotations
 
 import msgspec
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from placement.errors import Unavailable
 from placement.leases import Taken
 from placement.wakeclaims import Claims
 from thaw.registry import keys
+from thaw.registry.redis import connect
 
 # KEYS: lease, token clock. ARGV: holder, ttl ms. -> {1, token} or {0, remaining ms}
 _ACQUIRE = """
@@ -119,9 +117,7 @@ class RedisCoordination:
     """Both the lease store and the claim book of placement, on one connection pool."""
 
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
-        retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
-        self._r = aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout_s,
-                                          socket_connect_timeout=timeout_s, retry=retry)
+        self._r = connect(url, timeout_s=timeout_s)
         self._acquire = self._r.register_script(_ACQUIRE)
         self._renew = self._r.register_script(_RENEW)
         self._release = self._r.register_script(_RELEASE)

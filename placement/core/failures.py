@@ -50,6 +50,12 @@ class WorkerFailures:
             return None
         return mark
 
+    def standing(self) -> dict[str, int]:
+        """Every worker with a mark that has not run out: worker -> the epoch it is for
+        (a worker back under a newer epoch is not failed: see `failed`)."""
+        now = self.clock()
+        return {worker: mark.epoch for worker, mark in self.marks.items() if now < mark.until}
+
     def report(self, worker: str, reporter: str, machine: str) -> bool:
         """Record a report; whether the reports within the window are independent
         evidence against the host: two reporters, about two machines (one machine that

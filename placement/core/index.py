@@ -280,13 +280,22 @@ class ReservationLedger:
         self._order: deque[Reservation] = deque()
 
     def __len__(self) -> int:
-        return len(self._order)
+        return sum(len(entries) for entries in self._by_worker.values())
 
-    def reserve(self, worker: str, cpus: float, memory_mb: int, at: float) -> None:
+    def reserve(self, worker: str, cpus: float, memory_mb: int, at: float) -> Reservation:
         entry = Reservation(worker, cpus, memory_mb, at)
         self._by_worker.setdefault(worker, []).append(entry)
         self._order.append(entry)
         self.expire(at)
+        return entry
+
+    def cancel(self, entry: Reservation) -> None:
+        """The offer it was made for was declined (or never answered): it holds nothing."""
+        entries = self._by_worker.get(entry.worker)
+        if entries is not None and entry in entries:
+            entries.remove(entry)
+            if not entries:
+                del self._by_worker[entry.worker]
 
     def expire(self, now: float) -> None:
         while self._order and self._order[0].at + self.hold_s <= now:

@@ -2,7 +2,8 @@
 
 Decides, from a market `Decision` and the answers already received, whether to
 offer to the next-best worker, to stop because one accepted, or to give up with
-"no capacity" (immediate or cancel). Invariants: at most `max_offers` offers per
+"no capacity" (immediate or cancel; at once when a worker said the offer's reconcile
+lease has passed to another placement). Invariants: at most `max_offers` offers per
 placement; a worker is offered at most once per placement; the idempotency key
 of an offer depends only on the placement and the worker, so a retry of the same
 offer carries the same key and cannot create a second machine. It must not know
@@ -23,6 +24,7 @@ class Reply(StrEnum):
     NO_CAPACITY = "no_capacity"  # the agent declined: full
     DRAINING = "draining"  # the agent declined: draining
     UNREACHABLE = "unreachable"  # transport failure or an unexpected status
+    STALE_FENCE = "stale_fence"  # the agent saw a newer reconcile lease of the app
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ def next_offer(
     for answer in answers:
         if answer.reply is Reply.ACCEPTED:
             return Placed(answer.worker, answer.machine_id)
+    if any(a.reply is Reply.STALE_FENCE for a in answers):  # the lease went elsewhere
+        return NoCapacity(no_capacity_reason(decision, answers))
     if len(answers) >= max_offers:
         return NoCapacity(no_capacity_reason(decision, answers))
     tried = {answer.worker for answer in answers}

@@ -2,26 +2,36 @@
 
 One machine's start is its pull plus its boot. The pull is the bytes of its image
 that its worker lacks (`missing_layer_bytes`, as the market scores them) over that
-worker's measured pull rate (the EWMA its heartbeat carries), or `default_bytes_per_s`
+worker's measured pull rate (the EWMA of whole pulls its heartbeat carries: bytes
+downloaded over the pull's time from resolve to unpacked), or `default_bytes_per_s`
 when it has measured none; a stopped or suspended machine reused has its image
-already: no pull. The boot is the app's history (an EWMA of the boot spans its
-machines' events showed: cold boots and resumes kept apart), or a default before any.
-Starts already in flight on the same worker share its CPU and disk: each stretches
-the boot by `CONTENTION_PER_START` of itself (a linear model: two starts at once take
-about 1.5 times as long each). A machine already `starting` (an earlier wake's, still
-booting) is predicted ready at once: how far along it is, is unknown.
+already: no pull. The boot is the app's history (an EWMA of its machines' boot spans,
+each divided by the contention it was predicted to have, so the history holds
+uncontended boots: cold boots and resumes kept apart), or a default before any.
+
+Starts in flight on the same worker share its cores: a boot is stretched by
+`contention_stretch` of the starts in flight when its worker is decided (the larger of
+the worker's last heartbeat and this placement's own count): not at all while every
+start can have a core, then as if the cores were shared evenly. A start is not
+stretched by those decided after it (unknown then), so the first of a wake's machines
+on one worker is predicted as if its siblings were not there. A machine already
+`starting` (an earlier wake's, still booting) is predicted ready at once: how far along
+it is, is unknown.
 
 A wake's prediction is its earliest machine's: nothing the wake starts can take a
 request sooner. It counts from the wake's receipt, including the time it took to
-decide. Unknowns lean low (fast defaults, an in-flight start at 0), because a
-prediction too high refuses requests that would have been served, while one too low
-only holds them as before.
+decide. Unknowns lean low (fast defaults, an in-flight start at 0, boots that do not
+contend until the cores run out), because a prediction too high refuses requests that
+would have been served, while one too low only holds them as before. So a first wake
+of an app is predicted by `DEFAULT_BOOT_MS` whatever the app does: its real boot is
+learnt from it, for the next wakes.
 
 It must not know about HTTP, agents or clocks: times are arguments, in ms.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -35,7 +45,6 @@ StartKind = Literal["new", "boot", "resume", "starting"]
 
 DEFAULT_BOOT_MS = 300.0  # a process that listens at once; the first boot of an app corrects it
 DEFAULT_RESUME_MS = 20.0  # SIGCONT and a health check
-CONTENTION_PER_START = 0.5
 HISTORY_WEIGHT = 0.3  # of the newest boot span in an app's EWMA
 
 
@@ -44,21 +53,35 @@ def ewma(previous: float | None, sample: float, weight: float) -> float:
     return sample if previous is None else previous + weight * (sample - previous)
 
 
+def contention_stretch(others: int, cpus: float) -> float:
+    """How many times its uncontended boot a start takes with `others` (>= 0) starts in
+    flight on its worker of `cpus` CPUs: 1 while every start can have a core, then
+    (1 + others) / cpus, the cores shared evenly. Between the two boots that sleep or
+    wait on IO (no contention at all) and boots that burn CPU (a fair share of the
+    cores), it assumes the first until the cores run out and the second after: low
+    where unsure. A worker of less than one CPU counts as one: a start alone is its
+    history, which was measured alone."""
+    return max(1.0, (1 + others) / max(1.0, cpus))
+
+
 class BootHistory:
-    """Each app's boot spans (ms) as an EWMA, cold boots and resumes apart."""
+    """Each app's uncontended boot spans (ms) as an EWMA, cold boots and resumes apart."""
 
     def __init__(self, weight: float = HISTORY_WEIGHT) -> None:
         self.weight = weight
         self._ms: dict[tuple[str, bool], float] = {}
 
-    def observe(self, app: str, resumed: bool, boot_ms: float) -> None:
-        """A machine of `app` booted (or resumed) in `boot_ms`; 0 or less says nothing."""
+    def observe(self, app: str, resumed: bool, boot_ms: float, stretch: float = 1.0) -> None:
+        """A machine of `app` booted (or resumed) in `boot_ms`, under the contention
+        `stretch` (>= 1, as `contention_stretch` predicted it for that start): the boot
+        alone, `boot_ms / stretch`, is kept, so that a prediction stretches it once.
+        A span of 0 or less says nothing."""
         if boot_ms > 0:
             key = (app, resumed)
-            self._ms[key] = ewma(self._ms.get(key), boot_ms, self.weight)
+            self._ms[key] = ewma(self._ms.get(key), boot_ms / max(1.0, stretch), self.weight)
 
     def estimate(self, app: str, resumed: bool) -> float:
-        """The app's expected boot (resume) in ms, or the default before any was seen."""
+        """The app's expected boot (resume) in ms alone, or the default before any was seen."""
         seen = self._ms.get((app, resumed))
         if seen is not None:
             return seen
@@ -68,56 +91,75 @@ class BootHistory:
         return (app, resumed) in self._ms
 
     def forget(self, app: str) -> None:
+        """The app is gone: an app made later under its name starts from the defaults."""
         self._ms.pop((app, False), None)
         self._ms.pop((app, True), None)
+
+
+class StartsInFlight:
+    """The starts this placement has in flight, per worker: counted from when a machine's
+    worker is decided until its start ends. Wakes that arrive together see each other
+    here before any heartbeat shows them."""
+
+    def __init__(self) -> None:
+        self._on: Counter[str] = Counter()
+
+    def on(self, worker: str) -> int:
+        return self._on[worker]
+
+    def began(self, worker: str) -> None:
+        self._on[worker] += 1
+
+    def ended(self, worker: str) -> None:
+        """One start on `worker` ended (one that never began is ignored)."""
+        if self._on[worker] <= 1:
+            del self._on[worker]
+        else:
+            self._on[worker] -= 1
 
 
 @dataclass(frozen=True)
 class MachineForecast:
     """One machine's predicted start. `decided_ms`: when its worker was known (from the
-    wake's receipt); `boot_ms` alone, before the contention of other starts is counted;
-    `worker_starting`: starts in flight on its worker by its last heartbeat."""
+    wake's receipt); `boot_ms`: its boot alone; `stretch`: the contention of the starts
+    in flight on its worker then (`contention_stretch`, 1 for none)."""
 
     worker: str
     kind: StartKind
     decided_ms: float
     pull_ms: float
     boot_ms: float
-    worker_starting: int = 0
+    stretch: float = 1.0
 
 
 def forecast_machine(
     kind: StartKind, worker: WorkerStatus, image_layers: Mapping[str, int], boot_ms: float,
-    decided_ms: float, default_bytes_per_s: float,
+    decided_ms: float, default_bytes_per_s: float, starting_here: int = 0,
 ) -> MachineForecast:
-    """`boot_ms`: the app's expected boot (or resume) as history says; `image_layers`:
-    digest -> bytes of the app's image (empty: unknown, no pull predicted)."""
+    """`boot_ms`: the app's expected boot (or resume) alone, as history says;
+    `image_layers`: digest -> bytes of the app's image (empty: unknown, no pull
+    predicted); `starting_here`: starts this placement has in flight on the worker (the
+    heartbeat's `machines_starting` may count them already, or not yet: the larger of
+    the two is taken)."""
     pull_ms = 0.0
     if kind == "new" and image_layers:
         rate = worker.pull_bytes_per_s if worker.pull_bytes_per_s > 0 else default_bytes_per_s
         pull_ms = missing_layer_bytes(worker, image_layers) / rate * 1000.0 if rate > 0 else 0.0
     if kind == "starting":
-        boot_ms = 0.0
+        return MachineForecast(worker.id, kind, decided_ms, pull_ms, 0.0)
+    others = max(worker.machines_starting, starting_here)
     return MachineForecast(worker.id, kind, decided_ms, pull_ms, boot_ms,
-                           worker.machines_starting)
+                           contention_stretch(others, worker.cpus))
 
 
-def start_ms(machine: MachineForecast, same_wake_on_worker: int) -> float:
-    """When `machine` is predicted ready (ms from the wake's receipt); `same_wake_on_worker`:
-    other machines of the same wake starting on its worker."""
-    others = machine.worker_starting + same_wake_on_worker
-    return (machine.decided_ms + machine.pull_ms
-            + machine.boot_ms * (1.0 + CONTENTION_PER_START * others))
+def start_ms(machine: MachineForecast) -> float:
+    """When `machine` is predicted ready (ms from the wake's receipt)."""
+    return machine.decided_ms + machine.pull_ms + machine.boot_ms * machine.stretch
 
 
 def wake_ms(machines: list[MachineForecast]) -> float | None:
     """The wake's prediction: its earliest machine (None: no machine was decided)."""
-    if not machines:
-        return None
-    per_worker: dict[str, int] = {}
-    for m in machines:
-        per_worker[m.worker] = per_worker.get(m.worker, 0) + 1
-    return min(start_ms(m, per_worker[m.worker] - 1) for m in machines)
+    return min((start_ms(m) for m in machines), default=None)
 
 
 class WakeForecast:
@@ -137,23 +179,34 @@ class WakeForecast:
         self.first_ready: float | None = None
         self._reported: set[int] = set()
 
+    def machine(self, kind: StartKind, worker: str, now: float,
+                layers: Mapping[str, int] | None = None,
+                starting_here: int = 0) -> MachineForecast | None:
+        """A machine of the wake going to `worker` as `kind`, decided at `now`, with
+        `starting_here` starts of this placement in flight there already (None: the
+        worker is gone since the plan, nothing to say of it)."""
+        status = self.workers.get(worker)
+        if status is None:
+            return None
+        boot_ms = self.boots.estimate(self.app, resumed=kind == "resume")
+        return forecast_machine(kind, status, layers or {}, boot_ms,
+                                (now - self.received) * 1000.0, self.default_bytes_per_s,
+                                starting_here)
+
     def decided(self, slot: int, kind: StartKind, worker: str, now: float,
-                layers: Mapping[str, int] | None = None) -> float | None:
+                layers: Mapping[str, int] | None = None,
+                starting_here: int = 0) -> float | None:
         """Machine `slot` (0 <= slot < expected) goes to `worker`, as `kind`; the wake's
         prediction (ms from its receipt) when this completes it, else None."""
-        status = self.workers.get(worker)
-        if status is None:  # (gone since the plan: nothing to say of it)
-            return self.failed(slot)
-        boot_ms = self.boots.estimate(self.app, resumed=kind == "resume")
-        machine = forecast_machine(kind, status, layers or {}, boot_ms,
-                                   (now - self.received) * 1000.0, self.default_bytes_per_s)
-        return self._report(slot, machine)
+        return self.report(slot, self.machine(kind, worker, now, layers, starting_here))
 
     def failed(self, slot: int) -> float | None:
         """Machine `slot` ended before its worker was decided."""
-        return self._report(slot, None)
+        return self.report(slot, None)
 
-    def _report(self, slot: int, machine: MachineForecast | None) -> float | None:
+    def report(self, slot: int, machine: MachineForecast | None) -> float | None:
+        """Machine `slot`'s forecast (None: it failed before its worker was decided); the
+        wake's prediction when this completes it, else None."""
         if slot in self._reported or not 0 <= slot < self.expected:
             return None
         self._reported.add(slot)

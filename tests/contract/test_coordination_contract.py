@@ -99,6 +99,15 @@ async def test_demand_is_kept_per_edge_summed_and_expires(backend: Backend) -> N
     assert await book.report("app", "e3", 0, 5) == 0
 
 
+async def test_a_herd_of_concurrent_calls_waits_for_connections_rather_than_failing(
+    backend: Backend,
+) -> None:
+    """300 wakes at once: more calls in flight than the client has connections."""
+    totals = await asyncio.gather(*(backend.book.report(f"app{i}", "e1", 1, 5)
+                                    for i in range(300)))
+    assert totals == [1] * 300
+
+
 async def test_two_placements_plan_one_after_the_other(backend: Backend) -> None:
     """Two wakes of one app planned at once on two placements: the second sees the first's
     claims, so together they place what both asked for."""

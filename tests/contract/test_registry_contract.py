@@ -68,6 +68,13 @@ async def test_a_published_worker_is_listed_by_its_region(backend) -> None:
     assert {w.id for w in await registry.workers()} == {"w1", "w2"}
 
 
+async def test_more_calls_at_once_than_connections_all_get_answers(backend) -> None:
+    registry = backend.registry
+    await registry.publish_worker(worker("w1"), ttl_s=30)
+    found = await asyncio.gather(*(registry.workers() for _ in range(300)))
+    assert all([w.id for w in workers] == ["w1"] for workers in found)
+
+
 async def test_a_worker_vanishes_when_its_heartbeat_ttl_lapses(backend) -> None:
     registry = backend.registry
     await registry.publish_worker(worker("w1"), ttl_s=1.0)

@@ -3,6 +3,7 @@ workers without a deploy, spares replaced, releases rolled out, failed and rolle
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,49 @@ async def test_a_release_that_never_becomes_healthy_fails_and_the_app_keeps_the_
         assert (await p.get_text(before["address"])).startswith("hello from ")
         _, events = await p.call("GET", "/v1/apps/hello/events")
         assert any(e["action"] == "release" and "failed" in e["reason"] for e in events)
+
+
+async def test_the_reconcilers_calls_carry_its_lease_token_and_a_stale_one_is_refused(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """A placement paused past its reconcile lease (its keeper still trusts it) acts
+    after another took the lease: the agents that saw the newer token refuse it."""
+    async with Platform(tmp_path, agents=1) as p:
+        await p.create_app(**app(images, min_machines_running=1))
+        await eventually(lambda: _started(p, 1))
+        agent = p.agents[0].agent
+        assert agent is not None
+        assert p.placement.placement is not None
+        reconciler = p.placement.placement.reconciler
+        held = reconciler.work["hello"].lease
+        assert held is not None and agent.state.fences == {"hello": held.token}
+        agent.fence("hello", held.token + 1)  # what a call of the next holder leaves there
+        status, body = await p.call("PATCH", "/v1/apps/hello", {"min_machines_running": 2})
+        assert status == 200, body
+
+        async def refused() -> bool:
+            _, events = await p.call("GET", "/v1/apps/hello/events")
+            return any(e["action"] == "create" and "stale_fence" in e["outcome"]
+                       for e in events)
+
+        await eventually(refused)
+        assert len(await machines(p)) == 1  # nothing was made under the stale lease
+
+
+async def _started(p: Platform, n: int) -> bool:
+    return len(await machines(p, "started")) == n
+
+
+async def test_a_create_that_finds_no_room_waits_before_trying_again(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """Level-triggered passes must not retry a create with no room at once, forever: one
+    more try after 1 s, then 2 s, ... (or when the workers change)."""
+    async with Platform(tmp_path, agents=1, cpus=2) as p:
+        await p.create_app(**app(images, min_machines_running=2,
+                                 guest={"cpus": 1.5, "memory_mb": 64}))
+        await eventually(lambda: _started(p, 1))
+        await asyncio.sleep(3.5)
+        _, events = await p.call("GET", "/v1/apps/hello/events")
+        no_room = [e for e in events if e["action"] == "create" and "no capacity" in e["outcome"]]
+        assert 1 <= len(no_room) <= 4, [e["outcome"] for e in events]

@@ -18,14 +18,16 @@ from tests.support.ports import free_port, wait_for_port
 class Services:
     def __init__(self, tmp: Path, redis_url: str, agents: int = 2, *, placements: int = 1,
                  edges: int = 1, store: str = "", agent_cpus: float = 2,
-                 agent_memory_mb: int = 1024) -> None:
+                 agent_memory_mb: int = 1024, heartbeat_s: float = 0.5) -> None:
         """`placements` share `store` (a postgresql:// URL; "" is each one's own SQLite);
-        edge i asks placement i % placements. The first of each is `placement`/`edge`."""
+        edge i asks placement i % placements. The first of each is `placement`/`edge`.
+        `heartbeat_s`: the agents' (short in tests, so that a dead one is seen soon)."""
         self.tmp = tmp
         self.redis_url = redis_url
         self.agents = agents
         self.store = store
         self.agent_size = (str(agent_cpus), str(agent_memory_mb))
+        self.heartbeat_s = heartbeat_s
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
         self.api_ports = [free_port() for _ in range(placements)]
@@ -58,7 +60,8 @@ class Services:
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
                        "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", self.agent_size[0],
-                       "--memory-mb", self.agent_size[1], "--heartbeat-s", "0.5",
+                       "--memory-mb", self.agent_size[1], "--heartbeat-s",
+                       str(self.heartbeat_s),
                        "--stop-machines-on-exit", *layouts, port=port)
         for i, (port, admin) in enumerate(zip(self.edge_ports, self.admin_ports, strict=True)):
             self.spawn("edge" if i == 0 else f"edge-{i}", "edge", "--port", str(port),

@@ -18,6 +18,7 @@ from agent.core.offers import (
 from agent.core.records import (
     Boot,
     Created,
+    Fenced,
     Gone,
     Guest,
     Launched,
@@ -26,7 +27,7 @@ from agent.core.records import (
     Transition,
 )
 from agent.core.restart import GiveUp, Restart, RestartPolicy, after_crash
-from agent.core.state import AgentState, replay, snapshot
+from agent.core.state import AgentState, replay, snapshot, stale_fence
 
 SPEC = MachineSpec(app="hello", image="img", guest=Guest(cpus=1, memory_mb=256))
 
@@ -222,3 +223,19 @@ def test_an_offer_to_start_is_written_as_its_creation_and_its_start_together() -
     assert state.offers == {"k1": "m1"}
     spare = replay(accepted_records("m2", SPEC, "k2", 1.0, start=False))
     assert spare.machines["m2"].state is MachineState.CREATED
+
+
+def test_the_highest_fencing_token_per_app_is_kept_and_survives_a_snapshot() -> None:
+    state = replay([Boot(epoch=1, at=0.0), Fenced("a", 200, 1.0), Fenced("a", 100, 2.0),
+                    Fenced("b", 7, 3.0)])
+    assert state.fences == {"a": 200, "b": 7}  # an older token written late lowers nothing
+    assert replay(snapshot(state)).fences == {"a": 200, "b": 7}
+
+
+def test_a_call_under_an_older_token_is_refused_and_one_without_is_not_fenced() -> None:
+    state = replay([Fenced("a", 200, 1.0)])
+    assert "older than 200" in stale_fence(state, "a", 199)
+    assert stale_fence(state, "a", 200) == ""  # the holder's own, again
+    assert stale_fence(state, "a", 201) == ""  # a newer holder
+    assert stale_fence(state, "a", None) == ""  # a wake: no lease claimed
+    assert stale_fence(state, "other", 1) == ""

@@ -234,6 +234,18 @@ def test_a_herd_of_wakes_spreads_over_workers_through_the_ledger() -> None:
     assert sorted(chosen) == sorted(["w0", "w1", "w2", "w3"] * 3)
 
 
+def test_a_cancelled_reservation_holds_nothing() -> None:
+    ledger = ReservationLedger(hold_s=3.0)
+    kept = ledger.reserve("w1", 1.0, 256, at=NOW + 0.1)
+    declined = ledger.reserve("w1", 2.0, 512, at=NOW + 0.2)
+    ledger.cancel(declined)
+    ledger.cancel(declined)  # twice: nothing more
+    view = ledger.view(worker("w1"), NOW + 0.3)
+    assert (view.reserved_cpus, view.reserved_memory_mb, view.machines_starting) == (1.0, 256, 1)
+    ledger.cancel(kept)
+    assert ledger.view(worker("w1"), NOW + 0.3) == worker("w1") and len(ledger) == 0
+
+
 def test_a_reserved_worker_is_filtered_once_its_ledger_fills_it() -> None:
     ledger = ReservationLedger(hold_s=3.0)
     for _ in range(4):

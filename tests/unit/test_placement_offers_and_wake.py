@@ -66,6 +66,12 @@ def test_three_declines_end_in_no_capacity_even_with_more_workers_left() -> None
     assert "w1: no_capacity" in result.reason and "w2: draining" in result.reason
 
 
+def test_a_stale_fence_ends_the_placement_at_once() -> None:
+    step = next_offer(decision("w1", "w2", "w3"),
+                      [Answer("w1", Reply.STALE_FENCE, message="409 older token")], "p1")
+    assert isinstance(step, NoCapacity) and "w1: stale_fence" in step.reason
+
+
 def test_an_empty_ranking_is_no_capacity_without_any_offer() -> None:
     offered, result = drive(decision(), [])
     assert offered == [] and isinstance(result, NoCapacity)

@@ -52,3 +52,14 @@ def test_failing_a_worker_forgets_its_reports_and_the_tables_are_bounded() -> No
         failures.report(f"w{i}", "edge-a", "m1")
         failures.fail(f"v{i}", 1, "x")
     assert len(failures.reports) <= MAX_TRACKED and len(failures.marks) <= MAX_TRACKED
+
+
+def test_standing_marks_name_each_failed_worker_with_its_epoch_until_they_lapse() -> None:
+    clock = Clock()
+    failures = WorkerFailures(clock, failed_for_s=30)
+    failures.fail("w1", 3, "agent unreachable")
+    clock.now += 10
+    failures.fail("w2", 1, "agent unreachable")
+    assert failures.standing() == {"w1": 3, "w2": 1}
+    clock.now += 25
+    assert failures.standing() == {"w2": 1}

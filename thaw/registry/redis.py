@@ -108,22 +108,35 @@ def _decoded(raw: str, kind: type[T], known: dict[str, T], seen: dict[str, T]) -
     return value
 
 
+# Connections one client opens at most; callers beyond wait (up to POOL_WAIT_S) for one
+# to come back rather than fail: redis-py's default pool refuses the 101st concurrent
+# call ("Too many connections"), which a herd of wakes reaches.
+POOL_CONNECTIONS = 64
+POOL_WAIT_S = 2.0
+
+
+def connect(url: str, *, timeout_s: float, socket_timeout_s: float | None = None
+            ) -> aioredis.Redis:
+    """A client on a bounded pool that makes callers wait for a free connection; each call
+    retried twice on a connection error (Lua scripts here are safe to run again)."""
+    retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, decode_responses=True,
+        socket_timeout=socket_timeout_s or timeout_s, socket_connect_timeout=timeout_s,
+        retry=retry)
+    return aioredis.Redis.from_pool(pool)
+
+
 class RegistryUnavailable(Exception):
     """Redis could not be reached in time (translated from redis-py's errors)."""
 
 
 class RedisRegistry:
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
-        retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
-        self._r = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=retry,
-        )
+        self._r = connect(url, timeout_s=timeout_s)
         # XREAD BLOCK needs a socket timeout longer than the block.
-        self._feed = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=FEED_BLOCK_MS / 1000 + timeout_s,
-            socket_connect_timeout=timeout_s, retry=retry,
-        )
+        self._feed = connect(url, timeout_s=timeout_s,
+                             socket_timeout_s=FEED_BLOCK_MS / 1000 + timeout_s)
         self._publish_worker = self._r.register_script(_PUBLISH_WORKER)
         self._set_layers = self._r.register_script(_SET_LAYERS)
         self._put_guarded = self._r.register_script(_PUT_GUARDED)

@@ -33,7 +33,8 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     disk_full: bool = False  # its op log could not be written: it takes no changes now
     machines_running: int = 0  # starting or started (what the reservations are for)
     machines: int = 0  # that exist, in any state
-    # Its layer downloads' measured rate, bytes/s (an EWMA; 0: none measured yet). Older
+    # Its whole pulls' measured rate, bytes downloaded over resolve-to-unpacked seconds
+    # (an EWMA over pulls that downloaded enough to say; 0: none measured yet). Older
     # agents do not send it: placement then assumes its documented default.
     pull_bytes_per_s: float = 0.0
 
