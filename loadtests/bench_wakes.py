@@ -7,9 +7,9 @@ separate process on one Redis (and one PostgreSQL when there are several placeme
 1. Two edges, two placements: `--rounds` bursts of `--burst` cold requests, each on a new
    app (soft_limit 25, max 20, a 1 s boot), split across the two edges in a different
    ratio each round (1:1, 3:1, 1:3, ...): machines started against ceil(burst / 25).
-2. A herd: `--herd` apps (one machine each) woken at once through one edge, on three
-   workers: machines per worker, and each request's hold time minus its machine's boot
-   (both from Server-Timing), p50/p99.
+2. A herd: `--herd` apps (one machine each, a tiny C server) woken at once through one
+   edge, on three workers: machines per worker, and each request's hold time minus its
+   machine's boot (both from Server-Timing), p50/p99.
 Loopback only; bounded (every wait has a deadline); every process started is stopped.
 """
 
@@ -165,8 +165,9 @@ def main() -> None:
             finally:
                 services.stop()
         with start_redis_server() as redis:
-            # The agents' default heartbeat (1 s): 200 machine processes booting on this
-            # machine's 2 cores starve the agents' loops past the tests' 0.5 s x 3 TTL.
+            # The agents' default heartbeat (1 s), not the tests' 0.5 s: a burst of ~70
+            # launches per agent on this machine's 2 cores delays an agent's loop past a
+            # 1.5 s TTL, and its worker is then taken for dead (its machines fenced).
             services = Services(work / "herd", redis.url, agents=3, agent_cpus=8,
                                 agent_memory_mb=8192, heartbeat_s=1.0)
             try:
@@ -189,8 +190,19 @@ def main() -> None:
         f"Two placements and two edges on one Redis and one PostgreSQL, three agents; each "
         f"round a new app (soft_limit {SOFT_LIMIT}, max 20, 1 s boot) gets a burst of "
         f"{args.burst} cold requests split across the edges:", "", *bursts, "",
-        "A herd of cold apps (one machine each, the echo app) woken at once through one edge, "
-        "one placement, three workers:", "", *herded,
+        "A herd of cold apps (one machine each: loadtests/apps/tinyhttp.c, a C server whose "
+        "boot costs ~1 ms of CPU, so that 200 boots do not starve this 2-core machine) woken "
+        "at once through one edge, one placement, three workers (8 cpus each); machines per "
+        "worker as listed at the end:", "", *herded, "",
+        "Machines started equal machines needed only because each wake says its edge's "
+        "demand and placement sums it (docs/scaling-out.md); before that, in this test's "
+        "e2e twin, 5 to 7 of 8. The herd's spread comes from the ledger counting offers "
+        "when sent and `starting` being a gate per core (docs/placement.md): before "
+        "those, the same herd went 100 / 28 / 22 (and, before the Redis clients waited "
+        "for a free connection, half its wakes failed with \"Too many connections\"). "
+        "Hold minus boot is the platform's own time for 200 wakes at once on 2 cores "
+        "shared by the edge, placement, three agents, Redis and the load generator; the "
+        "issue's own herd measurement was ~2 s held for 0.1 to 0.4 s boots with 100 apps.",
     ])
     print(body)
     if not args.no_write:

@@ -6,6 +6,8 @@ loop), so it owns no global state.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -28,6 +30,7 @@ from placement.store import SqlStore, open_store
 from placement.tokens import Tokens
 from placement.wakeclaims import WakeClaims
 from placement.waker import Waker
+from thaw.appconfig import AppConfig
 from thaw.auth.aiohttp_glue import Signer
 from thaw.auth.signing import Verifier
 from thaw.registry import Registry
@@ -54,6 +57,7 @@ class PlacementRuntime:
         self._agents: AgentClient | None = None
         self._waker: Waker | None = None
         self._placer: Placer | None = None
+        self._prewarm: asyncio.Task[None] | None = None
         self._index: FleetIndex | None = None
 
     async def start(self) -> str:
@@ -86,10 +90,9 @@ class PlacementRuntime:
                                    registry_grace_s=2 * market.heartbeat_freshness_s,
                                    leases=self.coordination)
         placement = self.placement
-        began = time.perf_counter()
-        warmed = await placer.prewarm(await placement.apps())
-        log.info("image tops of %d stored images computed in %.2fs", warmed,
-                 time.perf_counter() - began)
+        # The stored apps' image tops, computed beside serving (one image per loop turn):
+        # at 100,000 workers they take a minute, and a decision meanwhile computes its own.
+        self._prewarm = asyncio.create_task(self._prewarmed(placer, await placement.apps()))
         metrics.watch(lambda: placement.app_names, placement.reconciler)
         published = await self.placement.republisher.check()
         self.placement.republisher.start()
@@ -107,7 +110,22 @@ class PlacementRuntime:
                         "(set THAW_ADMIN_TOKEN or --admin-token-file)")
         return self.url
 
+    @staticmethod
+    async def _prewarmed(placer: Placer, configs: list[AppConfig]) -> None:
+        began = time.perf_counter()
+        try:
+            warmed = await placer.prewarm(configs)
+        except Exception as exc:  # (the registry away): decisions compute their own
+            log.warning("image tops not computed ahead: %s", exc)
+            return
+        log.info("image tops of %d stored images computed in %.2fs", warmed,
+                 time.perf_counter() - began)
+
     async def stop(self) -> None:
+        if self._prewarm is not None:
+            self._prewarm.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prewarm
         if self.placement is not None:
             await self.placement.republisher.close()
             await self.placement.reconciler.close()

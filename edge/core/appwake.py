@@ -341,12 +341,19 @@ class AppWakes(Generic[T]):
         if state is None or state.wake is not wake:
             return []  # answered (or superseded) already: the prediction is moot
         wake.predicted_at = wake.sent_at + max(0.0, predicted_ms) / 1000.0
+        effects: list[Effect[T]] = []
+        # Past their deadline already (their timer is due): timed out, not shed.
+        expired = self.holds.expire(now, wake.app)
+        if expired:
+            waits = [e.waited_s for e in expired]
+            effects.append(Fail(wake.app, [e.item for e in expired], waits, "hold_timeout",
+                                f"no machine could take the request within {max(waits):.3f}s"))
         late = self.holds.late(wake.app, wake.predicted_at, now)
-        if not late:
-            return []
-        effects: list[Effect[T]] = [shed(wake.app, [e.item for e in late],
-                                         [e.waited_s for e in late], wake, now)]
-        self._arm(wake.app, state, now, effects)
+        if late:
+            effects.append(shed(wake.app, [e.item for e in late], [e.waited_s for e in late],
+                                wake, now))
+        if effects:
+            self._arm(wake.app, state, now, effects)
         return effects
 
     def on_wake_failed(self, wake: Wake, now: float, shape: Shape, code: str,

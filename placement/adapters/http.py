@@ -43,7 +43,7 @@ from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
 from placement.store import HostTaken, StoreUnavailable
-from placement.waker import predictions_to
+from placement.wakeparts import predictions_to
 from thaw.appconfig import InvalidConfig
 from thaw.appconfig import decoded as body_as
 from thaw.auth.tokens import Principal

@@ -243,6 +243,18 @@ def test_a_prediction_sheds_at_once_the_held_requests_whose_deadline_comes_first
     assert [r.item for r in release.items] == ["long", "default"]
 
 
+def test_a_request_past_its_deadline_when_the_prediction_comes_times_out_not_sheds() -> None:
+    """Its timer is due but has not fired yet: it ran out of time, which is a 504."""
+    core: AppWakes[str] = AppWakes(100)
+    wake = only(core.hold("app", "1ms", 10.0, COLD, client_timeout_s=0.001),
+                CallPlacement)[0].wake
+    core.hold("app", "short", 10.0, COLD, client_timeout_s=2.0)
+    effects = core.on_wake_predicted(wake, 10.004, 5200.0)
+    [timed_out] = only(effects, Fail)
+    assert (timed_out.items, timed_out.code) == (["1ms"], "hold_timeout")
+    assert only(effects, Shed)[0].items == ["short"]
+
+
 def test_a_request_arriving_while_a_prediction_stands_is_checked_at_arrival() -> None:
     core: AppWakes[str] = AppWakes(100)
     wake = only(core.hold("app", "first", 0.0, COLD), CallPlacement)[0].wake

@@ -94,9 +94,22 @@ def test_spread_term_is_one_over_one_plus_machines_of_the_app_on_the_worker() ->
     assert spread_term(worker("w2"), m) == 1.0
 
 
-def test_starting_term_penalises_starts_in_flight() -> None:
-    assert starting_term(worker("w1"), market()) == 1.0
-    assert starting_term(worker("w1", machines_starting=1), market()) == 0.5
+def test_starting_gate_penalises_starts_in_flight_per_core() -> None:
+    assert starting_term(worker("w1"), market()) == 1.0  # 4 cores
+    assert starting_term(worker("w1", machines_starting=1), market()) == 0.8
+    assert starting_term(worker("w1", machines_starting=4), market()) == 0.5
+    assert starting_term(worker("w1", cpus=0.5, machines_starting=1), market()) == 0.5
+
+
+def test_a_worker_starting_many_loses_to_a_fuller_one_starting_few() -> None:
+    """A herd of 150 cold apps on 3 workers went 100 / 28 / 22 while starts were one term
+    of the mean: the resources gate's preference for fuller workers outweighed 80 starts
+    in flight against 20. As a gate, starts in flight win that."""
+    busy = worker("w-busy", cpus=8.0, memory_mb=8192, reserved_memory_mb=1200,
+                  machines_starting=80)
+    calm = worker("w-calm", cpus=8.0, memory_mb=8192, reserved_memory_mb=400,
+                  machines_starting=20)
+    assert [s.worker for s in run([busy, calm]).ranked] == ["w-calm", "w-busy"]
 
 
 def test_a_worker_holding_all_layers_beats_an_otherwise_equal_one_holding_none() -> None:
@@ -209,14 +222,14 @@ def test_a_cool_worker_holding_the_image_beats_a_warm_one_holding_it_too() -> No
     assert [s.worker for s in run([warm, cool]).ranked] == ["w-b", "w-a"]
 
 
-def test_the_score_is_the_resources_gate_times_the_weighted_mean_of_the_others() -> None:
+def test_the_score_is_the_gates_times_the_weighted_mean_of_the_others() -> None:
     w = worker("w1", reserved_cpus=1.0, layers={"sha256:a": 60}, machines_starting=1)
     scored = run([w], app_machines={"w1": 1}).ranked[0]
     terms = scored.terms
-    mean = (terms["layers"] * 1.0 + terms["spread"] * 0.5 + terms["starting"] * 0.25) / 1.75
-    assert scored.score == pytest.approx(terms["resources"] * mean)
+    mean = (terms["layers"] * 1.0 + terms["spread"] * 0.5) / 1.5
+    assert scored.score == pytest.approx(terms["resources"] * terms["starting"] * mean)
     assert terms == pytest.approx({"resources": resources_term(w, market()), "layers": 0.6,
-                                   "spread": 0.5, "starting": 0.5})
+                                   "spread": 0.5, "starting": 0.8})
 
 
 # -- the reservation ledger ------------------------------------------------------------
