@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import statistics
 import sys
@@ -145,9 +146,37 @@ async def measure(n: int, rounds: int, seed: int) -> dict[str, float]:
         assert decision.ranked, "the bench fleet always has room"
         return elapsed
 
+    gaps: list[float] = []
+
+    async def watch_loop() -> None:  # the longest the loop went without a turn
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    gc_pauses: list[float] = []
+    gc_began = [0.0]
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:  # full collections' pauses
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_began[0])
+
+    watcher = asyncio.create_task(watch_loop())
+    gc.callbacks.append(gc_timer)
     began = time.perf_counter()
     await placer.prewarm(configs.values())  # as placement does at start, for stored apps
     prewarm_s = time.perf_counter() - began
+    gc.callbacks.remove(gc_timer)
+    watcher.cancel()
+    prewarm_block_ms = max(gaps, default=0.0) * 1e3
+    prewarm_p99_ms = percentile(gaps, 0.99) * 1e3 if gaps else 0.0
+    prewarm_gc_ms = max(gc_pauses, default=0.0) * 1e3
     cold = [await one_placer_round(name) for name in names[: min(200, len(names))]]
     for name in names[200:]:
         await one_placer_round(name)  # every image decided once before the timed rounds
@@ -161,6 +190,8 @@ async def measure(n: int, rounds: int, seed: int) -> dict[str, float]:
     await index.stop()
     return {
         "n": n, "rounds": rounds, "load_s": load_s, "prewarm_s": prewarm_s,
+        "prewarm_block_ms": prewarm_block_ms, "prewarm_gc_ms": prewarm_gc_ms,
+        "prewarm_p99_ms": prewarm_p99_ms,
         "p50_ms": statistics.median(ours) * 1e3, "p99_ms": percentile(ours, 0.99) * 1e3,
         "cold_p50_ms": statistics.median(cold) * 1e3,
         "naive_p50_ms": statistics.median(naive) * 1e3,
@@ -184,17 +215,24 @@ def main() -> None:
               f"{row['p99_ms']:.3f} ms, {row['per_s']:.0f}/s; cold image p50 "
               f"{row['cold_p50_ms']:.3f} ms; naive scan p50 {row['naive_p50_ms']:.3f} ms, "
               f"p99 {row['naive_p99_ms']:.3f} ms; index load {row['load_s']:.2f} s, "
-              f"pre-warm {row['prewarm_s']:.2f} s",
+              f"pre-warm {row['prewarm_s']:.2f} s (loop blocks p99 "
+              f"{row['prewarm_p99_ms']:.1f} ms, longest {row['prewarm_block_ms']:.1f} ms, "
+              f"longest full collection "
+              f"{row['prewarm_gc_ms']:.1f} ms)",
               flush=True)
     print()
     print("| workers | round+decide p50 / p99 (ms) | decisions/s "
           "| first decision of an image, p50 (ms) "
-          "| naive least-allocated scan p50 / p99 (ms) | index load (s) | pre-warm (s) |")
-    print("|---|---|---|---|---|---|---|")
+          "| naive least-allocated scan p50 / p99 (ms) | index load (s) "
+          "| pre-warm (s) | its loop blocks p99 / longest (ms) "
+          "| longest full GC meanwhile (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['n']:,} | {r['p50_ms']:.3f} / {r['p99_ms']:.3f} | {r['per_s']:,.0f} "
               f"| {r['cold_p50_ms']:.3f} | {r['naive_p50_ms']:.2f} / {r['naive_p99_ms']:.2f} "
-              f"| {r['load_s']:.2f} | {r['prewarm_s']:.2f} |")
+              f"| {r['load_s']:.2f} | {r['prewarm_s']:.2f} "
+              f"| {r['prewarm_p99_ms']:.1f} / {r['prewarm_block_ms']:.1f} "
+              f"| {r['prewarm_gc_ms']:.1f} |")
 
 
 if __name__ == "__main__":

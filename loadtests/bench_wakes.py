@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,23 @@ def two_edges(services: Services, image: str, rounds: int, burst: int) -> list[s
     return rows
 
 
+@contextlib.contextmanager
+def herd_platform(tmp: Path, redis_url: str) -> Iterator[Services]:
+    """One edge, one placement, three agents (8 cpus each) on `redis_url`, started and
+    stopped. The agents' default heartbeat (1 s), not the tests' 0.5 s: a burst of ~70
+    launches per agent on this machine's 2 cores delays an agent's loop past a 1.5 s
+    TTL, and its worker is then taken for dead (its machines fenced)."""
+    services = Services(tmp, redis_url, agents=3, agent_cpus=8, agent_memory_mb=8192,
+                        heartbeat_s=1.0)
+    try:
+        services.start()
+        wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
+                                    token=ADMIN_TOKEN)[1]) == 3, 20)
+        yield services
+    finally:
+        services.stop()
+
+
 def herd(services: Services, image: str, apps: int) -> list[str]:
     names = [f"herd{i}" for i in range(apps)]
     for name in names:
@@ -164,19 +183,8 @@ def main() -> None:
                                    args.burst)
             finally:
                 services.stop()
-        with start_redis_server() as redis:
-            # The agents' default heartbeat (1 s), not the tests' 0.5 s: a burst of ~70
-            # launches per agent on this machine's 2 cores delays an agent's loop past a
-            # 1.5 s TTL, and its worker is then taken for dead (its machines fenced).
-            services = Services(work / "herd", redis.url, agents=3, agent_cpus=8,
-                                agent_memory_mb=8192, heartbeat_s=1.0)
-            try:
-                services.start()
-                wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
-                                            token=ADMIN_TOKEN)[1]) == 3, 20)
-                herded = herd(services, herd_image, args.herd)
-            finally:
-                services.stop()
+        with start_redis_server() as redis, herd_platform(work / "herd", redis.url) as services:
+            herded = herd(services, herd_image, args.herd)
     finally:
         if args.keep:
             print(f"kept {work} (the services' logs)")

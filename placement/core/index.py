@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,6 +27,7 @@ from msgspec.structs import replace
 from thaw.registry.types import WorkerStatus
 
 IMAGES_CACHED = 4096  # image tops kept per region (least recently used dropped)
+TOP_STEP = 4096  # holders summed per step of a top computed ahead (compute_top_steps)
 TOP_SLACK = 2  # an image top is computed `TOP_SLACK` times k deep, so losing members is cheap
 TOP_CAP = 4  # ... and trimmed when it grows past `TOP_CAP` times k
 DRAW_ATTEMPTS = 4  # random draws per wanted worker before giving up
@@ -83,8 +84,15 @@ class ImageTop:
                 self.trim()
 
     def trim(self) -> None:
-        """Keep the best `TOP_SLACK` times k members: held bytes take few distinct values
-        (sums of layer sizes), so find the cut by counting them, not by sorting workers."""
+        """Keep the best `TOP_SLACK` times k members (`trim_steps` in one go)."""
+        for _ in self.trim_steps(max(1, len(self.members))):
+            pass
+
+    def trim_steps(self, step: int) -> Iterator[None]:
+        """Keep the best `TOP_SLACK` times k members, going through `step` members at a
+        time (the caller may yield between). Held bytes take few distinct values (sums of
+        layer sizes), so the cut is found by counting them, not by sorting workers; ties
+        at the cut go by lower id."""
         wanted = TOP_SLACK * self.k
         counts = Counter(self.members.values())
         kept_count, cut = 0, 0
@@ -93,9 +101,18 @@ class ImageTop:
             kept_count += counts[value]
             if kept_count >= wanted:
                 break
-        above = {wid: held for wid, held in self.members.items() if held > cut}
-        ties = heapq.nsmallest(wanted - len(above),
-                               (wid for wid, held in self.members.items() if held == cut))
+        yield  # (counting is most of a step at 100,000 members)
+        members = self.members
+        ids = list(members)
+        above: dict[str, int] = {}
+        ties: list[str] = []
+        for at in range(0, len(ids), step):
+            part = ids[at:at + step]
+            above.update((wid, members[wid]) for wid in part if members[wid] > cut)
+            ties = heapq.nsmallest(wanted, [*ties, *(wid for wid in part if members[wid] == cut)])
+            if at + step < len(ids):
+                yield
+        ties = ties[:max(0, wanted - len(above))]
         below = [value for value in counts if value < cut]
         floor = cut if kept_count > wanted else max(below, default=0)
         self.members = {**above, **dict.fromkeys(ties, cut)}
@@ -121,6 +138,7 @@ class RegionIndex:
     _slot: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (bucket, index)
     _tops: OrderedDict[ImageKey, ImageTop] = field(default_factory=OrderedDict)
     _tops_by_layer: dict[str, set[ImageKey]] = field(default_factory=dict)
+    _layer_changes: Counter[str] = field(default_factory=Counter)  # digest -> holder changes
 
     @classmethod
     def of(cls, workers: Iterable[WorkerStatus]) -> RegionIndex:
@@ -203,6 +221,7 @@ class RegionIndex:
     def _relayer(self, worker_id: str, before: Mapping[str, int],
                  after: Mapping[str, int]) -> None:
         changed = before.keys() ^ after.keys()
+        self._layer_changes.update(changed)
         for digest in changed:
             if digest in after:
                 self.holders.setdefault(digest, {})[worker_id] = after[digest]
@@ -245,11 +264,33 @@ class RegionIndex:
         for digest, size in layers:
             for wid in self.holders.get(digest, ()):
                 held[wid] = held.get(wid, 0) + size
-        top = ImageTop(layers, k, held, 0)
-        if len(held) > TOP_SLACK * k:
-            top.trim()
+        top = _top_of(layers, k, held)
         self._remember(key, top)
         return top
+
+    def compute_top_steps(self, layers: Mapping[str, int], k: int,
+                          step: int = TOP_STEP) -> Iterator[None]:
+        """What `top_holders` computes for an image whose top is not cached, in steps of
+        about `step` holders: the caller yields to its loop at each step. The top is
+        kept only if no layer of the image changed holders meanwhile (else the next
+        decision for it computes it whole)."""
+        if not layers or self.knows_top(layers, k):
+            return
+        key = image_key(layers)
+        ordered = tuple(sorted(key))
+        seen = [self._layer_changes[digest] for digest, _ in ordered]
+        held: dict[str, int] = {}
+        for digest, size in ordered:
+            holders = list(self.holders.get(digest, ()))
+            for at in range(0, len(holders), step):
+                for wid in holders[at:at + step]:
+                    held[wid] = held.get(wid, 0) + size
+                yield
+        top = ImageTop(ordered, k, held, 0)
+        if len(held) > TOP_SLACK * k:
+            yield from top.trim_steps(step)
+        if [self._layer_changes[digest] for digest, _ in ordered] == seen:
+            self._remember(key, top)
 
     def _remember(self, key: ImageKey, top: ImageTop) -> None:
         if key not in self._tops and len(self._tops) >= IMAGES_CACHED:
@@ -259,6 +300,14 @@ class RegionIndex:
         self._tops[key] = top
         for digest, _size in key:
             self._tops_by_layer.setdefault(digest, set()).add(key)
+
+
+def _top_of(layers: tuple[tuple[str, int], ...], k: int, held: dict[str, int]) -> ImageTop:
+    """The top of an image from every holder's bytes of it (`held`, taken over)."""
+    top = ImageTop(layers, k, held, 0)
+    if len(held) > TOP_SLACK * k:
+        top.trim()
+    return top
 
 
 @dataclass(frozen=True)

@@ -272,3 +272,35 @@ def _surplus_rank(m: Seen) -> int:
     """Which machines go first when there are too many: failed, never-started spares,
     stopped, suspended, then running ones."""
     return {"failed": 0, "created": 1, "stopped": 2, "suspended": 3}.get(m.state, 4)
+
+
+# -- creates that found no room --------------------------------------------------------
+
+NO_ROOM_FIRST_S, NO_ROOM_MAX_S = 1.0, 30.0
+
+
+@dataclass(frozen=True)
+class NoRoom:
+    """Creates found no room among `workers`: none is tried again before `until` while
+    those are the live workers (a level-triggered pass would otherwise retry at once,
+    forever); `wait_s`: the wait that gave `until`, doubled by the next."""
+
+    workers: frozenset[str]
+    until: float
+    wait_s: float
+
+
+def found_no_room(last: NoRoom | None, workers: frozenset[str], now: float) -> NoRoom:
+    """A create found no room at `now`: wait NO_ROOM_FIRST_S, doubling up to
+    NO_ROOM_MAX_S while it keeps finding none among the same workers."""
+    wait_s = NO_ROOM_FIRST_S
+    if last is not None and last.workers == workers:
+        wait_s = min(NO_ROOM_MAX_S, last.wait_s * 2)
+    return NoRoom(workers, now + wait_s, wait_s)
+
+
+def creates_held_back(stand: NoRoom | None, workers: frozenset[str], now: float) -> bool:
+    """Creates wait: the last found no room among these same workers, and its wait has
+    not passed (a worker that came or went may have room: no wait)."""
+    return stand is not None and stand.workers == workers and now < stand.until
+

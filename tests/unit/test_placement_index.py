@@ -124,3 +124,26 @@ def test_image_tops_kept_as_holders_change_match_a_full_scan(
     for image in images:
         top = [held_bytes(w, image.items()) for w in index.top_holders(image, k)]
         assert top == brute_top(index, image, k)
+
+
+def test_a_top_computed_in_steps_is_the_one_computed_whole() -> None:
+    rng = random.Random(3)
+    fleet = [holding(f"w{i:03d}", *rng.sample(sorted(LAYERS), rng.randint(0, 4)))
+             for i in range(300)]
+    stepped, whole = RegionIndex.of(fleet), RegionIndex.of(fleet)
+    steps = sum(1 for _ in stepped.compute_top_steps(IMAGE, 8, step=50))
+    assert steps >= 3 and stepped.knows_top(IMAGE, 8)
+    assert ([w.id for w in stepped.top_holders(IMAGE, 8)]
+            == [w.id for w in whole.top_holders(IMAGE, 8)])
+    assert list(stepped.compute_top_steps(IMAGE, 8)) == []  # cached: nothing to do
+
+
+def test_a_top_whose_layers_changed_holders_between_steps_is_not_kept() -> None:
+    index = RegionIndex.of([holding(f"w{i}", "base", "lib") for i in range(10)])
+    steps = index.compute_top_steps(IMAGE, 2, step=4)
+    next(steps)
+    index.upsert(holding("w99", "base", "lib", "app"))  # meanwhile: a better holder
+    for _ in steps:
+        pass
+    assert not index.knows_top(IMAGE, 2)  # the next decision computes it whole
+    assert [w.id for w in index.top_holders(IMAGE, 2)] == ["w99", "w0"]

@@ -22,6 +22,8 @@ from placement.core.reconcile import (
     Replace,
     Seen,
     Start,
+    creates_held_back,
+    found_no_room,
     reconcile,
 )
 
@@ -340,3 +342,22 @@ def test_passes_carried_out_converge_to_the_declared_shape(
     original = any(x.state in RUNNING | STANDBY for x in machines if x.id.startswith("m"))
     if not surplus and len(shaped) <= len(W) and not original:
         assert len({x.worker for x in shaped}) == len(shaped)
+
+
+def test_creates_that_found_no_room_wait_doubling_until_the_workers_change() -> None:
+    workers = frozenset(W)
+    first = found_no_room(None, workers, now=100.0)
+    assert (first.until, first.wait_s) == (101.0, 1.0)
+    assert creates_held_back(first, workers, 100.5)
+    assert not creates_held_back(first, workers, 101.0)  # its wait is over: try again
+    waits = []
+    stand = first
+    for _ in range(7):
+        stand = found_no_room(stand, workers, now=200.0)
+        waits.append(stand.wait_s)
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    more = frozenset({*W, "w4"})
+    assert not creates_held_back(stand, more, 200.5)  # a new worker may have room
+    assert found_no_room(stand, more, now=300.0).wait_s == 1.0
+    assert not creates_held_back(None, workers, 0.0)
+

@@ -1,0 +1,290 @@
+"""What the reconciler's actions do: start, destroy, create, replace, fence, roll back.
+
+`AppActions.launch` carries out one pass's actions for an app (placement/reconciler.py
+decides them with `core.reconcile`): each runs as a task through the reconciler's
+`spawn`, which drops it when the app's reconcile lease was lost meanwhile and makes
+the agents' calls carry the lease's fencing token. What an action works on stays busy
+in the app's `AppWork` until it ends. Every action is recorded as an app event and
+counted by (action, outcome) for /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from placement.api import AppEvent
+from placement.applocks import AppLocks
+from placement.core import reconcile as core
+from placement.core.offers import NoCapacity
+from placement.errors import PlacementError
+from placement.fleet import Fleet
+from placement.leases import Lease
+from placement.metrics import outcome_class
+from placement.placer import NewMachine, Placer, Round
+from placement.store import AppStore
+from thaw.appconfig import MACHINE_FIELDS, AppConfig
+from thaw.registry import Registry
+
+log = logging.getLogger("thaw.placement")
+DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
+ROLLING_OUT = ("pending", "rolling")
+LOST_RECORD_AT = 2.0**53  # a lost machine's record: newer than any its agent may publish
+Spawn = Callable[[str, "AppWork", Coroutine[Any, Any, None]], None]
+
+
+@dataclass
+class AppWork:
+    """What the reconciler is doing for one app."""
+
+    busy: dict[str, str] = field(default_factory=dict)  # machine -> start|destroy|replace
+    creating: Counter[bool] = field(default_factory=Counter)  # start? -> new machines
+    declined: dict[str, float] = field(default_factory=dict)  # machine -> until (monotonic)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    made: list[dict[str, Any]] = field(default_factory=list)  # views of machines made
+    shortfall: str = ""
+    lease: Lease | None = None  # the reconcile lease its actions run under
+    no_room: core.NoRoom | None = None  # the last create that found no room (core)
+    no_room_retry: asyncio.TimerHandle | None = None  # the pass asked for when it ends
+    workers: frozenset[str] = frozenset()  # the region's live workers at the last pass
+
+
+class AppActions:
+    """Carries out the reconciler's actions (see the module's docstring)."""
+
+    def __init__(self, store: AppStore, fleet: Fleet, placer: Placer, registry: Registry,
+                 locks: AppLocks, work: dict[str, AppWork], *, spawn: Spawn,
+                 holds: Callable[[AppWork], bool], clock: Callable[[], float],
+                 drain_s: float) -> None:
+        """`work`: the reconciler's, by app; `spawn(app, work, coro)`: run an action as
+        the app's task (under its lease); `holds(work)`: the lease is still this
+        placement's."""
+        self.store, self.fleet, self.placer, self.registry = store, fleet, placer, registry
+        self.locks, self.work = locks, work
+        self._spawn, self.holds, self.clock, self.drain_s = spawn, holds, clock, drain_s
+        self.counts: dict[str, dict[tuple[str, str], int]] = {}  # app -> (action, outcome)
+
+    def _room_found(self, work: AppWork, found: bool) -> None:
+        """A create found room (the next to find none waits from the first step) or not."""
+        if work.no_room_retry is not None:
+            work.no_room_retry.cancel()
+            work.no_room_retry = None
+        work.no_room = None if found else core.found_no_room(
+            work.no_room, work.workers, asyncio.get_running_loop().time())
+
+    async def launch(self, config: AppConfig, views: list[dict[str, Any]],
+                actions: list[core.Action], work: AppWork) -> None:
+        creates: list[core.Create | core.Replace] = []
+        for action in actions:
+            if isinstance(action, core.Fence):
+                await self.store.fence(config.uid, action.machine, self.clock())
+                await self._event(config, "fence", action.reason, action.machine)
+                self._spawn(config.name, work, self._publish_lost(config, action.machine))
+            elif isinstance(action, core.CompleteRelease):
+                await self.store.set_release_status(config.uid, action.release, "complete",
+                                                    action.reason)
+                await self._event(config, "release", action.reason)
+            elif isinstance(action, core.FailRelease):
+                self._spawn(config.name, work, self._fail_release(config, action.reason))
+            elif isinstance(action, core.Start):
+                work.busy[action.machine] = "start"
+                self._spawn(config.name, work, self._start(config, views, action))
+            elif isinstance(action, core.Destroy):
+                work.busy[action.machine] = "destroy"
+                self._spawn(config.name, work, self._destroy(config, views, action))
+            else:
+                if isinstance(action, core.Replace):
+                    work.busy[action.machine] = "replace"
+                else:
+                    work.creating[action.start] += 1
+                creates.append(action)
+        if any(isinstance(a, core.Replace) for a in actions):
+            release = await self.store.release(config.uid, config.release)
+            if release is not None and release.status == "pending":
+                await self.store.set_release_status(config.uid, config.release, "rolling")
+        if creates:
+            self._spawn(config.name, work, self._create_all(config, views, creates, work))
+
+    # -- actions -----------------------------------------------------------------------
+
+    async def _start(self, config: AppConfig, views: list[dict[str, Any]],
+                     action: core.Start) -> None:
+        work = self.work[config.name]
+        try:
+            url = await self.fleet.worker_url(_worker_of(views, action.machine))
+            status, body = await self._start_call(config, url, action.machine)
+            if status == 409 and _code(body) == "no_capacity":
+                work.declined[action.machine] = asyncio.get_running_loop().time() \
+                    + DECLINED_FOR_S
+            await self._event(config, "start", action.reason, action.machine,
+                              _outcome(status, body))
+        except PlacementError as exc:
+            await self._event(config, "start", action.reason, action.machine, exc.message)
+        finally:
+            work.busy.pop(action.machine, None)
+
+    async def _start_call(self, config: AppConfig, url: str, mid: str) -> tuple[int, Any]:
+        return await self.fleet.start(url, mid, config.health.timeout_s, slack_s=5.0)
+
+    async def _destroy(self, config: AppConfig, views: list[dict[str, Any]],
+                       action: core.Destroy) -> None:
+        work = self.work[config.name]
+        try:
+            status, body = await self.fleet.destroy(action.machine,
+                                                    worker=_worker_of(views, action.machine))
+            if status < 300 or status == 404:
+                await self.store.unfence(action.machine)
+            await self._event(config, "destroy", action.reason, action.machine,
+                              _outcome(status, body))
+        finally:
+            work.busy.pop(action.machine, None)
+
+    async def _publish_lost(self, config: AppConfig, mid: str) -> None:
+        """Edges stop routing to a lost machine: its registry record says `lost`, and
+        outranks anything its agent may still publish, until the machine is destroyed
+        (its record deleted) when the worker comes back."""
+        await self.fleet.mark(config.name, mid, "lost", LOST_RECORD_AT)
+
+    async def _retire(self, config: AppConfig, mid: str) -> None:
+        """A replaced machine takes no new request (its record says so; edges follow it)
+        and has `drain_s` to finish the ones it has before it is destroyed."""
+        await self.fleet.mark(config.name, mid, "replaced", self.clock())
+        await asyncio.sleep(self.drain_s)
+
+    async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
+                          actions: list[core.Create | core.Replace], work: AppWork) -> None:
+        """New machines, placed one after another in one market round (each avoiding the
+        workers the earlier ones went to), then pulled and started side by side."""
+        region = config.regions[0]
+        placed_on: set[str] = set()
+        starts: list[Any] = []
+        try:
+            rnd: Round | None = await self.placer.round(config, region, views)
+        except PlacementError as exc:
+            rnd = None
+            work.shortfall = exc.message
+        for action in actions:
+            placed: NewMachine | NoCapacity | None = None
+            if not self.holds(work):  # another placement has the app now: it places
+                rnd = None
+            if rnd is not None:
+                avoid = frozenset(action.avoid | placed_on)
+                placed = await self.placer.place(rnd, start=False, avoid=avoid,
+                                                 spare=not action.start)
+            if not isinstance(placed, NewMachine):
+                reason = placed.reason if isinstance(placed, NoCapacity) else work.shortfall
+                work.shortfall = reason
+                if isinstance(action, core.Create):
+                    self._room_found(work, False)
+                self._done_creating(work, action)
+                await self._event(config, _verb(action), action.reason, _old(action),
+                                  f"no capacity: {reason}")
+                continue
+            placed_on.add(placed.worker)
+            self._room_found(work, True)
+            note = (f"; shares worker {placed.worker}: no other worker fits"
+                    if placed.worker in action.avoid else "")
+            starts.append(self._bring_up(config, views, placed, action, note, rnd))
+        await asyncio.gather(*starts)
+
+    async def _bring_up(self, config: AppConfig, views: list[dict[str, Any]],
+                        placed: NewMachine, action: core.Create | core.Replace, note: str,
+                        rnd: Round | None) -> None:
+        """Pull the image on the new machine's worker, start it if it is to run; a
+        replacement that comes up takes its old machine's place (destroyed), one that
+        does not fails the release."""
+        work = self.work[config.name]
+        mid = placed.view["id"]
+        try:
+            outcome, view = "ok", placed.view
+            try:
+                await self.fleet.pull(placed.url, rnd.image.ref if rnd else config.image)
+            except PlacementError as exc:
+                outcome = f"pull failed: {exc.message}"
+            if outcome == "ok" and action.start:
+                status, body = await self._start_call(config, placed.url, mid)
+                outcome = _outcome(status, body)
+                view = body if outcome == "ok" and isinstance(body, dict) else view
+            if not await self.store.is_current(config):  # deleted (or made again) meanwhile
+                await self.fleet.destroy(mid, url=placed.url)
+                return
+            work.made.append(view)
+            await self._event(config, _verb(action), action.reason + note, mid, outcome)
+            if isinstance(action, core.Replace):
+                if outcome == "ok":
+                    await self._retire(config, action.machine)
+                    await self.fleet.destroy(action.machine,
+                                             worker=_worker_of(views, action.machine))
+                    await self._event(config, "destroy", f"replaced by {mid}", action.machine)
+                else:
+                    await self.fleet.destroy(mid, url=placed.url)
+                    await self._fail_release(config, f"replacement {mid} of {action.machine}:"
+                                                     f" {outcome}")
+        finally:
+            self._done_creating(work, action)
+
+    def _done_creating(self, work: AppWork, action: core.Create | core.Replace) -> None:
+        if isinstance(action, core.Replace):
+            work.busy.pop(action.machine, None)
+        else:
+            work.creating[action.start] -= 1
+
+    async def _fail_release(self, config: AppConfig, reason: str) -> None:
+        """The release being rolled out failed: the app goes back to the last complete
+        release before it (its machine fields; no new release), and keeps serving on it."""
+        async with self.locks.hold(config.name):
+            current = await self.store.get(config.name)
+            if current.uid != config.uid or current.release != config.release:
+                return  # changed meanwhile (a new deploy, a rollback): nothing to undo
+            back = next((r for r in await self.store.releases(current.uid)
+                         if r.version < current.release and r.status == "complete"), None)
+            restored = None
+            if back is not None:
+                fields = {name: getattr(back.config, name) for name in MACHINE_FIELDS}
+                restored = msgspec.structs.replace(current, **fields, release=back.version)
+            stored = await self.store.set_release_status(current.uid, current.release,
+                                                         "failed", reason, config=restored)
+            if stored is not None:
+                await self.registry.put_app(stored)
+        where = f"back to release {back.version}" if back else "no earlier release to go to"
+        await self._event(config, "release",
+                          f"release {config.release} failed ({reason}); {where}")
+
+    async def _event(self, config: AppConfig, action: str, reason: str, machine: str = "",
+                     outcome: str = "ok") -> None:
+        log.info("reconcile %s: %s %s: %s (%s)", config.name, action, machine or "-", reason,
+                 outcome)
+        counts = self.counts.setdefault(config.name, {})
+        key = (action, outcome_class(outcome))
+        counts[key] = counts.get(key, 0) + 1
+        await self.store.add_event(config.uid, AppEvent(self.clock(), action, reason, machine,
+                                                        outcome))
+
+
+def _worker_of(views: list[dict[str, Any]], mid: str) -> str:
+    return next((v["worker"] for v in views if v["id"] == mid), "")
+
+
+def _verb(action: core.Create | core.Replace) -> str:
+    return "replace" if isinstance(action, core.Replace) else "create"
+
+
+def _old(action: core.Create | core.Replace) -> str:
+    return action.machine if isinstance(action, core.Replace) else ""
+
+
+def _code(body: Any) -> str:
+    return str(body.get("error", "")) if isinstance(body, dict) else ""
+
+
+def _outcome(status: int, body: Any) -> str:
+    if 200 <= status < 300:
+        return "ok"
+    message = body.get("message", body) if isinstance(body, dict) else body
+    return f"{status or 'unreachable'}: {message}"
