@@ -64,9 +64,13 @@ async def test_raising_min_machines_starts_another_on_a_different_worker_without
         await eventually(lambda: started(2))
         running = await machines(p, "started")
         assert len({m["worker"] for m in running}) == 2
-        _, events = await p.call("GET", "/v1/apps/hello/events")
-        assert any(e["action"] in ("create", "start")
-                   and "min_machines_running=2" in e["reason"] for e in events), events
+
+        async def recorded() -> bool:  # an action's event follows its start's answer
+            _, events = await p.call("GET", "/v1/apps/hello/events")
+            return any(e["action"] in ("create", "start")
+                       and "min_machines_running=2" in e["reason"] for e in events)
+
+        await eventually(recorded, timeout_s=5)
 
         # lowered to 0, auto-stop may act again (it was refused below the minimum)
         status, _ = await p.call("PATCH", "/v1/apps/hello", {"min_machines_running": 0})
