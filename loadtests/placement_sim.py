@@ -47,6 +47,7 @@ from placement.core.index import RegionIndex
 from placement.core.market import (
     GATES,
     TERMS,
+    Market,
     MarketParams,
     PlacementRequest,
     Term,
@@ -233,9 +234,15 @@ def market_policy(params: MarketParams, gates: tuple[Term, ...],
     return choose
 
 
+def starting_before(worker: WorkerStatus, market: Market) -> float:
+    """`starting` as it was, a term of the mean: 1 / (1 + starts in flight)."""
+    return 1.0 / (1 + max(0, worker.machines_starting))
+
+
 THAW_BEFORE = market_policy(
     MarketParams(utility_points=OLD_UTILITY, hot_utilisation=1.0), (),
-    (Term("resources", resources_term, 1.0), *TERMS))
+    (Term("resources", resources_term, 1.0), *TERMS,
+     Term("starting", starting_before, 0.25)))
 THAW = market_policy(MarketParams(), GATES, TERMS)
 
 POLICIES: dict[str, Policy] = {
