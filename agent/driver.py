@@ -89,6 +89,31 @@ class ProcessDriver:
         """Start the machine; returns once it is forked (does not wait for readiness).
         Raises OSError if the process cannot be started (outside the sandbox, a
         missing executable raises here; inside, it shows up as an early exit)."""
+        return self._record(_popen(*self._command(spec)))
+
+    async def launch_off_loop(self, spec: LaunchSpec) -> ProcessIdentity:
+        """`launch`, with the fork and exec in a thread: `Popen` waits until the child
+        has exec'd (bubblewrap included), which held the agent's loop ~16 % of the time
+        in a herd of starts. Cancelled meanwhile, the process it made is killed."""
+        command = self._command(spec)
+        made = asyncio.get_running_loop().run_in_executor(None, _popen, *command)
+        try:
+            proc = await asyncio.shield(made)
+        except asyncio.CancelledError:
+            made.add_done_callback(self._discard)
+            raise
+        return self._record(proc)
+
+    def _discard(self, made: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+        """A process launched for a start that was cancelled: recorded nowhere, killed."""
+        if made.cancelled() or made.exception() is not None:
+            return
+        proc = made.result()
+        self._children[proc.pid] = proc  # reaped by a later launch
+        _kill_group(proc.pid)
+
+    def _command(self, spec: LaunchSpec) -> tuple[list[str], Path, dict[str, str], Path]:
+        """The argv, working directory, environment and log of the machine's process."""
         self._reap_finished_children()
         rel_workdir = os.path.normpath("/" + spec.workdir).lstrip("/")
         cwd = spec.rootfs / rel_workdir if rel_workdir else spec.rootfs
@@ -101,7 +126,7 @@ class ProcessDriver:
             cwd = Path("/")
         else:
             argv = list(spec.argv)
-        return self._spawn(argv, cwd, machine_env(spec), spec.log_path)
+        return argv, cwd, machine_env(spec), spec.log_path
 
     def alive(self, ident: ProcessIdentity) -> bool:
         """The machine's leader exists, is the same process (start time) and is not a zombie."""
@@ -206,20 +231,9 @@ class ProcessDriver:
         return [m.pid for m in procfs.group_members(ident.pid) if not m.zombie]
 
     def _spawn(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> ProcessIdentity:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        log_fd = os.open(log, flags, 0o640)
-        try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                start_new_session=True,
-            )
-        finally:
-            os.close(log_fd)
+        return self._record(_popen(argv, cwd, env, log))
+
+    def _record(self, proc: subprocess.Popen[bytes]) -> ProcessIdentity:
         self._children[proc.pid] = proc
         stat = procfs.read_stat(proc.pid)  # our unreaped child: its /proc entry exists
         if stat is None:
@@ -318,6 +332,32 @@ class ProcessDriver:
                 del self._children[pid]
         for pgid in list(self._dying):
             self._reap_group(pgid)
+
+
+def _popen(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The machine's process, in a session of its own, output to `log` (safe in a thread:
+    it touches no state of the driver)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    log_fd = os.open(log, flags, 0o640)
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signals.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def machine_env(spec: LaunchSpec) -> dict[str, str]:

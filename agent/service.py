@@ -290,8 +290,8 @@ class Agent:
         try:
             image = await self._image_for(machine)
             port = allocate_port(self.config.machine_host)
-            launched = self.driver.launch(launch_spec(machine, image, port,
-                                                      self.config.state_dir))
+            launched = await self.driver.launch_off_loop(
+                launch_spec(machine, image, port, self.config.state_dir))
         except ImageError as exc:
             return f"image {machine.spec.image}: {exc}"
         except OSError as exc:

@@ -3,14 +3,18 @@ beside a naive full least-allocated scan of the same workers, in the same run.
 
     .venv/bin/python loadtests/bench_placement.py [--sizes 100,1000,10000,100000]
 
-A synthetic region of N workers (mixed sizes and reservations; each holds the layers of
-~20 images drawn by Zipf popularity from 2,000 images of 5 layers over 12 shared base
-layers) is published to an in-memory registry and loaded by a `FleetIndex`. Rounds of
-the two are interleaved (one placer decision, one naive scan, ...) and timed each with
-`perf_counter`; p50/p99 are over all timed rounds after a warm-up that touches every
-image once. Placement computes the top holders of every stored app's image at start
-(`Placer.prewarm`), timed here as "pre-warm"; the first decision of each image after it
-is reported apart.
+For each size N, a synthetic region of N workers (mixed sizes and reservations; each
+holds the layers of ~20 images drawn by Zipf popularity from 2,000 images of 5 layers
+over 12 shared base layers) is published to an in-memory registry and loaded by a
+`FleetIndex`; placement computes the top holders of every stored app's image at start
+(`Placer.prewarm`), timed here as "pre-warm", and every image is decided once (the
+first 200 timed: "first decision of an image"). All sizes live in one process; their
+timed decisions are interleaved round by round (same app, every size), so that each
+size sees the same state of the machine — caches, heap, collector — and the ratio
+between sizes is the ratio of their costs, not of whose data happened to be in the
+CPU's caches. The naive scans are interleaved the same way in a phase of their own,
+and each size's decisions are timed once more back to back ("alone"), which is what a
+process serving only that fleet sees. Timed with `perf_counter`, p50/p99 over all.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,37 +120,65 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(n: int, rounds: int, seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
-    images = catalogue(rng)
-    workers = fleet(n, images, rng)
-    registry = MemoryRegistry(clock=lambda: 0.0)
-    for w in workers:
-        await registry.publish_worker(w, ttl_s=1e9)
-    infos = {f"app-{i:04d}": ImageInfo(f"img{i}", f"sha256:{i:064x}", layers)
-             for i, layers in enumerate(images)}
-    params = MarketParams()
-    index = FleetIndex(registry, hold_s=3.0)
-    began = time.perf_counter()
-    await index.start()
-    load_s = time.perf_counter() - began
-    placer = Placer(BenchFleet(registry, infos), None, params, PlacementMetrics(),  # type: ignore[arg-type]
-                    max_offers=3, decisions_kept=10, rng=random.Random(seed), index=index)
-    weights = zipf_weights(IMAGES)
-    names = sorted(infos)
-    configs = {name: AppConfig(name=name, image=f"img-{name}",
-                               regions=["mad"], guest=GuestConfig(cpus=0.5, memory_mb=512))
-               for name in names}
+@dataclass
+class Setup:
+    """One fleet of `n` workers in its index, its placer and the apps it decides for."""
 
-    async def one_placer_round(name: str) -> float:
-        config = configs[name]
+    n: int
+    index: FleetIndex
+    registry: MemoryRegistry
+    placer: Placer
+    configs: dict[str, AppConfig]
+    load_s: float = 0.0
+
+    async def decision(self, name: str) -> float:
+        """One timed `Placer.round` + `Placer.decide` of the app `name`, in seconds."""
+        config = self.configs[name]
         t0 = time.perf_counter()
-        rnd = await placer.round(config, "mad", [])
-        decision = placer.decide(rnd)
+        rnd = await self.placer.round(config, "mad", [])
+        decision = self.placer.decide(rnd)
         elapsed = time.perf_counter() - t0
         assert decision.ranked, "the bench fleet always has room"
         return elapsed
 
+    def naive(self) -> float:
+        t0 = time.perf_counter()
+        naive_least_allocated(list(self.index.region("mad").workers.values()),
+                              0.5, 512, NOW, 3.0)
+        return time.perf_counter() - t0
+
+    async def close(self) -> None:
+        await self.index.stop()
+        await self.registry.close()
+
+
+async def setup(n: int, seed: int, apps: int = IMAGES) -> Setup:
+    """The synthetic region of `n` workers, loaded by a `FleetIndex` (timed), and a placer
+    over it with one app per image (the first `apps` images)."""
+    rng = random.Random(seed)
+    images = catalogue(rng)
+    registry = MemoryRegistry(clock=lambda: 0.0)
+    for worker in fleet(n, images, rng):
+        await registry.publish_worker(worker, ttl_s=1e9)
+    infos = {f"app-{i:04d}": ImageInfo(f"img{i}", f"sha256:{i:064x}", layers)
+             for i, layers in enumerate(images[:apps])}
+    index = FleetIndex(registry, hold_s=3.0)
+    began = time.perf_counter()
+    await index.start()
+    load_s = time.perf_counter() - began
+    placer = Placer(BenchFleet(registry, infos), None, MarketParams(),  # type: ignore[arg-type]
+                    PlacementMetrics(), max_offers=3, decisions_kept=10,
+                    rng=random.Random(seed), index=index)
+    configs = {name: AppConfig(name=name, image=f"img-{name}", regions=["mad"],
+                               guest=GuestConfig(cpus=0.5, memory_mb=512))
+               for name in sorted(infos)}
+    return Setup(n, index, registry, placer, configs, load_s)
+
+
+async def prewarmed(bench: Setup) -> dict[str, float]:
+    """`Placer.prewarm` of every app, as placement does at start for stored apps, timed
+    with the loop's gaps and full collections meanwhile; then every image decided once
+    (the first 200 timed: "first decision of an image")."""
     gaps: list[float] = []
 
     async def watch_loop() -> None:  # the longest the loop went without a turn
@@ -170,34 +203,57 @@ async def measure(n: int, rounds: int, seed: int) -> dict[str, float]:
     watcher = asyncio.create_task(watch_loop())
     gc.callbacks.append(gc_timer)
     began = time.perf_counter()
-    await placer.prewarm(configs.values())  # as placement does at start, for stored apps
+    await bench.placer.prewarm(bench.configs.values())
     prewarm_s = time.perf_counter() - began
     gc.callbacks.remove(gc_timer)
     watcher.cancel()
-    prewarm_block_ms = max(gaps, default=0.0) * 1e3
-    prewarm_p99_ms = percentile(gaps, 0.99) * 1e3 if gaps else 0.0
-    prewarm_gc_ms = max(gc_pauses, default=0.0) * 1e3
-    cold = [await one_placer_round(name) for name in names[: min(200, len(names))]]
+    names = sorted(bench.configs)
+    cold = [await bench.decision(name) for name in names[:200]]
     for name in names[200:]:
-        await one_placer_round(name)  # every image decided once before the timed rounds
-    ours: list[float] = []
-    naive: list[float] = []
-    for name in rng.choices(names, weights, k=rounds):
-        ours.append(await one_placer_round(name))
-        t0 = time.perf_counter()
-        naive_least_allocated(list(index.region("mad").workers.values()), 0.5, 512, NOW, 3.0)
-        naive.append(time.perf_counter() - t0)
-    await index.stop()
+        await bench.decision(name)
     return {
-        "n": n, "rounds": rounds, "load_s": load_s, "prewarm_s": prewarm_s,
-        "prewarm_block_ms": prewarm_block_ms, "prewarm_gc_ms": prewarm_gc_ms,
-        "prewarm_p99_ms": prewarm_p99_ms,
-        "p50_ms": statistics.median(ours) * 1e3, "p99_ms": percentile(ours, 0.99) * 1e3,
+        "n": bench.n, "load_s": bench.load_s, "prewarm_s": prewarm_s,
+        "prewarm_block_ms": max(gaps, default=0.0) * 1e3,
+        "prewarm_p99_ms": percentile(gaps, 0.99) * 1e3 if gaps else 0.0,
+        "prewarm_gc_ms": max(gc_pauses, default=0.0) * 1e3,
         "cold_p50_ms": statistics.median(cold) * 1e3,
-        "naive_p50_ms": statistics.median(naive) * 1e3,
-        "naive_p99_ms": percentile(naive, 0.99) * 1e3,
-        "per_s": len(ours) / sum(ours),
     }
+
+
+async def measure(sizes: list[int], rounds: int, seed: int) -> list[dict[str, float]]:
+    """Every size built and pre-warmed first, then three phases, each interleaving the
+    sizes round by round so that all share the machine's state: `rounds` decisions per
+    size; naive scans (fewer: one of 100,000 takes ~30 ms), apart, since a scan of the
+    whole fleet between two decisions would flush the CPU caches they use; then each
+    size's decisions back to back ("alone": its own data stay in the caches)."""
+    benches = [await setup(n, seed) for n in sizes]
+    rows = [await prewarmed(bench) for bench in benches]
+    rng = random.Random(seed)
+    names = sorted(benches[0].configs)
+    picks = rng.choices(names, zipf_weights(len(names)), k=rounds)
+    ours: list[list[float]] = [[] for _ in benches]
+    for name in picks:
+        for at, bench in enumerate(benches):
+            ours[at].append(await bench.decision(name))
+    naive: list[list[float]] = [[] for _ in benches]
+    for _ in range(max(50, rounds // 10)):
+        for at, bench in enumerate(benches):
+            naive[at].append(bench.naive())
+    alone: list[list[float]] = [[] for _ in benches]
+    for at, bench in enumerate(benches):
+        alone[at] = [await bench.decision(name) for name in picks[: rounds // 2]]
+    for row, bench, times, scans, own in zip(rows, benches, ours, naive, alone, strict=True):
+        row.update({
+            "rounds": len(times),
+            "p50_ms": statistics.median(times) * 1e3, "p99_ms": percentile(times, 0.99) * 1e3,
+            "per_s": len(times) / sum(times),
+            "alone_p50_ms": statistics.median(own) * 1e3,
+            "alone_p99_ms": percentile(own, 0.99) * 1e3,
+            "naive_p50_ms": statistics.median(scans) * 1e3,
+            "naive_p99_ms": percentile(scans, 0.99) * 1e3,
+        })
+        await bench.close()
+    return rows
 
 
 def main() -> None:
@@ -206,29 +262,34 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    rows = []
-    for n in (int(s) for s in args.sizes.split(",")):
-        rounds = args.rounds if n <= 10_000 else max(200, args.rounds // 4)
-        row = asyncio.run(measure(n, rounds, args.seed))
-        rows.append(row)
-        print(f"{n:>7} workers: round+decide p50 {row['p50_ms']:.3f} ms, p99 "
-              f"{row['p99_ms']:.3f} ms, {row['per_s']:.0f}/s; cold image p50 "
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = asyncio.run(measure(sizes, args.rounds, args.seed))
+    for row in rows:
+        print(f"{row['n']:>7} workers: round+decide p50 {row['p50_ms']:.3f} ms, p99 "
+              f"{row['p99_ms']:.3f} ms, {row['per_s']:.0f}/s (alone p50 "
+              f"{row['alone_p50_ms']:.3f}, p99 {row['alone_p99_ms']:.3f}); cold image p50 "
               f"{row['cold_p50_ms']:.3f} ms; naive scan p50 {row['naive_p50_ms']:.3f} ms, "
               f"p99 {row['naive_p99_ms']:.3f} ms; index load {row['load_s']:.2f} s, "
               f"pre-warm {row['prewarm_s']:.2f} s (loop blocks p99 "
               f"{row['prewarm_p99_ms']:.1f} ms, longest {row['prewarm_block_ms']:.1f} ms, "
-              f"longest full collection "
-              f"{row['prewarm_gc_ms']:.1f} ms)",
-              flush=True)
+              f"longest full collection {row['prewarm_gc_ms']:.1f} ms)", flush=True)
+    by_n = {int(row["n"]): row for row in rows}
+    if 1_000 in by_n and 100_000 in by_n:
+        big, small = by_n[100_000], by_n[1_000]
+        print(f"100,000 / 1,000: interleaved p50 {big['p50_ms'] / small['p50_ms']:.2f}x, "
+              f"p99 {big['p99_ms'] / small['p99_ms']:.2f}x; alone p50 "
+              f"{big['alone_p50_ms'] / small['alone_p50_ms']:.2f}x, p99 "
+              f"{big['alone_p99_ms'] / small['alone_p99_ms']:.2f}x")
     print()
     print("| workers | round+decide p50 / p99 (ms) | decisions/s "
-          "| first decision of an image, p50 (ms) "
+          "| alone p50 / p99 (ms) | first decision of an image, p50 (ms) "
           "| naive least-allocated scan p50 / p99 (ms) | index load (s) "
           "| pre-warm (s) | its loop blocks p99 / longest (ms) "
           "| longest full GC meanwhile (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['n']:,} | {r['p50_ms']:.3f} / {r['p99_ms']:.3f} | {r['per_s']:,.0f} "
+              f"| {r['alone_p50_ms']:.3f} / {r['alone_p99_ms']:.3f} "
               f"| {r['cold_p50_ms']:.3f} | {r['naive_p50_ms']:.2f} / {r['naive_p99_ms']:.2f} "
               f"| {r['load_s']:.2f} | {r['prewarm_s']:.2f} "
               f"| {r['prewarm_p99_ms']:.1f} / {r['prewarm_block_ms']:.1f} "

@@ -22,35 +22,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadtests import bench_placement as bench
-from placement.core.market import MarketParams
-from placement.fleet import ImageInfo
-from placement.fleetindex import FleetIndex
-from placement.metrics import PlacementMetrics
-from placement.placer import Placer
-from thaw.appconfig import AppConfig, GuestConfig
-from thaw.registry.memory import MemoryRegistry
+from loadtests.bench_placement import setup, zipf_weights
 
 
 async def profile(n: int, decisions: int, top: int) -> None:
-    rng = random.Random(1)
-    images = bench.catalogue(rng)
-    registry = MemoryRegistry(clock=lambda: 0.0)
-    for worker in bench.fleet(n, images, rng):
-        await registry.publish_worker(worker, ttl_s=1e9)
-    infos = {f"app-{i:04d}": ImageInfo(f"img{i}", f"sha256:{i:064x}", layers)
-             for i, layers in enumerate(images)}
-    index = FleetIndex(registry, hold_s=3.0)
-    await index.start()
-    placer = Placer(bench.BenchFleet(registry, infos), None,  # type: ignore[arg-type]
-                    MarketParams(), PlacementMetrics(), max_offers=3, decisions_kept=10,
-                    rng=random.Random(1), index=index)
-    names = sorted(infos)[:300]
-    configs = {name: AppConfig(name=name, image=f"img-{name}", regions=["mad"],
-                               guest=GuestConfig(cpus=0.5, memory_mb=512)) for name in names}
+    bench = await setup(n, seed=1, apps=300)
+    placer, configs = bench.placer, bench.configs
+    names = sorted(configs)
     for name in names:
         placer.decide(await placer.round(configs[name], "mad", []))
-    picks = rng.choices(names, bench.zipf_weights(len(names)), k=decisions)
+    rng = random.Random(1)
+    picks = rng.choices(names, zipf_weights(len(names)), k=decisions)
     profiler = cProfile.Profile()
     began = time.perf_counter()
     profiler.enable()
@@ -60,8 +42,7 @@ async def profile(n: int, decisions: int, top: int) -> None:
     took = time.perf_counter() - began
     print(f"{n:,} workers: {took / decisions * 1e6:.0f} µs per decision under cProfile")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
-    await index.stop()
-    await registry.close()
+    await bench.close()
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from agent.driver import (
     allocate_port,
 )
 from agent.machinelog import read_log, trim_log
+from tests.support.loopturns import LoopTurns
 from tests.support.ports import wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -229,6 +230,38 @@ async def test_launched_http_app_becomes_ready_and_answers(machines: Machines) -
     assert answer.startswith(b"HTTP/1.0 200")
     assert answer.endswith(f"hello from {spec.machine_id}".encode())
     await machines.driver.stop(ident, signal.SIGTERM, 5)
+
+
+async def test_a_launch_off_the_loop_becomes_ready_while_the_loop_runs(
+    machines: Machines,
+) -> None:
+    spec = machines.spec()
+    async with LoopTurns() as turns:
+        ident = await machines.driver.launch_off_loop(spec)
+    machines.launched.append(ident)
+    machines.remember(ident)
+    result = await machines.driver.wait_ready(ident, "127.0.0.1", port(spec), None, 10)
+
+    assert result == ReadyResult(True, ""), read_log(spec.log_path, 2000)
+    assert turns.count > 0  # the loop went on while the process was forked and exec'd
+    assert (await asyncio.to_thread(http_get, spec)).startswith(b"HTTP/1.0 200")
+    await machines.driver.stop(ident, signal.SIGTERM, 5)
+
+
+async def test_a_launch_off_the_loop_cancelled_kills_the_process_it_made(
+    machines: Machines,
+) -> None:
+    spec = machines.spec()
+    launching = asyncio.create_task(machines.driver.launch_off_loop(spec))
+    await asyncio.sleep(0)  # the fork is under way in its thread
+    launching.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await launching
+    await until(lambda: spec.log_path.exists())
+    await until(lambda: machines.leftovers() == [])
+
+    exits = machines.launch(machines.spec("exit"))  # a launch reaps what was killed
+    await until(lambda: not machines.driver.alive(exits))
 
 
 async def test_wait_ready_on_a_health_path_needs_a_2xx(machines: Machines) -> None:

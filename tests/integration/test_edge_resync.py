@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from edge.adapters import registry_feed
 from edge.adapters.registry_feed import RegistryFeed
 from edge.view import View
+from tests.support.loopturns import LoopTurns
 from thaw.appconfig import AppConfig, parse
 from thaw.registry.memory import MemoryRegistry
 from thaw.registry.types import MachineRecord
@@ -66,22 +67,11 @@ async def test_a_load_of_many_apps_lets_the_loop_turn_between_slices() -> None:
     registry = Registry()
     for n in range(registry_feed.LOAD_SLICE * 5):
         await registry.put_app(config(f"a{n}"))
-    turns = 0
-
-    async def ticker() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0)
-            turns += 1
-
     view = View("localhost", clock=time.monotonic)
     feed = RegistryFeed(view, registry, resync_interval_s=30)
-    task = asyncio.ensure_future(ticker())
-    await asyncio.sleep(0)
-    before = turns
-    await feed.load()
-    task.cancel()
-    assert turns - before >= 4  # at least once between every two slices
+    async with LoopTurns() as turns:
+        await feed.load()
+    assert turns.count >= 4  # at least once between every two slices
     assert len(view.apps) == registry_feed.LOAD_SLICE * 5
 
 

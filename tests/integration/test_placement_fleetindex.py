@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from placement.fleetindex import FleetIndex
+from tests.support.loopturns import LoopTurns
 from tests.support.placement_helpers import eventually
 from tests.support.redis_server import RedisServer, start_redis_server
 from thaw.registry.memory import MemoryRegistry
@@ -137,20 +138,11 @@ async def test_a_load_of_many_workers_yields_to_the_loop_between_slices() -> Non
     for i in range(10_000):
         await registry.publish_worker(worker(f"w{i:05d}"), ttl_s=60)
     index = FleetIndex(registry, hold_s=3.0)
-    ticks = 0
-
-    async def ticking() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.create_task(ticking())
-    await index.start()
-    ticker.cancel()
+    async with LoopTurns() as turns:
+        await index.start()
     await index.stop()
     assert len(index.region("mad")) == 10_000
-    assert ticks >= 10_000 // 2_000  # at least once per slice
+    assert turns.count >= 10_000 // 2_000  # at least once per slice
 
 
 class AwayOnce(BrokenFeed):
