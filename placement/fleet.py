@@ -24,6 +24,7 @@ from imagecache.resolver import ImageResolver
 from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.core.failures import WorkerFailures
 from placement.errors import AgentReplied, NotFound, PlacementError, Unavailable
+from placement.failuresync import FailureBook, FailureSync
 from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.registry import Registry, WorkerStatus
 
@@ -66,7 +67,10 @@ class Fleet:
         freshness_s: float,
         pull_timeout_s: float,
         clock: Callable[[], float] = time.time,
+        failure_book: FailureBook | None = None,
     ) -> None:
+        """`failure_book`: edges' reports and failure marks shared with other placements
+        (placement/failuresync.py; None: this placement judges alone)."""
         self.registry = registry
         self.agents = agents
         self.resolver = resolver
@@ -78,6 +82,7 @@ class Fleet:
         self.known: dict[str, tuple[str, str, str]] = {}
         self._images: dict[tuple[str, str], ImageInfo] = {}  # bounded: MAX_IMAGES_KEPT
         self.failures = WorkerFailures(time.monotonic)
+        self.shared = FailureSync(self.failures, failure_book)
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
         return await self.registry.workers(region)
@@ -94,7 +99,7 @@ class Fleet:
                       machine: str) -> tuple[bool, bool, str]:
         """An edge could not connect to `machine` on `worker_id`: (failed, newly, why).
         Placement's own probe of the agent failing, or two edges' reports about two
-        machines, confirm it (core/failures)."""
+        machines (heard by any placement), confirm it (core/failures, failuresync)."""
         status = next((w for w in await self.registry.workers() if w.id == worker_id), None)
         if status is None or self.clock() - status.updated_at > self.freshness_s:
             return True, False, "its heartbeat lapsed"
@@ -107,10 +112,10 @@ class Fleet:
         except AgentUnreachable as exc:
             reason = f"its agent does not answer either: {exc.message}"
         else:
-            if not self.failures.report(worker_id, reporter, machine):
+            if not await self.shared.report(worker_id, reporter, machine):
                 return False, False, f"its agent answers ({code})"
             reason = "two edges could not connect to two of its machines"
-        return True, self.failures.fail(status.id, status.epoch, reason), reason
+        return True, await self.shared.fail(status.id, status.epoch, reason), reason
 
     async def worker_url(self, worker_id: str) -> str:
         for worker in await self.registry.workers():

@@ -43,8 +43,8 @@ class PlacementRuntime:
                  lookup: Lookup | None = None,
                  coordination: RedisCoordination | None = None) -> None:
         """`lookup`: host name resolution for image registries (tests stub it; default DNS);
-        `coordination`: leases and wake claims shared with other placements (None: this
-        process's memory, for a platform with one placement)."""
+        `coordination`: leases, wake claims and worker failures shared with other
+        placements (None: this process's memory, for a platform with one placement)."""
         self.config = config
         self.coordination = coordination
         self.registry = registry
@@ -75,7 +75,8 @@ class PlacementRuntime:
         market = config.market()
         metrics = PlacementMetrics()
         fleet = Fleet(self.registry, self._agents, self._resolver, opened.images,
-                      market.heartbeat_freshness_s, config.pull_timeout_s)
+                      market.heartbeat_freshness_s, config.pull_timeout_s,
+                      failure_book=self.coordination)
         self._index = FleetIndex(self.registry, hold_s=market.heartbeat_freshness_s)
         await self._index.start()  # every worker, then the feed: never read per decision
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
@@ -97,6 +98,7 @@ class PlacementRuntime:
         published = await self.placement.republisher.check()
         self.placement.republisher.start()
         self.placement.reconciler.start()
+        fleet.shared.start(self.placement.workers_lost)  # marks other placements made
         verifier = Verifier(config.cluster_keys, not_before=time.time())
         auth = Authenticator(tokens.store, config.admin_token, verifier)
         self._runner = web.AppRunner(build_app(self.placement, metrics, auth), access_log=None)
@@ -127,6 +129,7 @@ class PlacementRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prewarm
         if self.placement is not None:
+            await self.placement.fleet.shared.close()
             await self.placement.republisher.close()
             await self.placement.reconciler.close()
         if self._runner is not None:

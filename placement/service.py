@@ -339,9 +339,19 @@ class Placement:
             log.warning("worker %s failed: %s (reported by %s: %s to machine %s)", worker,
                         reason, report.reporter, report.error or "connect failed",
                         report.machine or "-")
-            for config in await self.apps():
-                self.reconciler.poke(config.name)
+            await self._look_again()
         return SuspectAnswer(worker=worker, failed=failed, reason=reason)
+
+    async def workers_lost(self, workers: list[str]) -> None:
+        """Other placements marked these workers failed: every app is looked at again
+        here too (this placement may hold the lease of apps with machines there)."""
+        log.warning("workers %s failed (marked by another placement)", ", ".join(workers))
+        await self._look_again()
+
+    async def _look_again(self) -> None:
+        """Every app to its reconciler: machines on a failed worker are lost."""
+        for config in await self.apps():
+            self.reconciler.poke(config.name)
 
     async def ready(self) -> tuple[bool, str]:
         """Ready: the registry answers, and every stored app is published under its

@@ -1,4 +1,5 @@
-"""Leases and wake claims in Redis: what several placements on one Redis agree through.
+"""Leases, wake claims and worker failures in Redis: what several placements on one Redis
+agree through.
 
 Each operation is one Lua script (atomic, and correct when redis-py retries it after
 a reconnect). Times are Redis's own clock (`TIME`), so placements on hosts whose
@@ -11,6 +12,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from placement.errors import Unavailable
+from placement.failuresync import MAX_REPORTS, SharedMark
 from placement.leases import Taken
 from placement.wakeclaims import Claims
 from thaw.registry import keys
@@ -53,41 +55,49 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 """
 
-# KEYS: the app's claims. ARGV: placement id, JSON claims or '' to withdraw, ttl ms.
-_PUBLISH = """
-if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end
+# Redis's clock, and the unexpired entries of a hash whose values are "expiry_ms rest"
+# (the expired ones deleted): {field, rest, expiry_ms} each. Every script below is it
+# followed by its own body.
+_CLOCK = """
 local now = redis.call('TIME')
-local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ARGV[3]
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', until_ms) .. ' ' .. ARGV[2])
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function unexpired(key)
+  local found = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local until_ms, rest = string.match(all[i + 1], '^(%d+) (.*)$')
+    if tonumber(until_ms) <= now_ms then
+      redis.call('HDEL', key, all[i])
+    else
+      table.insert(found, {all[i], rest, tonumber(until_ms)})
+    end
+  end
+  return found
+end
+"""
+
+# KEYS: the app's claims. ARGV: placement id, JSON claims or '' to withdraw, ttl ms.
+_PUBLISH = _CLOCK + """
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
 redis.call('PEXPIRE', KEYS[1], 60000)
 return 1
 """
 
 # KEYS: the app's claims. ARGV: placement id. -> the others' unexpired JSON claims
-_OTHERS = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_OTHERS = _CLOCK + """
 local found = {}
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local until_ms, claims = string.match(all[i + 1], '^(%d+) (.*)$')
-  if tonumber(until_ms) <= now_ms then
-    redis.call('HDEL', KEYS[1], all[i])
-  elseif all[i] ~= ARGV[1] then
-    table.insert(found, claims)
-  end
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
 end
 return found
 """
 
-
 # KEYS: the app's demand. ARGV: edge id, demand (0: withdraw), ttl ms.
 # -> the sum of every edge's unexpired demand
-_REPORT = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_REPORT = _CLOCK + """
 if tonumber(ARGV[2]) > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now_ms + ARGV[3]) .. ' ' .. ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
@@ -95,16 +105,49 @@ else
   redis.call('HDEL', KEYS[1], ARGV[1])
 end
 local total = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local until_ms, demand = string.match(all[i + 1], '^(%d+) (%d+)$')
-  if tonumber(until_ms) <= now_ms then
-    redis.call('HDEL', KEYS[1], all[i])
-  else
-    total = total + tonumber(demand)
+for _, entry in ipairs(unexpired(KEYS[1])) do total = total + tonumber(entry[2]) end
+return total
+"""
+
+# KEYS: the worker's reports. ARGV: JSON [reporter, machine], window ms, most kept.
+# -> the pairs reported within the window
+_SUSPECT = _CLOCK + """
+local kept = 0
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  if entry[1] ~= ARGV[1] then kept = kept + 1 end
+end
+if kept < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[2])))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('HKEYS', KEYS[1])
+"""
+
+# KEYS: the marks. ARGV: worker, epoch, ttl ms, reason. A standing mark of the same or a
+# newer epoch stays.
+_MARK = _CLOCK + """
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  if entry[1] == ARGV[1] and tonumber(string.match(entry[2], '^(%d+) ')) >= tonumber(ARGV[2]) then
+    return 0
   end
 end
-return total
+local mark = string.format('%d %d ', now_ms + tonumber(ARGV[3]), tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], mark .. ARGV[4])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 1
+"""
+
+# KEYS: the marks. -> worker, ms left, epoch, reason for each standing mark (flat)
+_MARKS = _CLOCK + """
+local found = {}
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  local epoch, reason = string.match(entry[2], '^(%d+) (.*)$')
+  table.insert(found, entry[1])
+  table.insert(found, entry[3] - now_ms)
+  table.insert(found, epoch)
+  table.insert(found, reason)
+end
+return found
 """
 
 
@@ -114,7 +157,8 @@ class _Wire(msgspec.Struct, frozen=True):
 
 
 class RedisCoordination:
-    """Both the lease store and the claim book of placement, on one connection pool."""
+    """The lease store, the claim book and the failure book of placement, on one
+    connection pool."""
 
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
         self._r = connect(url, timeout_s=timeout_s)
@@ -124,6 +168,9 @@ class RedisCoordination:
         self._publish = self._r.register_script(_PUBLISH)
         self._others = self._r.register_script(_OTHERS)
         self._report = self._r.register_script(_REPORT)
+        self._suspect = self._r.register_script(_SUSPECT)
+        self._mark = self._r.register_script(_MARK)
+        self._marks = self._r.register_script(_MARKS)
 
     async def _call(self, awaitable):  # type: ignore[no-untyped-def]
         try:
@@ -171,8 +218,33 @@ class RedisCoordination:
         return int(await self._call(self._report(
             keys=[keys.wake_demand(app)], args=[edge, max(0, demand), max(1, int(ttl_s * 1000))])))
 
+    # -- worker failures -----------------------------------------------------------------
+
+    async def suspect(self, worker: str, reporter: str, machine: str,
+                      window_s: float) -> list[tuple[str, str]]:
+        pair = msgspec.json.encode([reporter, machine]).decode()
+        found = await self._call(self._suspect(
+            keys=[keys.worker_reports(worker)],
+            args=[pair, max(1, int(window_s * 1000)), MAX_REPORTS]))
+        heard = (msgspec.json.decode(raw, type=tuple[str, str]) for raw in found)
+        return [(reporter, machine) for reporter, machine in heard]
+
+    async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
+        await self._call(self._mark(keys=[keys.worker_failures()],
+                                    args=[worker, epoch, max(1, int(ttl_s * 1000)), reason]))
+
+    async def failed_workers(self) -> list[SharedMark]:
+        flat = await self._call(self._marks(keys=[keys.worker_failures()]))
+        return [SharedMark(_text(flat[i]), int(flat[i + 2]), int(flat[i + 1]) / 1000,
+                           _text(flat[i + 3]))
+                for i in range(0, len(flat), 4)]
+
     async def close(self) -> None:
         await self._r.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def open_coordination(registry_url: str) -> RedisCoordination | None:

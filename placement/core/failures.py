@@ -10,11 +10,15 @@ anything placement does (wakes, placements, the reconciler, which fences its
 machines) until it heartbeats under a new epoch (its agent restarted) or `failed_for_s`
 passes: a worker whose heartbeat is still fresh then is trusted again, and the
 machines fenced meanwhile are destroyed, never routed to.
+
+With several placements, reports and marks are shared (placement/failuresync.py):
+`report` is given the reports other placements heard (`also`), and `adopt` takes a
+mark another placement made, unless this one has seen the worker under a newer epoch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -39,6 +43,7 @@ class WorkerFailures:
         self.marks: dict[str, Mark] = {}
         self.reports: dict[str, dict[tuple[str, str], float]] = {}  # worker -> (reporter,
         # machine) -> when
+        self.newest: dict[str, int] = {}  # worker -> the newest epoch that cleared a mark
 
     def failed(self, worker: str, epoch: int) -> Mark | None:
         """The mark of `worker` running under `epoch`, if it still holds."""
@@ -47,6 +52,9 @@ class WorkerFailures:
             return None
         if epoch > mark.epoch or self.clock() >= mark.until:
             del self.marks[worker]
+            if epoch > mark.epoch:
+                self.newest[worker] = epoch
+                _bound(self.newest)
             return None
         return mark
 
@@ -56,8 +64,10 @@ class WorkerFailures:
         now = self.clock()
         return {worker: mark.epoch for worker, mark in self.marks.items() if now < mark.until}
 
-    def report(self, worker: str, reporter: str, machine: str) -> bool:
-        """Record a report; whether the reports within the window are independent
+    def report(self, worker: str, reporter: str, machine: str,
+               also: Iterable[tuple[str, str]] = ()) -> bool:
+        """Record a report; whether the reports within the window (this placement's, and
+        `also`: (reporter, machine) pairs other placements heard in it) are independent
         evidence against the host: two reporters, about two machines (one machine that
         died is not its host)."""
         now = self.clock()
@@ -66,7 +76,7 @@ class WorkerFailures:
         seen[(reporter, machine)] = now
         self.reports[worker] = seen  # re-inserted: newest last
         _bound(self.reports)
-        return len({r for r, _ in seen}) >= 2 and len({m for _, m in seen}) >= 2
+        return independent({*seen, *also})
 
     def fail(self, worker: str, epoch: int, reason: str) -> bool:
         """Mark `worker` failed; True when it was not already."""
@@ -76,6 +86,26 @@ class WorkerFailures:
             _bound(self.marks)
         self.reports.pop(worker, None)
         return fresh
+
+    def adopt(self, worker: str, epoch: int, remaining_s: float, reason: str) -> bool:
+        """Take a mark another placement made (`remaining_s` left of it); True when the
+        worker was not failed here. Ignored for an epoch older than one this placement
+        has seen the worker come back under."""
+        if epoch < self.newest.get(worker, 0) or remaining_s <= 0:
+            return False
+        current = self.failed(worker, epoch)
+        until = self.clock() + remaining_s
+        if current is None or (epoch >= current.epoch and until > current.until):
+            self.marks[worker] = Mark(epoch, until, reason)
+            _bound(self.marks)
+        return current is None
+
+
+def independent(reports: Iterable[tuple[str, str]]) -> bool:
+    """(reporter, machine) pairs that are evidence against the host, not one observer's
+    network or one machine's death: two reporters and two machines."""
+    pairs = list(reports)
+    return len({r for r, _ in pairs}) >= 2 and len({m for _, m in pairs}) >= 2
 
 
 def _bound(table: dict[str, T]) -> None:

@@ -1,8 +1,10 @@
-"""One contract for placement's leases and wake claims, on memory and on a real Redis."""
+"""One contract for placement's leases, wake claims and worker failures, on memory and on a
+real Redis."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,26 +12,28 @@ import pytest
 import redis.asyncio as redis
 
 from placement.adapters.coordination import RedisCoordination
+from placement.core.failures import WorkerFailures
+from placement.failuresync import MAX_REPORTS, FailureSync, MemoryFailureBook
 from placement.leases import LeaseKeeper, MemoryLeaseStore, Taken
 from placement.wakeclaims import Claims, MemoryClaimBook, WakeClaims
 
 
 class Backend:
-    def __init__(self, leases: Any, book: Any) -> None:
-        self.leases, self.book = leases, book
+    def __init__(self, leases: Any, book: Any, failures: Any) -> None:
+        self.leases, self.book, self.failures = leases, book, failures
 
 
 @pytest.fixture(params=["memory", "redis"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     if request.param == "memory":
-        yield Backend(MemoryLeaseStore(), MemoryClaimBook())
+        yield Backend(MemoryLeaseStore(), MemoryClaimBook(), MemoryFailureBook())
         return
     server = request.getfixturevalue("redis_server")
     flush = redis.Redis.from_url(server.url)
     await flush.flushall()
     await flush.aclose()
     both = RedisCoordination(server.url)
-    yield Backend(both, both)
+    yield Backend(both, both, both)
     await both.close()
 
 
@@ -162,3 +166,55 @@ async def test_a_keeper_renews_and_hands_back_its_leases(backend: Backend) -> No
     await keeper.close()
     assert not keeper.valid(lease)
     assert isinstance(await backend.leases.acquire("reconcile:a", "k2", 1), int)
+
+
+async def test_reports_are_kept_per_worker_within_the_window_and_bounded(
+    backend: Backend,
+) -> None:
+    book = backend.failures
+    assert await book.suspect("w1", "edge-a", "m1", 0.3) == [("edge-a", "m1")]
+    assert sorted(await book.suspect("w1", "edge-b", "m2", 0.3)) == [
+        ("edge-a", "m1"), ("edge-b", "m2")]
+    assert await book.suspect("w2", "edge-a", "m1", 0.3) == [("edge-a", "m1")]  # per worker
+    await asyncio.sleep(0.4)
+    assert await book.suspect("w1", "edge-c", "m3", 0.3) == [("edge-c", "m3")]  # lapsed
+    for i in range(MAX_REPORTS + 10):
+        heard = await book.suspect("w3", f"edge-{i}", "m1", 5)
+    assert len(heard) == MAX_REPORTS
+    assert ("odd\tname \"x\"", "m1") in await book.suspect("w4", "odd\tname \"x\"", "m1", 5)
+
+
+async def test_a_mark_stands_for_its_time_and_a_newer_epoch_replaces_it(
+    backend: Backend,
+) -> None:
+    book = backend.failures
+    assert await book.failed_workers() == []
+    await book.mark_failed("w1", 3, "its agent does not answer: refused", 0.5)
+    await book.mark_failed("w1", 3, "again", 5)  # standing, same epoch: kept as it was
+    [mark] = await book.failed_workers()
+    assert (mark.worker, mark.epoch, mark.reason) == ("w1", 3, "its agent does not answer: refused")
+    assert 0 < mark.remaining_s <= 0.5
+    await book.mark_failed("w1", 4, "down again", 0.5)
+    [mark] = await book.failed_workers()
+    assert (mark.epoch, mark.reason) == (4, "down again")
+    await book.mark_failed("w2", 1, "two edges", 5)
+    await asyncio.sleep(0.6)
+    assert [m.worker for m in await book.failed_workers()] == ["w2"]
+
+
+async def test_two_placements_judge_one_worker_from_both_ones_reports_and_marks(
+    backend: Backend,
+) -> None:
+    a = FailureSync(WorkerFailures(time.monotonic), backend.failures)
+    b = FailureSync(WorkerFailures(time.monotonic), backend.failures)
+    assert await a.report("w1", "edge-a", "m1") is False
+    assert await b.report("w1", "edge-b", "m2") is True  # two edges, two machines, anywhere
+    assert await b.fail("w1", 7, "two edges could not connect to two of its machines")
+    assert a.failures.failed("w1", 7) is None  # not read yet
+    assert await a.adopt() == ["w1"]
+    mark = a.failures.failed("w1", 7)
+    assert mark is not None and mark.reason.startswith("two edges")
+    assert await a.adopt() == []  # not news the second time
+    assert await b.adopt() == []  # its own mark
+    assert a.failures.failed("w1", 8) is None  # back under a new epoch: trusted again
+    assert await a.adopt() == []  # and the old epoch's mark is not taken again

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placement.core.failures import MAX_TRACKED, WorkerFailures
+from placement.core.failures import MAX_TRACKED, WorkerFailures, independent
 
 
 class Clock:
@@ -63,3 +63,43 @@ def test_standing_marks_name_each_failed_worker_with_its_epoch_until_they_lapse(
     assert failures.standing() == {"w1": 3, "w2": 1}
     clock.now += 25
     assert failures.standing() == {"w2": 1}
+
+
+def test_reports_other_placements_heard_count_with_this_ones() -> None:
+    failures = WorkerFailures(Clock(), window_s=10)
+    assert failures.report("w1", "edge-a", "m1") is False
+    assert failures.report("w1", "edge-a", "m1", also=[("edge-a", "m1")]) is False
+    assert failures.report("w1", "edge-a", "m1", also=[("edge-b", "m2")]) is True
+    assert independent([("edge-a", "m1"), ("edge-b", "m1")]) is False  # one machine
+    assert independent([("edge-a", "m1"), ("edge-a", "m2")]) is False  # one observer
+    assert independent([]) is False
+
+
+def test_an_adopted_mark_fails_the_worker_for_the_time_it_has_left() -> None:
+    clock = Clock()
+    failures = WorkerFailures(clock, failed_for_s=30)
+    assert failures.adopt("w1", 3, 12.0, "marked elsewhere") is True
+    mark = failures.failed("w1", 3)
+    assert mark is not None and mark.reason == "marked elsewhere"
+    assert failures.adopt("w1", 3, 11.5, "marked elsewhere") is False  # not news
+    assert failures.standing() == {"w1": 3}
+    clock.now += 12
+    assert failures.failed("w1", 3) is None  # its time ran out here as there
+    assert failures.adopt("w1", 3, 0.0, "gone") is False  # (a mark with no time left)
+
+
+def test_a_mark_of_an_epoch_this_placement_saw_superseded_is_not_adopted() -> None:
+    failures = WorkerFailures(Clock(), failed_for_s=30)
+    failures.fail("w1", 3, "agent unreachable")
+    assert failures.failed("w1", 4) is None  # it came back under epoch 4
+    assert failures.adopt("w1", 3, 20.0, "still marked elsewhere") is False
+    assert failures.failed("w1", 4) is None
+    assert failures.adopt("w1", 4, 20.0, "down again") is True  # a new epoch's mark counts
+
+
+def test_an_adopted_mark_never_replaces_one_of_a_newer_epoch() -> None:
+    failures = WorkerFailures(Clock(), failed_for_s=30)
+    failures.fail("w1", 5, "agent unreachable")
+    assert failures.adopt("w1", 4, 60.0, "older") is False
+    mark = failures.failed("w1", 5)
+    assert mark is not None and mark.epoch == 5 and mark.reason == "agent unreachable"

@@ -58,6 +58,16 @@ def wake_claims(app: str) -> str:
     return f"{PREFIX}:wake-claims:{app}"
 
 
+def worker_failures() -> str:
+    """Workers placements marked failed: worker id -> "expiry_ms epoch reason"."""
+    return f"{PREFIX}:worker-failures"
+
+
+def worker_reports(worker: str) -> str:
+    """Edges' reports of a worker heard by any placement: JSON [reporter, machine] -> ms."""
+    return f"{PREFIX}:worker-reports:{worker}"
+
+
 def wake_demand(app: str) -> str:
     """Requests each edge holds or forwards for `app`: edge id -> "expiry_ms demand"."""
     return f"{PREFIX}:wake-demand:{app}"

@@ -1,0 +1,165 @@
+"""Worker failure marks and edges' reports, shared by every placement on one Redis.
+
+An edge reports a worker as suspect to the placement it asks; with several placements,
+each would judge alone: two edges' reports about two machines reaching two placements
+would confirm nothing, and a worker one placement marked failed would still be offered
+machines, woken on and reconciled onto by the others. So reports go into a book every
+placement adds to and reads within the window, and a mark made by one is published;
+every placement reads the standing marks every `poll_s` into its own `WorkerFailures`
+(placement/core/failures.py, which decides), and pokes its reconciler when a worker is
+newly failed there. Times are the book's own clock (Redis's `TIME`): placements on hosts
+whose clocks differ agree on expiry. The book away (Redis down) leaves each placement
+judging alone, as with one; nothing waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from placement.core.failures import WorkerFailures
+from placement.errors import PlacementError
+
+log = logging.getLogger("thaw.placement")
+
+POLL_S = 0.5
+MAX_REPORTS = 256  # (reporter, machine) pairs kept per worker within the window
+
+
+class SharedMark(NamedTuple):
+    worker: str
+    epoch: int
+    remaining_s: float
+    reason: str
+
+
+class FailureBook(Protocol):
+    """Where placements share edges' reports and the marks they make."""
+
+    async def suspect(self, worker: str, reporter: str, machine: str,
+                      window_s: float) -> list[tuple[str, str]]:
+        """Add a report; every (reporter, machine) pair reported within `window_s`."""
+        ...
+
+    async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
+        """Publish a mark for `ttl_s` (a standing one of the same or a newer epoch stays)."""
+        ...
+
+    async def failed_workers(self) -> list[SharedMark]:
+        """Every standing mark, with the time it has left."""
+        ...
+
+
+@dataclass
+class MemoryFailureBook:
+    """Several placements in one process (tests)."""
+
+    clock: Callable[[], float] = time.monotonic
+    reports: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    marks: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # epoch, until
+
+    async def suspect(self, worker: str, reporter: str, machine: str,
+                      window_s: float) -> list[tuple[str, str]]:
+        now = self.clock()
+        seen = {key: at for key, at in self.reports.get(worker, {}).items()
+                if now - at <= window_s}
+        if len(seen) < MAX_REPORTS or (reporter, machine) in seen:
+            seen[(reporter, machine)] = now
+        self.reports[worker] = seen
+        return list(seen)
+
+    async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
+        now = self.clock()
+        current = self.marks.get(worker)
+        if current is not None and current[1] > now and current[0] >= epoch:
+            return
+        self.marks[worker] = (epoch, now + ttl_s, reason)
+
+    async def failed_workers(self) -> list[SharedMark]:
+        now = self.clock()
+        for worker in [w for w, (_, until, _) in self.marks.items() if until <= now]:
+            del self.marks[worker]
+        return [SharedMark(w, epoch, until - now, reason)
+                for w, (epoch, until, reason) in self.marks.items()]
+
+
+class FailureSync:
+    """This placement's `WorkerFailures`, with what other placements heard and marked."""
+
+    def __init__(self, failures: WorkerFailures, book: FailureBook | None,
+                 poll_s: float = POLL_S) -> None:
+        self.failures = failures
+        self.book = book
+        self.poll_s = poll_s
+        self._unshared: set[str] = set()  # workers marked here while the book was away
+        self._task: asyncio.Task[None] | None = None
+
+    async def report(self, worker: str, reporter: str, machine: str) -> bool:
+        """An edge's report; whether the reports, every placement's, now confirm it."""
+        heard: list[tuple[str, str]] = []
+        if self.book is not None:
+            try:
+                heard = await self.book.suspect(worker, reporter, machine,
+                                                self.failures.window_s)
+            except PlacementError as exc:
+                log.warning("failure reports not shared (judged alone): %s", exc.message)
+        return self.failures.report(worker, reporter, machine, also=heard)
+
+    async def fail(self, worker: str, epoch: int, reason: str) -> bool:
+        """Mark the worker failed here and for every placement; True when it is news here."""
+        fresh = self.failures.fail(worker, epoch, reason)
+        if fresh and self.book is not None:
+            try:
+                await self.book.mark_failed(worker, epoch, reason, self.failures.failed_for_s)
+            except PlacementError as exc:
+                log.warning("worker %s's failure not shared yet: %s", worker, exc.message)
+                self._unshared.add(worker)
+        return fresh
+
+    async def adopt(self) -> list[str]:
+        """Share the marks made here while the book was away (for the time they have
+        left), then read the standing marks once; the workers newly failed here."""
+        if self.book is None:
+            return []
+        for worker in sorted(self._unshared):
+            mark = self.failures.marks.get(worker)
+            left = mark.until - self.failures.clock() if mark is not None else 0.0
+            if left > 0 and mark is not None:
+                await self.book.mark_failed(worker, mark.epoch, mark.reason, left)
+            self._unshared.discard(worker)
+        return [mark.worker for mark in await self.book.failed_workers()
+                if self.failures.adopt(mark.worker, mark.epoch, mark.remaining_s,
+                                       mark.reason)]
+
+    def start(self, newly_failed: Callable[[list[str]], Awaitable[None]]) -> None:
+        """Poll the book (if any) every `poll_s`, telling `newly_failed` of new marks."""
+        if self.book is not None and self._task is None:
+            self._task = asyncio.create_task(self._poll(newly_failed))
+
+    async def _poll(self, newly_failed: Callable[[list[str]], Awaitable[None]]) -> None:
+        failing = False
+        while True:
+            try:
+                adopted = await self.adopt()
+                if adopted:
+                    await newly_failed(adopted)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # (Redis or the store away): the next poll tries again
+                if not failing:
+                    log.warning("failure marks not followed now: %s", exc)
+                failing = True
+            await asyncio.sleep(self.poll_s)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
