@@ -49,6 +49,7 @@ class EdgeConfig:
     max_held_total: int = 10000
     resync_interval_s: float = 30.0
     autostop_interval_s: float = 1.0
+    load_share_interval_s: float = 0.25  # loads shared with other edges (edge/loadshare)
     upstream_connect_timeout_s: float = 5.0
     upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
     response_timeout_s: float = 60.0  # forwarded request: longest time with no byte moving
@@ -93,6 +94,7 @@ class EdgeConfig:
         for name in (
             "max_header_bytes", "max_headers", "max_body_bytes", "header_timeout_s",
             "idle_timeout_s", "resync_interval_s", "autostop_interval_s",
+            "load_share_interval_s",
             "upstream_connect_timeout_s", "upstream_idle_timeout_s", "body_buffer_bytes",
             "response_timeout_s", "tunnel_idle_timeout_s",
             "write_buffer_high_bytes", "max_connect_attempts", "h2_max_concurrent_streams",

@@ -18,6 +18,7 @@ from edge.adapters.http1 import ClientConnection
 from edge.adapters.registry_feed import RegistryFeed
 from edge.adapters.tls import TlsDoor
 from edge.config import EdgeConfig
+from edge.loadshare import LoadBoard, LoadShare
 from edge.service import Edge
 from edge.view import View
 from thaw.registry import Registry
@@ -29,9 +30,14 @@ STALE_SWEEP_S = 5.0
 
 
 class EdgeRuntime:
-    def __init__(self, config: EdgeConfig, registry: Registry) -> None:
+    def __init__(self, config: EdgeConfig, registry: Registry,
+                 board: LoadBoard | None = None) -> None:
+        """`board`: where edges share their machines' loads (edge/loadshare.py; None: one
+        edge, which counts its own)."""
         self.config = config
         self.registry = registry
+        self.board = board
+        self.load_share: LoadShare | None = None
         self.edge: Edge | None = None
         self._feed: RegistryFeed | None = None
         self._server: asyncio.Server | None = None
@@ -80,6 +86,9 @@ class EdgeRuntime:
         await site.start()
         self._admin_port = self._admin.addresses[0][1]
         edge.autostop.start()
+        if self.board is not None:
+            self.load_share = edge.share_loads(self.board)
+            self.load_share.start()
         self._janitor = asyncio.create_task(self._sweep_stale())
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
                  f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
@@ -118,6 +127,10 @@ class EdgeRuntime:
                 await self._janitor
         if edge is not None and edge.tasks:
             await asyncio.gather(*edge.tasks, return_exceptions=True)
+        if self.load_share is not None:
+            await self.load_share.close()
+        if self.board is not None:
+            await self.board.close()
         if self._feed is not None:
             await self._feed.stop()
         if self._admin is not None:

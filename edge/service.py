@@ -48,6 +48,7 @@ from edge.core.stats import AppStats
 from edge.errors import EdgeError, status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
+from edge.loadshare import LoadBoard, LoadShare
 from edge.metrics import EdgeMetrics
 from edge.view import AppEntry, MachineSlot, View
 from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
@@ -86,6 +87,12 @@ class Edge(Shell):
         view.on_machine_removed = self._machine_removed
         view.on_machine_added = self._machine_added
         view.on_app_removed = self._app_removed
+
+    def share_loads(self, board: LoadBoard) -> LoadShare:
+        """This edge's loads and demand shared through `board` with other edges', theirs
+        counted at each machine (edge/loadshare.py); the caller starts and closes it."""
+        return LoadShare(self.view, board, self.instance_id, self.wakes.held,
+                         self.wakes.holds.apps, self._room, self.config.load_share_interval_s)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = self.loop.create_task(coro)

@@ -30,10 +30,11 @@ MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
 
 
 class MachineSlot:
-    """One machine as the edge sees it. `last_start` is loop time of the last request start."""
+    """One machine as the edge sees it. `last_start` is loop time of the last request start
+    (by this edge)."""
 
-    __slots__ = ("address", "app", "draining", "host", "id", "in_flight", "known_wall",
-                 "last_start", "port", "seen", "state", "worker")
+    __slots__ = ("address", "app", "draining", "elsewhere", "host", "id", "in_flight",
+                 "known_wall", "last_start", "port", "seen", "state", "worker")
 
     def __init__(self, app: str, machine_id: str, address: str, state: str, now: float,
                  worker: str = "") -> None:
@@ -45,7 +46,8 @@ class MachineSlot:
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port) if port.isdigit() else 0
         self.state = state
-        self.in_flight = 0
+        self.in_flight = 0  # requests at the machine: this edge's, plus `elsewhere`
+        self.elsewhere = 0  # other edges' requests at it, as last shared (edge/loadshare)
         self.last_start = now
         self.draining = False
         self.known_wall = 0.0  # wall time of the edge's own knowledge; older records lose

@@ -14,8 +14,6 @@ judging alone, as with one; nothing waits on it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +22,7 @@ from typing import NamedTuple, Protocol
 
 from placement.core.failures import WorkerFailures
 from placement.errors import PlacementError
+from thaw.periodic import Periodic
 
 log = logging.getLogger("thaw.placement")
 
@@ -97,7 +96,7 @@ class FailureSync:
         self.book = book
         self.poll_s = poll_s
         self._unshared: set[str] = set()  # workers marked here while the book was away
-        self._task: asyncio.Task[None] | None = None
+        self._rounds: Periodic | None = None
 
     async def report(self, worker: str, reporter: str, machine: str) -> bool:
         """An edge's report; whether the reports, every placement's, now confirm it."""
@@ -138,28 +137,18 @@ class FailureSync:
 
     def start(self, newly_failed: Callable[[list[str]], Awaitable[None]]) -> None:
         """Poll the book (if any) every `poll_s`, telling `newly_failed` of new marks."""
-        if self.book is not None and self._task is None:
-            self._task = asyncio.create_task(self._poll(newly_failed))
+        if self.book is None or self._rounds is not None:
+            return
 
-    async def _poll(self, newly_failed: Callable[[list[str]], Awaitable[None]]) -> None:
-        failing = False
-        while True:
-            try:
-                adopted = await self.adopt()
-                if adopted:
-                    await newly_failed(adopted)
-                failing = False
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # (Redis or the store away): the next poll tries again
-                if not failing:
-                    log.warning("failure marks not followed now: %s", exc)
-                failing = True
-            await asyncio.sleep(self.poll_s)
+        async def poll() -> None:
+            adopted = await self.adopt()
+            if adopted:
+                await newly_failed(adopted)
+
+        # (Redis or the store away): the next poll tries again
+        self._rounds = Periodic("failure marks not followed", poll, self.poll_s, log)
+        self._rounds.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._rounds is not None:
+            await self._rounds.close()

@@ -211,6 +211,7 @@ async def run_placement(args: argparse.Namespace) -> int:
 
 
 async def run_edge(args: argparse.Namespace) -> int:
+    from edge.adapters.loadboard import open_load_board
     from edge.config import EdgeConfig, TlsConfig
     from edge.runner import EdgeRuntime
     from thaw.auth.secrets_files import cluster_keys
@@ -227,7 +228,8 @@ async def run_edge(args: argparse.Namespace) -> int:
                         cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
                         access_log="" if args.access_log == "off" else args.access_log,
                         access_log_sample_rate=args.access_log_sample)
-    runtime = EdgeRuntime(config, open_registry(args.registry))
+    runtime = EdgeRuntime(config, open_registry(args.registry),
+                          board=open_load_board(args.registry))
     await runtime.start()
     from thaw.native import state as native_state
 

@@ -65,7 +65,7 @@ def state_of(edge: Edge) -> dict[str, Any]:
             "starting": wake.count if wake is not None else 0,
             "machines": [
                 {"id": m.id, "state": m.state, "address": m.address, "in_flight": m.in_flight,
-                 "draining": m.draining}
+                 "elsewhere": m.elsewhere, "draining": m.draining}
                 for m in entry.machines.values()
             ],
         }

@@ -16,6 +16,7 @@ from placement.failuresync import MAX_REPORTS, SharedMark
 from placement.leases import Taken
 from placement.wakeclaims import Claims
 from thaw.registry import keys
+from thaw.registry.lua import UNEXPIRED
 from thaw.registry.redis import connect
 
 # KEYS: lease, token clock. ARGV: holder, ttl ms. -> {1, token} or {0, remaining ms}
@@ -55,29 +56,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 """
 
-# Redis's clock, and the unexpired entries of a hash whose values are "expiry_ms rest"
-# (the expired ones deleted): {field, rest, expiry_ms} each. Every script below is it
-# followed by its own body.
-_CLOCK = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local function unexpired(key)
-  local found = {}
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do
-    local until_ms, rest = string.match(all[i + 1], '^(%d+) (.*)$')
-    if tonumber(until_ms) <= now_ms then
-      redis.call('HDEL', key, all[i])
-    else
-      table.insert(found, {all[i], rest, tonumber(until_ms)})
-    end
-  end
-  return found
-end
-"""
-
 # KEYS: the app's claims. ARGV: placement id, JSON claims or '' to withdraw, ttl ms.
-_PUBLISH = _CLOCK + """
+_PUBLISH = UNEXPIRED + """
 if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
 redis.call('PEXPIRE', KEYS[1], 60000)
@@ -85,7 +65,7 @@ return 1
 """
 
 # KEYS: the app's claims. ARGV: placement id. -> the others' unexpired JSON claims
-_OTHERS = _CLOCK + """
+_OTHERS = UNEXPIRED + """
 local found = {}
 for _, entry in ipairs(unexpired(KEYS[1])) do
   if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
@@ -95,7 +75,7 @@ return found
 
 # KEYS: the app's demand. ARGV: edge id, demand (0: withdraw), ttl ms.
 # -> the sum of every edge's unexpired demand
-_REPORT = _CLOCK + """
+_REPORT = UNEXPIRED + """
 if tonumber(ARGV[2]) > 0 then
   redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
@@ -111,7 +91,7 @@ return total
 
 # KEYS: the worker's reports. ARGV: JSON [reporter, machine], window ms, most kept.
 # -> the pairs reported within the window
-_SUSPECT = _CLOCK + """
+_SUSPECT = UNEXPIRED + """
 local kept = 0
 for _, entry in ipairs(unexpired(KEYS[1])) do
   if entry[1] ~= ARGV[1] then kept = kept + 1 end
@@ -125,7 +105,7 @@ return redis.call('HKEYS', KEYS[1])
 
 # KEYS: the marks. ARGV: worker, epoch, ttl ms, reason. A standing mark of the same or a
 # newer epoch stays.
-_MARK = _CLOCK + """
+_MARK = UNEXPIRED + """
 for _, entry in ipairs(unexpired(KEYS[1])) do
   if entry[1] == ARGV[1] and tonumber(string.match(entry[2], '^(%d+) ')) >= tonumber(ARGV[2]) then
     return 0
@@ -138,7 +118,7 @@ return 1
 """
 
 # KEYS: the marks. -> worker, ms left, epoch, reason for each standing mark (flat)
-_MARKS = _CLOCK + """
+_MARKS = UNEXPIRED + """
 local found = {}
 for _, entry in ipairs(unexpired(KEYS[1])) do
   local epoch, reason = string.match(entry[2], '^(%d+) (.*)$')

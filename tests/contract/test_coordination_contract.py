@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import redis.asyncio as redis
 
 from placement.adapters.coordination import RedisCoordination
 from placement.core.failures import WorkerFailures
@@ -28,11 +27,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     if request.param == "memory":
         yield Backend(MemoryLeaseStore(), MemoryClaimBook(), MemoryFailureBook())
         return
-    server = request.getfixturevalue("redis_server")
-    flush = redis.Redis.from_url(server.url)
-    await flush.flushall()
-    await flush.aclose()
-    both = RedisCoordination(server.url)
+    url = await request.getfixturevalue("redis_server").flushed()
+    both = RedisCoordination(url)
     yield Backend(both, both, both)
     await both.close()
 

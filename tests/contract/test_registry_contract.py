@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-import redis.asyncio as redis
 
 from thaw.registry import MachineRecord, Registry, WorkerStatus
 from thaw.registry.memory import MemoryRegistry
@@ -41,11 +40,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         yield Backend(memory, tick)
         await memory.close()
         return
-    server = request.getfixturevalue("redis_server")
-    flush = redis.Redis.from_url(server.url)
-    await flush.flushall()
-    await flush.aclose()
-    registry = RedisRegistry(server.url)
+    url = await request.getfixturevalue("redis_server").flushed()
+    registry = RedisRegistry(url)
     yield Backend(registry, asyncio.sleep)
     await registry.close()
 

@@ -373,7 +373,10 @@ class EdgeHarness:
 
 
 async def start_edge(apps: list[dict[str, object]], placement: FakePlacement | None = None,
+                     registry: object = None, board: object = None,
                      **config: object) -> EdgeHarness:
+    """`registry`: one shared with other edges (default: a new MemoryRegistry); `board`:
+    where the edge shares its loads with them (edge/loadshare.py)."""
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
     from thaw.appconfig import parse
@@ -381,12 +384,13 @@ async def start_edge(apps: list[dict[str, object]], placement: FakePlacement | N
 
     placement = placement or FakePlacement()
     url = await placement.start()
-    registry = MemoryRegistry()
+    registry = registry or MemoryRegistry()
     for app in apps:
-        await registry.put_app(parse({"image": "example/hello:v1", **app}))
+        await registry.put_app(parse({"image": "example/hello:v1", **app}))  # type: ignore[attr-defined]
     settings: dict[str, object] = {"port": 0, "shutdown_grace_s": 1.0, "cluster_keys": RING,
                                    **config}
-    runtime = EdgeRuntime(EdgeConfig(placement_url=url, **settings), registry)  # type: ignore[arg-type]
+    runtime = EdgeRuntime(EdgeConfig(placement_url=url, **settings), registry,  # type: ignore[arg-type]
+                          board=board)  # type: ignore[arg-type]
     await runtime.start()
     return EdgeHarness(placement, registry, runtime)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+import redis.asyncio as redis
 
 from tests.support.ports import free_port, wait_for_port
 
@@ -22,6 +23,13 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    async def flushed(self) -> str:
+        """Its URL, every key deleted first (a session's server, fresh for one test)."""
+        client = redis.Redis.from_url(self.url)
+        await client.flushall()
+        await client.aclose()
+        return self.url
 
 
 @contextlib.contextmanager

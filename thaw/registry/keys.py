@@ -58,6 +58,11 @@ def wake_claims(app: str) -> str:
     return f"{PREFIX}:wake-claims:{app}"
 
 
+def machine_load() -> str:
+    """Each edge's requests in flight per machine: edge id -> "expiry_ms JSON"."""
+    return f"{PREFIX}:machine-load"
+
+
 def worker_failures() -> str:
     """Workers placements marked failed: worker id -> "expiry_ms epoch reason"."""
     return f"{PREFIX}:worker-failures"

@@ -1,0 +1,80 @@
+"""The edges' load board in Redis: one Lua script a round, by Redis's clock.
+
+`thaw:machine-load` holds each edge's own requests in flight per machine (edge id ->
+"expiry_ms JSON"); each edge's demand of an app goes where placement reads the edges'
+demand when it sizes a wake (`thaw:wake-demand:APP`, edge id -> "expiry_ms demand").
+Redis errors are raised as they come: the caller counts its own load meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from edge.loadshare import Loads, summed
+from thaw.registry import keys
+from thaw.registry.lua import UNEXPIRED
+from thaw.registry.redis import connect
+
+log = logging.getLogger("thaw.edge")
+
+# KEYS: the loads, then the demand of each app named. ARGV: edge id, ttl ms, JSON loads
+# ('' when none), then each app's demand (0: withdraw). -> the other edges' JSON loads
+_SHARE = UNEXPIRED + """
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + ttl) .. ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], 60000)
+end
+for i = 2, #KEYS do
+  local demand = tonumber(ARGV[i + 2])
+  if demand > 0 then
+    redis.call('HSET', KEYS[i], ARGV[1], string.format('%d %d', now_ms + ttl, demand))
+    if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+  else
+    redis.call('HDEL', KEYS[i], ARGV[1])
+  end
+end
+local found = {}
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
+end
+return found
+"""
+
+_LOADS = msgspec.json.Decoder(Loads)
+_ENCODE = msgspec.json.Encoder()
+
+
+class RedisLoadBoard:
+    def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        self._r = connect(url, timeout_s=timeout_s)
+        self._share = self._r.register_script(_SHARE)
+
+    async def share(self, edge: str, loads: Loads, demand: dict[str, int],
+                    ttl_s: float) -> Loads:
+        apps = sorted(demand)
+        found = await self._share(
+            keys=[keys.machine_load(), *(keys.wake_demand(app) for app in apps)],
+            args=[edge, max(1, int(ttl_s * 1000)), _ENCODE.encode(loads).decode() if loads
+                  else "", *(max(0, demand[app]) for app in apps)])
+        others = []
+        for raw in found:
+            try:
+                others.append(_LOADS.decode(raw))
+            except msgspec.DecodeError as exc:  # (another version's entry): not counted
+                log.debug("an edge's load entry not understood: %s", exc)
+        return summed(others)
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+
+def open_load_board(registry_url: str) -> RedisLoadBoard | None:
+    """The Redis the registry is on; None for the in-memory registry (one edge)."""
+    if registry_url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisLoadBoard(registry_url)
+    return None

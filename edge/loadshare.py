@@ -1,0 +1,176 @@
+"""Requests in flight at each machine, shared by every edge; and each edge's demand.
+
+An edge balances, enforces `hard_limit` and decides auto-stop from a machine's
+`in_flight`. With several edges a machine also serves the others' requests, which
+one edge alone never sees: two edges could each send it `hard_limit`, and one could
+ask to stop a machine another keeps busy. So every `interval_s` each edge publishes
+its own requests in flight per machine, with its demand per app (requests in flight
+plus held: what placement sums when it sizes a wake, so warm traffic on one edge
+counts in another's wake), and reads every other edge's; a machine's `in_flight` is
+then the edge's own requests plus the others' (`elsewhere`), and a machine busy
+elsewhere is not idle here (its `last_start` is kept current). Requests start and end
+on the hot path as before (`in_flight` ± 1): only this loop touches `elsewhere`.
+
+Entries expire after `TTL_INTERVALS` intervals: a dead edge's load stops counting
+within about a second. The limits hold up to one interval's staleness: edges that
+send to a machine's last free slots within one interval may together pass
+`hard_limit` until the next. The board away (Redis down), each edge counts its own,
+as with one edge.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from edge.view import AppEntry, MachineSlot, View
+from thaw.periodic import Periodic
+
+log = logging.getLogger("thaw.edge")
+
+INTERVAL_S = 0.25
+TTL_INTERVALS = 4
+
+Loads = dict[str, dict[str, int]]  # app -> machine id -> requests in flight
+
+
+class LoadBoard(Protocol):
+    """Where edges publish their loads and demand, and read the others'."""
+
+    async def share(self, edge: str, loads: Loads, demand: dict[str, int],
+                    ttl_s: float) -> Loads:
+        """Replace `edge`'s loads (and its demand of each app named: 0 withdraws it)
+        for `ttl_s`; every other edge's unexpired loads, summed."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class MemoryLoadBoard:
+    """Several edges in one process (tests)."""
+
+    clock: Callable[[], float] = time.monotonic
+    loads: dict[str, tuple[float, Loads]] = field(default_factory=dict)
+    demands: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
+
+    async def share(self, edge: str, loads: Loads, demand: dict[str, int],
+                    ttl_s: float) -> Loads:
+        now = self.clock()
+        self.loads[edge] = (now + ttl_s, loads)
+        for app, requests in demand.items():
+            if requests > 0:
+                self.demands.setdefault(app, {})[edge] = (now + ttl_s, requests)
+            else:
+                self.demands.get(app, {}).pop(edge, None)
+        others = [entry for other, (until, entry) in self.loads.items()
+                  if other != edge and until > now]
+        return summed(others)
+
+    async def close(self) -> None:
+        """Nothing is held open."""
+
+    def demand(self, app: str) -> int:
+        """Every edge's unexpired demand of `app` (what placement reads)."""
+        now = self.clock()
+        return sum(n for until, n in self.demands.get(app, {}).values() if until > now)
+
+
+def summed(boards: Iterable[Loads]) -> Loads:
+    total: Loads = {}
+    for loads in boards:
+        for app, machines in loads.items():
+            into = total.setdefault(app, {})
+            for machine, requests in machines.items():
+                into[machine] = into.get(machine, 0) + requests
+    return total
+
+
+class LoadShare:
+    def __init__(self, view: View, board: LoadBoard, edge_id: str,
+                 held: Callable[[str], int], held_apps: Callable[[], Iterable[str]],
+                 room: Callable[[AppEntry], None], interval_s: float = INTERVAL_S) -> None:
+        """`held(app)`/`held_apps()`: the requests this edge holds; `room(app)`: an app's
+        machines may take more (others' load fell): release what is held."""
+        self.view = view
+        self.board = board
+        self.edge_id = edge_id
+        self.held = held
+        self.held_apps = held_apps
+        self.room = room
+        self.interval_s = interval_s
+        self._loaded: set[MachineSlot] = set()  # slots with others' load on them
+        self._demanded: set[str] = set()  # apps whose demand was last published non-zero
+        self._rounds = Periodic("loads not shared with other edges", self.once, interval_s,
+                                log, on_error=self._alone)
+
+    def collect(self) -> tuple[Loads, dict[str, int]]:
+        """This edge's own requests in flight per machine, and its demand per app (0 for
+        an app published before and idle now)."""
+        loads: Loads = {}
+        demand: dict[str, int] = {}
+        apps = self.view.apps
+        for name in {*self.held_apps(), *(n for n, e in apps.items() if e.in_flight)}:
+            entry = apps.get(name)
+            own = entry.in_flight if entry is not None else 0
+            if own + self.held(name) > 0:
+                demand[name] = own + self.held(name)
+            if entry is not None and own:
+                mine = {m.id: m.in_flight - m.elsewhere for m in entry.machines.values()
+                        if m.in_flight > m.elsewhere}
+                if mine:
+                    loads[name] = mine
+        for name in self._demanded - demand.keys():
+            demand[name] = 0
+        self._demanded = {name for name, n in demand.items() if n > 0}
+        return loads, demand
+
+    def apply(self, others: Loads) -> list[AppEntry]:
+        """Count the other edges' requests at each machine; the apps whose machines now
+        carry less than before."""
+        eased: dict[str, AppEntry] = {}
+        loaded: set[MachineSlot] = set()
+        apps = self.view.apps
+        now = self.view.clock()
+        for name, machines in others.items():
+            entry = apps.get(name)
+            if entry is None:
+                continue
+            for machine, requests in machines.items():
+                slot = entry.machines.get(machine)
+                if slot is not None and requests > 0:
+                    if requests < slot.elsewhere:
+                        eased[name] = entry
+                    slot.in_flight += requests - slot.elsewhere
+                    slot.elsewhere = requests
+                    slot.last_start = now  # busy: its idle time counts from when it is not
+                    loaded.add(slot)
+        for slot in self._loaded - loaded:
+            slot.in_flight -= slot.elsewhere
+            slot.elsewhere = 0
+            entry = apps.get(slot.app)
+            if entry is not None:
+                eased[slot.app] = entry
+        self._loaded = loaded
+        return list(eased.values())
+
+    async def once(self) -> None:
+        loads, demand = self.collect()
+        others = await self.board.share(self.edge_id, loads, demand,
+                                        self.interval_s * TTL_INTERVALS)
+        for entry in self.apply(others):
+            if self.held(entry.name):
+                self.room(entry)
+
+    def _alone(self) -> None:
+        """The board away (Redis down): count this edge's own requests only."""
+        self.apply({})
+
+    def start(self) -> None:
+        self._rounds.start()
+
+    async def close(self) -> None:
+        await self._rounds.close()

@@ -1,0 +1,77 @@
+"""One contract for the edges' load board, on memory and on a real Redis: each edge sees
+the others' loads summed, never its own; entries expire; demand lands where placement
+reads the edges' demand."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from edge.adapters.loadboard import RedisLoadBoard
+from edge.loadshare import MemoryLoadBoard
+from placement.adapters.coordination import RedisCoordination
+
+
+class Backend:
+    def __init__(self, board: Any, demand: Callable[[str], Awaitable[int]]) -> None:
+        self.board, self.demand = board, demand
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        board = MemoryLoadBoard()
+
+        async def memory_demand(app: str) -> int:
+            return board.demand(app)
+
+        yield Backend(board, memory_demand)
+        return
+    url = await request.getfixturevalue("redis_server").flushed()
+    redis_board = RedisLoadBoard(url)
+    placement = RedisCoordination(url)
+
+    async def placement_reads(app: str) -> int:  # as a wake's sizing reads it
+        return await placement.report(app, "a-placement-probe", 0, 1.0)
+
+    yield Backend(redis_board, placement_reads)
+    await redis_board.close()
+    await placement.close()
+
+
+async def test_each_edge_sees_the_others_loads_summed_never_its_own(backend: Backend) -> None:
+    board = backend.board
+    assert await board.share("e1", {"web": {"m1": 2}}, {}, 1.0) == {}
+    assert await board.share("e2", {"web": {"m1": 1, "m2": 3}, "api": {"m9": 1}}, {},
+                             1.0) == {"web": {"m1": 2}}
+    assert await board.share("e3", {}, {}, 1.0) == {
+        "web": {"m1": 3, "m2": 3}, "api": {"m9": 1}}
+    assert await board.share("e1", {}, {}, 1.0) == {  # e1's own withdrawn: not counted
+        "web": {"m1": 1, "m2": 3}, "api": {"m9": 1}}
+    assert await board.share("e2", {}, {}, 1.0) == {}
+
+
+async def test_an_edge_that_stops_sharing_stops_counting_when_its_entry_expires(
+    backend: Backend,
+) -> None:
+    board = backend.board
+    await board.share("e1", {"web": {"m1": 2}}, {}, 0.2)
+    assert await board.share("e2", {}, {}, 0.2) == {"web": {"m1": 2}}
+    await asyncio.sleep(0.3)
+    assert await board.share("e2", {}, {}, 0.2) == {}
+
+
+async def test_demand_is_per_edge_summed_withdrawn_at_zero_and_expires(
+    backend: Backend,
+) -> None:
+    board = backend.board
+    await board.share("e1", {}, {"web": 3, "api": 1}, 0.3)
+    await board.share("e2", {}, {"web": 2}, 5.0)
+    assert await backend.demand("web") == 5 and await backend.demand("api") == 1
+    await board.share("e2", {}, {"web": 0}, 5.0)  # idle now: withdrawn
+    assert await backend.demand("web") == 3
+    await asyncio.sleep(0.4)  # e1 stopped sharing
+    assert await backend.demand("web") == 0 and await backend.demand("api") == 0

@@ -1,0 +1,71 @@
+"""The edges' shared loads, the pure part: what an edge publishes of its own and how it
+counts the others' at each machine (edge/loadshare.py; no event loop)."""
+
+from __future__ import annotations
+
+from edge.loadshare import LoadShare, MemoryLoadBoard, summed
+from edge.view import View
+from thaw.appconfig import parse
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def shared(held: dict[str, int] | None = None) -> tuple[LoadShare, View, Clock]:
+    clock = Clock()
+    view = View("localhost", clock=clock)
+    for app in ("web", "api"):
+        view.set_app(app, parse({"name": app, "image": "img"}))
+        for n in (1, 2):
+            view.add_started(app, f"{app}-m{n}", f"127.0.0.1:{9000 + n}")
+    holding = held or {}
+    share = LoadShare(view, MemoryLoadBoard(), "e1", lambda app: holding.get(app, 0),
+                      lambda: [a for a, n in holding.items() if n], lambda entry: None)
+    return share, view, clock
+
+
+def test_an_edge_publishes_its_own_requests_per_machine_and_its_demand_per_app() -> None:
+    share, view, _ = shared(held={"api": 3})
+    web = view.apps["web"]
+    web.machines["web-m1"].in_flight = 2
+    web.in_flight = 2
+    assert share.collect() == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
+    share.apply({"web": {"web-m1": 5, "web-m2": 1}})  # others' requests are not its own
+    assert share.collect() == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
+    web.machines["web-m1"].in_flight -= 2  # its requests ended
+    web.in_flight = 0
+    assert share.collect() == ({}, {"web": 0, "api": 3})  # web's withdrawn, once
+    assert share.collect() == ({}, {"api": 3})
+
+
+def test_the_others_requests_count_at_each_machine_until_they_stop_sharing() -> None:
+    share, view, clock = shared()
+    m1, m2 = view.apps["web"].machines["web-m1"], view.apps["web"].machines["web-m2"]
+    m1.in_flight = 1  # one of this edge's own
+    clock.now = 130.0
+    share.apply({"web": {"web-m1": 4}, "gone": {"x": 1}, "api": {"unknown": 2}})
+    assert (m1.in_flight, m1.elsewhere, m2.in_flight) == (5, 4, 0)
+    assert m1.last_start == 130.0  # busy elsewhere: not idle here
+    share.apply({"web": {"web-m1": 2, "web-m2": 3}})
+    assert (m1.in_flight, m1.elsewhere, m2.in_flight, m2.elsewhere) == (3, 2, 3, 3)
+    share.apply({})  # every other edge gone quiet (or the board away)
+    assert (m1.in_flight, m1.elsewhere, m2.in_flight, m2.elsewhere) == (1, 0, 0, 0)
+
+
+def test_machines_that_carry_less_than_before_release_what_the_edge_holds() -> None:
+    share, view, _ = shared()
+    assert [e.name for e in share.apply({"web": {"web-m1": 4}})] == []  # more: no room
+    assert [e.name for e in share.apply({"web": {"web-m1": 2}})] == ["web"]
+    assert [e.name for e in share.apply({"api": {"api-m1": 1}})] == ["web"]
+    assert view.apps["web"].machines["web-m1"].elsewhere == 0
+
+
+def test_loads_from_several_edges_are_summed_per_machine() -> None:
+    assert summed([{"web": {"m1": 1}}, {"web": {"m1": 2, "m2": 1}, "api": {"m9": 4}}]) == {
+        "web": {"m1": 3, "m2": 1}, "api": {"m9": 4}}
+    assert summed([]) == {}

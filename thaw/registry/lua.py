@@ -1,0 +1,25 @@
+"""Lua shared by the scripts that keep expiring entries in Redis hashes (placement's
+claims, demand and failure marks; the edges' loads)."""
+
+from __future__ import annotations
+
+# Redis's clock (`now_ms`), and `unexpired(key)`: the entries of a hash whose values are
+# "expiry_ms rest" that have not expired, as {field, rest, expiry_ms} each (the expired
+# ones are deleted). A script is this followed by its own body.
+UNEXPIRED = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function unexpired(key)
+  local found = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local until_ms, rest = string.match(all[i + 1], '^(%d+) (.*)$')
+    if tonumber(until_ms) <= now_ms then
+      redis.call('HDEL', key, all[i])
+    else
+      table.insert(found, {all[i], rest, tonumber(until_ms)})
+    end
+  end
+  return found
+end
+"""
