@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import procfs
+from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
 from agent.sandbox import sandbox_argv, system_bind_args
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
@@ -33,13 +34,6 @@ MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose ma
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 WRAPPER_EXE = "bwrap"
 
-_FIRST_POLL_S = 0.002
-_MAX_POLL_S = 0.05
-_BACKOFF = 1.5
-# Most apps boot within a second; a refused loopback connect costs microseconds, so poll
-# at the fast rate for this long before backing off (readiness seen late is boot time lost).
-_FAST_POLL_WINDOW_S = 1.0
-_PROBE_ATTEMPT_S = 1.0
 _SANDBOX_PROBE_S = 5.0
 _KILL_RETRY_S = 1.0
 _PR_SET_CHILD_SUBREAPER = 36
@@ -59,12 +53,6 @@ class LaunchSpec:
 class ProcessIdentity:
     pid: int
     start_time: int  # field 22 of /proc/<pid>/stat (clock ticks since boot)
-
-
-@dataclass(frozen=True)
-class ReadyResult:
-    ready: bool
-    reason: str  # "" | "exited" | "timeout"
 
 
 class ProcessDriver:
@@ -179,23 +167,8 @@ class ProcessDriver:
         health_path: str | None,
         timeout_s: float,
     ) -> ReadyResult:
-        """Poll host:port (TCP connect, or GET health_path expecting 2xx/3xx) every
-        2 ms for the first second, then backing off to 50 ms, for at most ``timeout_s``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        fast_until = loop.time() + _FAST_POLL_WINDOW_S
-        interval = _FIRST_POLL_S
-        while True:
-            if not self.alive(ident):
-                return ReadyResult(False, "exited")
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return ReadyResult(False, "timeout")
-            if await _answers(host, port, health_path, min(remaining, _PROBE_ATTEMPT_S)):
-                return ReadyResult(True, "")
-            await asyncio.sleep(max(0.0, min(interval, deadline - loop.time())))
-            if loop.time() > fast_until:
-                interval = min(interval * _BACKOFF, _MAX_POLL_S)
+        """Poll the machine until it answers, exits or `timeout_s` passes (agent/ready.py)."""
+        return await wait_ready(lambda: self.alive(ident), host, port, health_path, timeout_s)
 
     def own_sessions(self, machines_dir: Path) -> list[tuple[str, ProcessIdentity]]:
         """(machine id, session) of every live machine session launched for a machine dir
@@ -221,7 +194,7 @@ class ProcessDriver:
         deadline = loop.time() + _KILL_RETRY_S
         pending = list(idents)
         while pending and loop.time() < deadline:
-            await asyncio.sleep(_FIRST_POLL_S)
+            await asyncio.sleep(FIRST_POLL_S)
             pending = [i for i in pending if self.alive(i) or not self._reap(i.pid)]
 
     def group_pids(self, ident: ProcessIdentity) -> list[int]:
@@ -282,14 +255,14 @@ class ProcessDriver:
     async def _wait_group_gone(self, ident: ProcessIdentity, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        interval = _FIRST_POLL_S
+        interval = FIRST_POLL_S
         while True:
             if not self._owns_group(ident) or not self._reap_group(ident.pid):
                 return True
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(interval)
-            interval = min(interval * _BACKOFF, _MAX_POLL_S)
+            interval = min(interval * BACKOFF, MAX_POLL_S)
 
     def _reap_group(self, pgid: int) -> bool:
         """Reap zombies of group ``pgid`` that are our children: the launched
@@ -410,24 +383,3 @@ def _kill(pid: int, sig: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-async def _answers(host: str, port: int, health_path: str | None, timeout_s: float) -> bool:
-    """One readiness attempt: connect (and GET health_path, expecting 2xx/3xx)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
-            try:
-                if health_path is None:
-                    return True
-                request = (
-                    f"GET {health_path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                    "User-Agent: thaw-agent\r\nConnection: close\r\n\r\n"
-                )
-                writer.write(request.encode())
-                status_line = await reader.readline()
-                return 200 <= int(status_line.split()[1]) < 400
-            finally:
-                writer.close()
-    except (OSError, ValueError, IndexError):
-        return False

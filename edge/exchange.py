@@ -23,7 +23,6 @@ from time import perf_counter
 from typing import Protocol
 
 from edge.config import EdgeConfig
-from edge.core.appwake import Wake, server_timing
 from edge.core.exchange import (
     AFTER_END,
     AFTER_HEAD,
@@ -40,6 +39,7 @@ from edge.core.exchange import (
     resendable,
 )
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, RequestHead, ResponseHead
+from edge.core.wakeeffects import Wake, server_timing
 from edge.errors import status_of
 from edge.view import AppEntry, MachineSlot
 

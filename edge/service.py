@@ -31,20 +31,12 @@ from edge.adapters.placement import PlacementClient
 from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
-from edge.core.appwake import (
-    AppWakes,
-    ArmTimer,
-    CallPlacement,
-    Effect,
-    Fail,
-    Release,
-    Shape,
-    Shed,
-)
+from edge.core.appwake import AppWakes, Shape
 from edge.core.exchange import AGAIN, GIVE_UP, Event, after_connect_failure, after_loss
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
 from edge.core.holdqueue import request_timeout_s
 from edge.core.stats import AppStats
+from edge.core.wakeeffects import ArmTimer, CallPlacement, Effect, Fail, Release, Shed
 from edge.errors import EdgeError, status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects

@@ -23,14 +23,9 @@ from pathlib import Path
 import pytest
 
 from agent import procfs
-from agent.driver import (
-    LaunchSpec,
-    ProcessDriver,
-    ProcessIdentity,
-    ReadyResult,
-    allocate_port,
-)
+from agent.driver import LaunchSpec, ProcessDriver, ProcessIdentity, allocate_port
 from agent.machinelog import read_log, trim_log
+from agent.ready import ReadyResult
 from tests.support.loopturns import LoopTurns
 from tests.support.ports import wait_for_port
 

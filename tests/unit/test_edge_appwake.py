@@ -8,18 +8,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.core.appwake import (
-    AppWakes,
-    ArmTimer,
-    CallPlacement,
-    Effect,
-    Fail,
-    Release,
-    Shape,
-    Shed,
-    Wake,
-    machines_to_start,
-)
+from edge.core.appwake import AppWakes, Shape, machines_to_start
+from edge.core.wakeeffects import ArmTimer, CallPlacement, Effect, Fail, Release, Shed, Wake
 
 COLD = Shape(started=0, in_flight=0, free=0, soft_limit=20, max_machines=100,
              hold_timeout_s=30.0, max_pending=1000)
