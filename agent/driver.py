@@ -97,7 +97,8 @@ class ProcessDriver:
         if made.cancelled() or made.exception() is not None:
             return
         proc = made.result()
-        self._children[proc.pid] = proc  # reaped by a later launch
+        self._children[proc.pid] = proc  # reaped by a later launch, and
+        self._dying.add(proc.pid)  # the rest of its group (a sandbox's init) with it
         _kill_group(proc.pid)
 
     def _command(self, spec: LaunchSpec) -> tuple[list[str], Path, dict[str, str], Path]:

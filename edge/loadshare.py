@@ -33,6 +33,7 @@ log = logging.getLogger("thaw.edge")
 
 INTERVAL_S = 0.25
 TTL_INTERVALS = 4
+MAX_REQUESTS = 1_000_000  # requests at one machine, at most, as others report them
 
 Loads = dict[str, dict[str, int]]  # app -> machine id -> requests in flight
 
@@ -80,12 +81,15 @@ class MemoryLoadBoard:
 
 
 def summed(boards: Iterable[Loads]) -> Loads:
+    """Every edge's requests per machine, added up; an entry outside 1..`MAX_REQUESTS`
+    (another edge's bug, or a damaged entry) counts as nothing or as that bound."""
     total: Loads = {}
     for loads in boards:
         for app, machines in loads.items():
             into = total.setdefault(app, {})
             for machine, requests in machines.items():
-                into[machine] = into.get(machine, 0) + requests
+                if requests > 0:
+                    into[machine] = min(MAX_REQUESTS, into.get(machine, 0) + requests)
     return total
 
 
@@ -125,8 +129,12 @@ class LoadShare:
                     loads[name] = mine
         for name in self._demanded - demand.keys():
             demand[name] = 0
-        self._demanded = {name for name, n in demand.items() if n > 0}
         return loads, demand
+
+    def published(self, demand: dict[str, int]) -> None:
+        """`demand` reached the board: the apps idle in it need no withdrawal again (until
+        then, a round that failed sends it again)."""
+        self._demanded = {name for name, n in demand.items() if n > 0}
 
     def apply(self, others: Loads) -> list[AppEntry]:
         """Count the other edges' requests at each machine; the apps whose machines now
@@ -161,6 +169,7 @@ class LoadShare:
         loads, demand = self.collect()
         others = await self.board.share(self.edge_id, loads, demand,
                                         self.interval_s * TTL_INTERVALS)
+        self.published(demand)
         for entry in self.apply(others):
             if self.held(entry.name):
                 self.room(entry)

@@ -40,9 +40,11 @@ class SharedMark(NamedTuple):
 class FailureBook(Protocol):
     """Where placements share edges' reports and the marks they make."""
 
-    async def suspect(self, worker: str, reporter: str, machine: str,
+    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
                       window_s: float) -> list[tuple[str, str]]:
-        """Add a report; every (reporter, machine) pair reported within `window_s`."""
+        """Add a report about `worker` running under `epoch`; every (reporter, machine)
+        pair reported of that incarnation within `window_s` (a worker back under a new
+        epoch starts with none)."""
         ...
 
     async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
@@ -59,17 +61,18 @@ class MemoryFailureBook:
     """Several placements in one process (tests)."""
 
     clock: Callable[[], float] = time.monotonic
-    reports: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    reports: dict[tuple[str, int], dict[tuple[str, str], float]] = field(
+        default_factory=dict)  # (worker, epoch) -> (reporter, machine) -> when
     marks: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # epoch, until
 
-    async def suspect(self, worker: str, reporter: str, machine: str,
+    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
                       window_s: float) -> list[tuple[str, str]]:
         now = self.clock()
-        seen = {key: at for key, at in self.reports.get(worker, {}).items()
+        seen = {key: at for key, at in self.reports.get((worker, epoch), {}).items()
                 if now - at <= window_s}
         if len(seen) < MAX_REPORTS or (reporter, machine) in seen:
             seen[(reporter, machine)] = now
-        self.reports[worker] = seen
+        self.reports[(worker, epoch)] = seen
         return list(seen)
 
     async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
@@ -98,12 +101,13 @@ class FailureSync:
         self._unshared: set[str] = set()  # workers marked here while the book was away
         self._rounds: Periodic | None = None
 
-    async def report(self, worker: str, reporter: str, machine: str) -> bool:
-        """An edge's report; whether the reports, every placement's, now confirm it."""
+    async def report(self, worker: str, epoch: int, reporter: str, machine: str) -> bool:
+        """An edge's report about `worker` (under `epoch`); whether the reports, every
+        placement's, now confirm it."""
         heard: list[tuple[str, str]] = []
         if self.book is not None:
             try:
-                heard = await self.book.suspect(worker, reporter, machine,
+                heard = await self.book.suspect(worker, epoch, reporter, machine,
                                                 self.failures.window_s)
             except PlacementError as exc:
                 log.warning("failure reports not shared (judged alone): %s", exc.message)
@@ -140,10 +144,13 @@ class FailureSync:
         if self.book is None or self._rounds is not None:
             return
 
+        lost: set[str] = set()  # adopted, their apps not looked at again yet
+
         async def poll() -> None:
-            adopted = await self.adopt()
-            if adopted:
-                await newly_failed(adopted)
+            lost.update(await self.adopt())
+            if lost:
+                await newly_failed(sorted(lost))
+                lost.clear()
 
         # (Redis or the store away): the next poll tries again
         self._rounds = Periodic("failure marks not followed", poll, self.poll_s, log)

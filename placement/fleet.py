@@ -112,7 +112,7 @@ class Fleet:
         except AgentUnreachable as exc:
             reason = f"its agent does not answer either: {exc.message}"
         else:
-            if not await self.shared.report(worker_id, reporter, machine):
+            if not await self.shared.report(worker_id, status.epoch, reporter, machine):
                 return False, False, f"its agent answers ({code})"
             reason = "two edges could not connect to two of its machines"
         return True, await self.shared.fail(status.id, status.epoch, reason), reason

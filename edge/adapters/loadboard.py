@@ -1,4 +1,5 @@
-"""The edges' load board in Redis: one Lua script a round, by Redis's clock.
+"""The edges' load board in Redis: a Lua script a round (and one per 256 apps with
+demand), by Redis's clock.
 
 `thaw:machine-load` holds each edge's own requests in flight per machine (edge id ->
 "expiry_ms JSON"); each edge's demand of an app goes where placement reads the edges'
@@ -19,17 +20,28 @@ from thaw.registry.redis import connect
 
 log = logging.getLogger("thaw.edge")
 
-# KEYS: the loads, then the demand of each app named. ARGV: edge id, ttl ms, JSON loads
-# ('' when none), then each app's demand (0: withdraw). -> the other edges' JSON loads
+# KEYS: the loads. ARGV: edge id, ttl ms, JSON loads ('' when none).
+# -> the other edges' JSON loads
 _SHARE = UNEXPIRED + """
-local ttl = tonumber(ARGV[2])
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
-  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + ttl) .. ARGV[3])
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[2])) .. ARGV[3])
   redis.call('PEXPIRE', KEYS[1], 60000)
 end
-for i = 2, #KEYS do
+local found = {}
+for _, entry in ipairs(unexpired(KEYS[1])) do
+  if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
+end
+return found
+"""
+
+# KEYS: each app's demand. ARGV: edge id, ttl ms, then each app's demand (0: withdraw).
+_DEMAND = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+for i = 1, #KEYS do
   local demand = tonumber(ARGV[i + 2])
   if demand > 0 then
     redis.call('HSET', KEYS[i], ARGV[1], string.format('%d %d', now_ms + ttl, demand))
@@ -38,12 +50,10 @@ for i = 2, #KEYS do
     redis.call('HDEL', KEYS[i], ARGV[1])
   end
 end
-local found = {}
-for _, entry in ipairs(unexpired(KEYS[1])) do
-  if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
-end
-return found
+return 1
 """
+
+DEMAND_BATCH = 256  # apps' demand per script call: no call holds Redis long
 
 _LOADS = msgspec.json.Decoder(Loads)
 _ENCODE = msgspec.json.Encoder()
@@ -53,14 +63,19 @@ class RedisLoadBoard:
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
         self._r = connect(url, timeout_s=timeout_s)
         self._share = self._r.register_script(_SHARE)
+        self._demand = self._r.register_script(_DEMAND)
 
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
                     ttl_s: float) -> Loads:
+        ttl_ms = max(1, int(ttl_s * 1000))
         apps = sorted(demand)
+        for at in range(0, len(apps), DEMAND_BATCH):
+            batch = apps[at:at + DEMAND_BATCH]
+            await self._demand(keys=[keys.wake_demand(app) for app in batch],
+                               args=[edge, ttl_ms, *(max(0, demand[app]) for app in batch)])
         found = await self._share(
-            keys=[keys.machine_load(), *(keys.wake_demand(app) for app in apps)],
-            args=[edge, max(1, int(ttl_s * 1000)), _ENCODE.encode(loads).decode() if loads
-                  else "", *(max(0, demand[app]) for app in apps)])
+            keys=[keys.machine_load()],
+            args=[edge, ttl_ms, _ENCODE.encode(loads).decode() if loads else ""])
         others = []
         for raw in found:
             try:

@@ -85,7 +85,7 @@ else
   redis.call('HDEL', KEYS[1], ARGV[1])
 end
 local total = 0
-for _, entry in ipairs(unexpired(KEYS[1])) do total = total + tonumber(entry[2]) end
+for _, entry in ipairs(unexpired(KEYS[1])) do total = total + (tonumber(entry[2]) or 0) end
 return total
 """
 
@@ -107,9 +107,8 @@ return redis.call('HKEYS', KEYS[1])
 # newer epoch stays.
 _MARK = UNEXPIRED + """
 for _, entry in ipairs(unexpired(KEYS[1])) do
-  if entry[1] == ARGV[1] and tonumber(string.match(entry[2], '^(%d+) ')) >= tonumber(ARGV[2]) then
-    return 0
-  end
+  local epoch = tonumber(string.match(entry[2], '^(%d+) '))
+  if entry[1] == ARGV[1] and epoch ~= nil and epoch >= tonumber(ARGV[2]) then return 0 end
 end
 local mark = string.format('%d %d ', now_ms + tonumber(ARGV[3]), tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], ARGV[1], mark .. ARGV[4])
@@ -122,10 +121,12 @@ _MARKS = UNEXPIRED + """
 local found = {}
 for _, entry in ipairs(unexpired(KEYS[1])) do
   local epoch, reason = string.match(entry[2], '^(%d+) (.*)$')
-  table.insert(found, entry[1])
-  table.insert(found, entry[3] - now_ms)
-  table.insert(found, epoch)
-  table.insert(found, reason)
+  if epoch ~= nil then
+    table.insert(found, entry[1])
+    table.insert(found, entry[3] - now_ms)
+    table.insert(found, epoch)
+    table.insert(found, reason)
+  end
 end
 return found
 """
@@ -200,11 +201,11 @@ class RedisCoordination:
 
     # -- worker failures -----------------------------------------------------------------
 
-    async def suspect(self, worker: str, reporter: str, machine: str,
+    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
                       window_s: float) -> list[tuple[str, str]]:
         pair = msgspec.json.encode([reporter, machine]).decode()
         found = await self._call(self._suspect(
-            keys=[keys.worker_reports(worker)],
+            keys=[keys.worker_reports(worker, epoch)],
             args=[pair, max(1, int(window_s * 1000)), MAX_REPORTS]))
         heard = (msgspec.json.decode(raw, type=tuple[str, str]) for raw in found)
         return [(reporter, machine) for reporter, machine in heard]

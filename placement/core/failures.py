@@ -25,6 +25,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 MAX_TRACKED = 10_000  # workers with reports or marks kept (oldest dropped first)
+ADOPT_MIN_S = 1.0  # a shared mark with less left than this is not adopted
 
 
 @dataclass(frozen=True)
@@ -43,18 +44,19 @@ class WorkerFailures:
         self.marks: dict[str, Mark] = {}
         self.reports: dict[str, dict[tuple[str, str], float]] = {}  # worker -> (reporter,
         # machine) -> when
-        self.newest: dict[str, int] = {}  # worker -> the newest epoch that cleared a mark
+        self.newest: dict[str, int] = {}  # worker -> the newest epoch it was seen under
 
     def failed(self, worker: str, epoch: int) -> Mark | None:
-        """The mark of `worker` running under `epoch`, if it still holds."""
+        """The mark of `worker` running under `epoch`, if it still holds (`epoch`, the
+        worker's heartbeat's, is remembered: a mark of an older one is not adopted)."""
+        if epoch > self.newest.get(worker, 0):
+            self.newest[worker] = epoch
+            _bound(self.newest)
         mark = self.marks.get(worker)
         if mark is None:
             return None
         if epoch > mark.epoch or self.clock() >= mark.until:
             del self.marks[worker]
-            if epoch > mark.epoch:
-                self.newest[worker] = epoch
-                _bound(self.newest)
             return None
         return mark
 
@@ -90,8 +92,9 @@ class WorkerFailures:
     def adopt(self, worker: str, epoch: int, remaining_s: float, reason: str) -> bool:
         """Take a mark another placement made (`remaining_s` left of it); True when the
         worker was not failed here. Ignored for an epoch older than one this placement
-        has seen the worker come back under."""
-        if epoch < self.newest.get(worker, 0) or remaining_s <= 0:
+        has seen the worker under, and with less than `ADOPT_MIN_S` left (this
+        placement's own mark, run out here a moment before the shared copy)."""
+        if epoch < self.newest.get(worker, 0) or remaining_s < ADOPT_MIN_S:
             return False
         current = self.failed(worker, epoch)
         until = self.clock() + remaining_s

@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as redis
 
 from placement.adapters.coordination import RedisCoordination
 from placement.core.failures import WorkerFailures
 from placement.failuresync import MAX_REPORTS, FailureSync, MemoryFailureBook
 from placement.leases import LeaseKeeper, MemoryLeaseStore, Taken
 from placement.wakeclaims import Claims, MemoryClaimBook, WakeClaims
+from thaw.registry import keys
 
 
 class Backend:
@@ -168,16 +170,16 @@ async def test_reports_are_kept_per_worker_within_the_window_and_bounded(
     backend: Backend,
 ) -> None:
     book = backend.failures
-    assert await book.suspect("w1", "edge-a", "m1", 0.3) == [("edge-a", "m1")]
-    assert sorted(await book.suspect("w1", "edge-b", "m2", 0.3)) == [
+    assert await book.suspect("w1", 1, "edge-a", "m1", 0.3) == [("edge-a", "m1")]
+    assert sorted(await book.suspect("w1", 1, "edge-b", "m2", 0.3)) == [
         ("edge-a", "m1"), ("edge-b", "m2")]
-    assert await book.suspect("w2", "edge-a", "m1", 0.3) == [("edge-a", "m1")]  # per worker
+    assert await book.suspect("w2", 1, "edge-a", "m1", 0.3) == [("edge-a", "m1")]  # per worker
     await asyncio.sleep(0.4)
-    assert await book.suspect("w1", "edge-c", "m3", 0.3) == [("edge-c", "m3")]  # lapsed
+    assert await book.suspect("w1", 1, "edge-c", "m3", 0.3) == [("edge-c", "m3")]  # lapsed
     for i in range(MAX_REPORTS + 10):
-        heard = await book.suspect("w3", f"edge-{i}", "m1", 5)
+        heard = await book.suspect("w3", 1, f"edge-{i}", "m1", 5)
     assert len(heard) == MAX_REPORTS
-    assert ("odd\tname \"x\"", "m1") in await book.suspect("w4", "odd\tname \"x\"", "m1", 5)
+    assert ("odd\tname \"x\"", "m1") in await book.suspect("w4", 1, "odd\tname \"x\"", "m1", 5)
 
 
 async def test_a_mark_stands_for_its_time_and_a_newer_epoch_replaces_it(
@@ -203,8 +205,8 @@ async def test_two_placements_judge_one_worker_from_both_ones_reports_and_marks(
 ) -> None:
     a = FailureSync(WorkerFailures(time.monotonic), backend.failures)
     b = FailureSync(WorkerFailures(time.monotonic), backend.failures)
-    assert await a.report("w1", "edge-a", "m1") is False
-    assert await b.report("w1", "edge-b", "m2") is True  # two edges, two machines, anywhere
+    assert await a.report("w1", 7, "edge-a", "m1") is False
+    assert await b.report("w1", 7, "edge-b", "m2") is True  # two edges, two machines, anywhere
     assert await b.fail("w1", 7, "two edges could not connect to two of its machines")
     assert a.failures.failed("w1", 7) is None  # not read yet
     assert await a.adopt() == ["w1"]
@@ -214,3 +216,36 @@ async def test_two_placements_judge_one_worker_from_both_ones_reports_and_marks(
     assert await b.adopt() == []  # its own mark
     assert a.failures.failed("w1", 8) is None  # back under a new epoch: trusted again
     assert await a.adopt() == []  # and the old epoch's mark is not taken again
+
+
+async def test_reports_of_an_earlier_incarnation_do_not_count_against_a_new_one(
+    backend: Backend,
+) -> None:
+    book = backend.failures
+    await book.suspect("w1", 4, "edge-a", "m1", 5)
+    await book.suspect("w1", 4, "edge-b", "m2", 5)
+    assert await book.suspect("w1", 5, "edge-c", "m9", 5) == [("edge-c", "m9")]  # restarted
+    a = FailureSync(WorkerFailures(time.monotonic), backend.failures)
+    assert await a.report("w1", 5, "edge-d", "m9") is False  # one machine of the new one
+
+
+async def test_a_damaged_entry_in_redis_is_dropped_not_fatal_to_every_later_call(
+    redis_server: Any,
+) -> None:
+    """Only Redis holds values of another form (another version's, or damaged): a
+    script that failed on one would fail on every call after it."""
+    url = await redis_server.flushed()
+    raw = redis.Redis.from_url(url)
+    await raw.hset(keys.worker_failures(), "w9", "not a mark")
+    await raw.hset(keys.worker_failures(), "w8", "99999999999999 x reason")
+    await raw.hset(keys.wake_claims("app"), "p9", "garbage")
+    await raw.hset(keys.wake_demand("app"), "e9", "99999999999999 many")
+    await raw.aclose()
+    both = RedisCoordination(url)
+    try:
+        await both.mark_failed("w1", 2, "its agent does not answer", 5)
+        assert [m.worker for m in await both.failed_workers()] == ["w1"]
+        assert await both.others("app", "p1") == Claims()
+        assert await both.report("app", "e1", 2, 5) == 2
+    finally:
+        await both.close()

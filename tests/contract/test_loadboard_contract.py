@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import redis.asyncio as redis
 
-from edge.adapters.loadboard import RedisLoadBoard
+from edge.adapters.loadboard import DEMAND_BATCH, RedisLoadBoard
 from edge.loadshare import MemoryLoadBoard
 from placement.adapters.coordination import RedisCoordination
+from thaw.registry import keys
 
 
 class Backend:
@@ -75,3 +77,26 @@ async def test_demand_is_per_edge_summed_withdrawn_at_zero_and_expires(
     assert await backend.demand("web") == 3
     await asyncio.sleep(0.4)  # e1 stopped sharing
     assert await backend.demand("web") == 0 and await backend.demand("api") == 0
+
+
+async def test_the_demand_of_more_apps_than_one_batch_all_lands(backend: Backend) -> None:
+    apps = {f"app{i:03d}": i + 1 for i in range(DEMAND_BATCH + 44)}
+    await backend.board.share("e1", {}, apps, 5.0)
+    for app in ("app000", f"app{DEMAND_BATCH:03d}", f"app{DEMAND_BATCH + 43:03d}"):
+        assert await backend.demand(app) == apps[app]
+
+
+async def test_a_damaged_load_entry_in_redis_is_dropped_not_fatal(redis_server: Any) -> None:
+    """Only Redis holds values of another form: a script failing on one would leave every
+    edge counting alone for as long as any edge keeps the key alive."""
+    url = await redis_server.flushed()
+    raw = redis.Redis.from_url(url)
+    await raw.hset(keys.machine_load(), "old-edge", "not an entry")
+    await raw.hset(keys.machine_load(), "odd-edge", "99999999999999 [1, 2]")
+    await raw.aclose()
+    board = RedisLoadBoard(url)
+    try:
+        await board.share("e1", {"web": {"m1": 1}}, {}, 5.0)
+        assert await board.share("e2", {}, {}, 5.0) == {"web": {"m1": 1}}
+    finally:
+        await board.close()

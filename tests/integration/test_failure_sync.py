@@ -20,10 +20,10 @@ class Flaky(MemoryFailureBook):
         if self.down:
             raise Unavailable("redis: connection refused", code="registry_unavailable")
 
-    async def suspect(self, worker: str, reporter: str, machine: str,
+    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
                       window_s: float) -> list[tuple[str, str]]:
         self._check()
-        return await super().suspect(worker, reporter, machine, window_s)
+        return await super().suspect(worker, epoch, reporter, machine, window_s)
 
     async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
         self._check()
@@ -47,8 +47,8 @@ async def test_the_book_away_each_placement_judges_alone_and_catches_up_after() 
 
     a.start(lost)
     book.down = True
-    assert await b.report("w1", "edge-a", "m1") is False
-    assert await b.report("w1", "edge-b", "m2") is True  # its own reports still count
+    assert await b.report("w1", 2, "edge-a", "m1") is False
+    assert await b.report("w1", 2, "edge-b", "m2") is True  # its own reports still count
     assert await b.fail("w1", 2, "two edges") is True  # marked here, not shared
     await asyncio.sleep(0.1)  # a's polls fail meanwhile, and go on
     assert told == [] and a.failures.failed("w1", 2) is None
@@ -74,6 +74,6 @@ async def test_without_a_book_nothing_is_shared_and_nothing_polls() -> None:
 
     alone.start(lost)
     assert await alone.adopt() == []
-    assert await alone.report("w1", "edge-a", "m1") is False
+    assert await alone.report("w1", 1, "edge-a", "m1") is False
     assert await alone.fail("w1", 1, "x") is True
     await alone.close()

@@ -3,7 +3,7 @@ counts the others' at each machine (edge/loadshare.py; no event loop)."""
 
 from __future__ import annotations
 
-from edge.loadshare import LoadShare, MemoryLoadBoard, summed
+from edge.loadshare import MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
 from edge.view import View
 from thaw.appconfig import parse
 
@@ -34,12 +34,16 @@ def test_an_edge_publishes_its_own_requests_per_machine_and_its_demand_per_app()
     web = view.apps["web"]
     web.machines["web-m1"].in_flight = 2
     web.in_flight = 2
-    assert share.collect() == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
+    loads, demand = share.collect()
+    assert (loads, demand) == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
+    share.published(demand)
     share.apply({"web": {"web-m1": 5, "web-m2": 1}})  # others' requests are not its own
     assert share.collect() == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
     web.machines["web-m1"].in_flight -= 2  # its requests ended
     web.in_flight = 0
-    assert share.collect() == ({}, {"web": 0, "api": 3})  # web's withdrawn, once
+    assert share.collect() == ({}, {"web": 0, "api": 3})  # web's withdrawn
+    assert share.collect() == ({}, {"web": 0, "api": 3})  # again, until it is published
+    share.published({"web": 0, "api": 3})
     assert share.collect() == ({}, {"api": 3})
 
 
@@ -69,3 +73,6 @@ def test_loads_from_several_edges_are_summed_per_machine() -> None:
     assert summed([{"web": {"m1": 1}}, {"web": {"m1": 2, "m2": 1}, "api": {"m9": 4}}]) == {
         "web": {"m1": 3, "m2": 1}, "api": {"m9": 4}}
     assert summed([]) == {}
+    # another edge's negative or absurd figure neither cancels nor swamps the others'
+    assert summed([{"web": {"m1": 3}}, {"web": {"m1": -5, "m2": 10**12}}]) == {
+        "web": {"m1": 3, "m2": MAX_REQUESTS}}

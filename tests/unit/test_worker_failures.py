@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placement.core.failures import MAX_TRACKED, WorkerFailures, independent
+from placement.core.failures import ADOPT_MIN_S, MAX_TRACKED, WorkerFailures, independent
 
 
 class Clock:
@@ -103,3 +103,16 @@ def test_an_adopted_mark_never_replaces_one_of_a_newer_epoch() -> None:
     assert failures.adopt("w1", 4, 60.0, "older") is False
     mark = failures.failed("w1", 5)
     assert mark is not None and mark.epoch == 5 and mark.reason == "agent unreachable"
+
+
+def test_a_mark_of_an_epoch_older_than_the_heartbeat_seen_is_not_adopted() -> None:
+    failures = WorkerFailures(Clock(), failed_for_s=30)
+    assert failures.failed("w1", 5) is None  # it heartbeats under epoch 5; never marked here
+    assert failures.adopt("w1", 4, 20.0, "marked before it restarted") is False
+    assert failures.adopt("w1", 5, 20.0, "down again") is True
+
+
+def test_a_shared_mark_about_to_run_out_is_not_adopted() -> None:
+    failures = WorkerFailures(Clock(), failed_for_s=30)
+    assert failures.adopt("w1", 1, ADOPT_MIN_S / 2, "its own, run out here already") is False
+    assert failures.failed("w1", 1) is None

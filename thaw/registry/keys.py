@@ -68,9 +68,10 @@ def worker_failures() -> str:
     return f"{PREFIX}:worker-failures"
 
 
-def worker_reports(worker: str) -> str:
-    """Edges' reports of a worker heard by any placement: JSON [reporter, machine] -> ms."""
-    return f"{PREFIX}:worker-reports:{worker}"
+def worker_reports(worker: str, epoch: int) -> str:
+    """Edges' reports of a worker running under `epoch` (its agent's incarnation), heard
+    by any placement: JSON [reporter, machine] -> "expiry_ms "."""
+    return f"{PREFIX}:worker-reports:{worker}:{epoch}"
 
 
 def wake_demand(app: str) -> str:

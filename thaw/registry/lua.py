@@ -5,7 +5,9 @@ from __future__ import annotations
 
 # Redis's clock (`now_ms`), and `unexpired(key)`: the entries of a hash whose values are
 # "expiry_ms rest" that have not expired, as {field, rest, expiry_ms} each (the expired
-# ones are deleted). A script is this followed by its own body.
+# ones are deleted, and so is a value not of that form: another version's, or damaged —
+# a script that failed on it would fail on every call). A script is this followed by
+# its own body.
 UNEXPIRED = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -14,7 +16,7 @@ local function unexpired(key)
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local until_ms, rest = string.match(all[i + 1], '^(%d+) (.*)$')
-    if tonumber(until_ms) <= now_ms then
+    if until_ms == nil or tonumber(until_ms) <= now_ms then
       redis.call('HDEL', key, all[i])
     else
       table.insert(found, {all[i], rest, tonumber(until_ms)})
