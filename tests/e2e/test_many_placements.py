@@ -5,10 +5,12 @@ one placement at a time reconciles an app."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import math
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,44 @@ def test_a_burst_of_200_split_across_two_edges_starts_exactly_ceil_200_over_soft
     # sized from both edges' demand (without it each edge counts the machines the other's
     # wakes started as its own capacity, and together they start too few).
     assert len(live_machines(services, "burst")) == math.ceil(200 / 25)
+
+
+def slow_get(services: Services, edge: int, host: str, seconds: float) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", services.edge_ports[edge], timeout=30)
+    try:
+        conn.request("GET", f"/slow?s={seconds}", headers={"Host": host})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_a_machine_full_from_one_edge_takes_no_more_from_the_other_until_it_has_room(
+    platform: tuple[Services, str],
+) -> None:
+    services, image = platform
+    create(services, 0, "shared", image, min_machines_running=1, max_machines=1,
+           concurrency={"type": "requests", "soft_limit": 1, "hard_limit": 2})
+
+    def machine_seen(edge: int) -> dict[str, Any] | None:
+        _, state = call("GET", f"http://127.0.0.1:{services.admin_ports[edge]}/v1/state")
+        machines = state["apps"].get("shared", {}).get("machines", [])
+        started = [m for m in machines if m["state"] == "started"]
+        return started[0] if started else None
+
+    wait_until(lambda: machine_seen(0) is not None and machine_seen(1) is not None, 30, 0.1)
+    with ThreadPoolExecutor(3) as pool:
+        busy = [pool.submit(slow_get, services, 0, "shared.localhost", 3) for _ in range(2)]
+        # edge 1 counts edge 0's two requests at the machine (shared through Redis)...
+        wait_until(lambda: (machine_seen(1) or {}).get("elsewhere") == 2, 5, 0.05)
+        late = pool.submit(slow_get, services, 1, "shared.localhost", 0)
+        # ...so at hard_limit 2 its own request is held, not sent to the machine
+        wait_until(lambda: call("GET", f"http://127.0.0.1:{services.admin_ports[1]}"
+                                "/v1/state")[1]["apps"]["shared"]["held"] == 1, 5, 0.05)
+        assert not late.done()
+        assert [f.result() for f in busy] == [200, 200]
+        assert late.result() == 200  # released once edge 0's requests made room
 
 
 def test_killing_the_reconciling_placement_hands_its_apps_to_the_other_within_the_ttl(
