@@ -178,6 +178,10 @@ class LoadShare:
         """The board away (Redis down): count this edge's own requests only."""
         self.apply({})
 
+    @property
+    def failed_rounds(self) -> int:
+        return self._rounds.failed_rounds
+
     def start(self) -> None:
         self._rounds.start()
 

@@ -40,6 +40,11 @@ class Dropped(Protocol):
     def dropped(self) -> int: ...
 
 
+class Rounds(Protocol):
+    @property
+    def failed_rounds(self) -> int: ...
+
+
 class Observed(Protocol):
     """What the collector reads of the edge's shell (read only)."""
 
@@ -57,6 +62,9 @@ class Observed(Protocol):
     def access_log(self) -> Dropped | None: ...
     @property
     def shed(self) -> Mapping[tuple[str, str], int]: ...
+
+    @property
+    def load_share(self) -> Rounds | None: ...
 
 
 def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogram) -> None:
@@ -77,6 +85,10 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
         labels=["app", "code_class"])
     in_flight = GaugeMetricFamily(
         "thaw_edge_in_flight_requests", "Requests at the app's machines now", labels=["app"])
+    elsewhere = GaugeMetricFamily(
+        "thaw_edge_other_edges_requests",
+        "Other edges' requests at the app's machines, as they last shared them",
+        labels=["app"])
     held = GaugeMetricFamily(
         "thaw_edge_held_requests", "Requests held now, waiting for a machine", labels=["app"])
     machines = GaugeMetricFamily(
@@ -116,6 +128,7 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
         for name, values in sorted(stats.by_class().items()):
             histogram(duration, [app, name], values)
         in_flight.add_metric([app], entry.in_flight)
+        elsewhere.add_metric([app], sum(m.elsewhere for m in entry.machines.values()))
         held.add_metric([app], queues.held(app))
         machines.add_metric([app], len(entry.routable))
         if stats.hold.count:
@@ -132,8 +145,8 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
             autostops.add_metric([app, result], count)
         for reason, count in shed_by_app.get(app, ()):
             sheds.add_metric([app, reason], count)
-    return [requests, duration, in_flight, held, machines, hold, wake, phases, wakes,
-            connect_errors, autostops, sheds]
+    return [requests, duration, in_flight, elsewhere, held, machines, hold, wake, phases,
+            wakes, connect_errors, autostops, sheds]
 
 
 class EdgeCollector(Collector):
@@ -152,6 +165,12 @@ class EdgeCollector(Collector):
                                 value=edge.config.max_held_total)
         yield GaugeMetricFamily("thaw_edge_connections", "Client connections open now",
                                 value=len(edge.connections))
+        load_share = edge.load_share
+        if load_share is not None:
+            yield CounterMetricFamily(
+                "thaw_edge_load_share_failures",
+                "Rounds of sharing loads with other edges that failed (Redis away: the edge "
+                "counted its own requests only meanwhile)", value=load_share.failed_rounds)
         access_log = edge.access_log
         if access_log is not None:
             yield CounterMetricFamily("thaw_edge_access_log_dropped_lines",

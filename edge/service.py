@@ -75,6 +75,7 @@ class Edge(Shell):
         self.suspects = Suspects(view, self.placement, self.spawn, self.loop, self.instance_id)
         self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
                                  config.autostop_interval_s, self._room)
+        self.load_share: LoadShare | None = None  # shared with other edges (share_loads)
         self.metrics = EdgeMetrics(self)
         view.on_machine_removed = self._machine_removed
         view.on_machine_added = self._machine_added
@@ -83,8 +84,10 @@ class Edge(Shell):
     def share_loads(self, board: LoadBoard) -> LoadShare:
         """This edge's loads and demand shared through `board` with other edges', theirs
         counted at each machine (edge/loadshare.py); the caller starts and closes it."""
-        return LoadShare(self.view, board, self.instance_id, self.wakes.held,
-                         self.wakes.holds.apps, self._room, self.config.load_share_interval_s)
+        self.load_share = LoadShare(self.view, board, self.instance_id, self.wakes.held,
+                                    self.wakes.holds.apps, self._room,
+                                    self.config.load_share_interval_s)
+        return self.load_share
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = self.loop.create_task(coro)

@@ -22,6 +22,7 @@ class Periodic:
         self.interval_s = interval_s
         self.log = log
         self.on_error = on_error
+        self.failed_rounds = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -40,6 +41,7 @@ class Periodic:
                 if not failing:
                     self.log.warning("%s now: %s", self.what, exc)
                 failing = True
+                self.failed_rounds += 1
                 if self.on_error is not None:
                     self.on_error()
             await asyncio.sleep(self.interval_s)

@@ -71,6 +71,12 @@ class FakeEdge:
         placement_url="http://127.0.0.1:9", cluster_keys=RING, max_held_total=500))
     access_log: Any = None
     shed: dict[tuple[str, str], int] = field(default_factory=dict)
+    load_share: Any = None
+
+
+@dataclass
+class Rounds:
+    failed_rounds: int = 0
 
 
 def edge_with(*apps: str) -> FakeEdge:
@@ -122,6 +128,20 @@ def test_gauges_of_held_and_in_flight_requests_come_from_the_view_and_the_queues
     assert got[("thaw_edge_machines", frozenset({("app", "web")}))] == 1
     assert got[("thaw_edge_held_requests_all", frozenset())] == 3
     assert got[("thaw_edge_held_requests_limit", frozenset())] == 500
+    assert got[("thaw_edge_other_edges_requests", frozenset({("app", "web")}))] == 0
+    assert ("thaw_edge_load_share_failures_total", frozenset()) not in got  # one edge
+
+
+def test_other_edges_requests_and_failed_sharing_rounds_are_reported() -> None:
+    edge = edge_with("web")
+    for n in (1, 2):
+        edge.view.add_started("web", f"m{n}", f"127.0.0.1:900{n}")
+    edge.view.apps["web"].machines["m1"].elsewhere = 3
+    edge.view.apps["web"].machines["m2"].elsewhere = 2
+    edge.load_share = Rounds(failed_rounds=4)
+    got = samples(edge)
+    assert got[("thaw_edge_other_edges_requests", frozenset({("app", "web")}))] == 5
+    assert got[("thaw_edge_load_share_failures_total", frozenset())] == 4
 
 
 def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
