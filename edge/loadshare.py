@@ -120,8 +120,9 @@ class LoadShare:
         for name in {*self.held_apps(), *(n for n, e in apps.items() if e.in_flight)}:
             entry = apps.get(name)
             own = entry.in_flight if entry is not None else 0
-            if own + self.held(name) > 0:
-                demand[name] = own + self.held(name)
+            wanted = own + self.held(name)
+            if wanted > 0:
+                demand[name] = wanted
             if entry is not None and own:
                 mine = {m.id: m.in_flight - m.elsewhere for m in entry.machines.values()
                         if m.in_flight > m.elsewhere}

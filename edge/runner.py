@@ -37,7 +37,6 @@ class EdgeRuntime:
         self.config = config
         self.registry = registry
         self.board = board
-        self.load_share: LoadShare | None = None
         self.edge: Edge | None = None
         self._feed: RegistryFeed | None = None
         self._server: asyncio.Server | None = None
@@ -47,6 +46,10 @@ class EdgeRuntime:
         self._proxy_port = 0
         self._admin_port = 0
         self._janitor: asyncio.Task[None] | None = None
+
+    @property
+    def load_share(self) -> LoadShare | None:
+        return self.edge.load_share if self.edge is not None else None
 
     @property
     def proxy_port(self) -> int:
@@ -87,8 +90,7 @@ class EdgeRuntime:
         self._admin_port = self._admin.addresses[0][1]
         edge.autostop.start()
         if self.board is not None:
-            self.load_share = edge.share_loads(self.board)
-            self.load_share.start()
+            edge.share_loads(self.board).start()
         self._janitor = asyncio.create_task(self._sweep_stale())
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
                  f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
@@ -127,8 +129,8 @@ class EdgeRuntime:
                 await self._janitor
         if edge is not None and edge.tasks:
             await asyncio.gather(*edge.tasks, return_exceptions=True)
-        if self.load_share is not None:
-            await self.load_share.close()
+        if edge is not None and edge.load_share is not None:
+            await edge.load_share.close()
         if self.board is not None:
             await self.board.close()
         if self._feed is not None:

@@ -131,8 +131,7 @@ class FailureSync:
             return []
         for worker in sorted(self._unshared):
             mark = self.failures.marks.get(worker)
-            left = mark.until - self.failures.clock() if mark is not None else 0.0
-            if left > 0 and mark is not None:
+            if mark is not None and (left := mark.until - self.failures.clock()) > 0:
                 await self.book.mark_failed(worker, mark.epoch, mark.reason, left)
             self._unshared.discard(worker)
         return [mark.worker for mark in await self.book.failed_workers()

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -258,13 +259,14 @@ class RegionIndex:
 
     def _compute_top(self, key: ImageKey, k: int) -> ImageTop:
         """Once per image (and again only if the top lost too many members): every holder
-        of every layer, summed, O(holders) with a dict update each."""
-        layers = tuple(sorted(key))
-        held: dict[str, int] = {}
-        for digest, size in layers:
-            for wid in self.holders.get(digest, ()):
-                held[wid] = held.get(wid, 0) + size
-        top = _top_of(layers, k, held)
+        of every layer, summed, O(holders) with a dict update each; in one go."""
+        steps = self._top_steps(tuple(sorted(key)), k, sys.maxsize)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                top: ImageTop = done.value
+                break
         self._remember(key, top)
         return top
 
@@ -279,18 +281,25 @@ class RegionIndex:
         key = image_key(layers)
         ordered = tuple(sorted(key))
         seen = [self._layer_changes[digest] for digest, _ in ordered]
+        top = yield from self._top_steps(ordered, k, step)
+        if [self._layer_changes[digest] for digest, _ in ordered] == seen:
+            self._remember(key, top)
+
+    def _top_steps(self, layers: tuple[tuple[str, int], ...], k: int,
+                   step: int) -> Generator[None, None, ImageTop]:
+        """The image's top from every holder's bytes of it, summed and trimmed `step`
+        holders at a time (yielding between steps); returned at the end."""
         held: dict[str, int] = {}
-        for digest, size in ordered:
+        for digest, size in layers:
             holders = list(self.holders.get(digest, ()))
             for at in range(0, len(holders), step):
                 for wid in holders[at:at + step]:
                     held[wid] = held.get(wid, 0) + size
                 yield
-        top = ImageTop(ordered, k, held, 0)
+        top = ImageTop(layers, k, held, 0)
         if len(held) > TOP_SLACK * k:
             yield from top.trim_steps(step)
-        if [self._layer_changes[digest] for digest, _ in ordered] == seen:
-            self._remember(key, top)
+        return top
 
     def _remember(self, key: ImageKey, top: ImageTop) -> None:
         if key not in self._tops and len(self._tops) >= IMAGES_CACHED:
@@ -301,13 +310,6 @@ class RegionIndex:
         for digest, _size in key:
             self._tops_by_layer.setdefault(digest, set()).add(key)
 
-
-def _top_of(layers: tuple[tuple[str, int], ...], k: int, held: dict[str, int]) -> ImageTop:
-    """The top of an image from every holder's bytes of it (`held`, taken over)."""
-    top = ImageTop(layers, k, held, 0)
-    if len(held) > TOP_SLACK * k:
-        top.trim()
-    return top
 
 
 @dataclass(frozen=True)
