@@ -6,10 +6,15 @@ STAMP  := $(VENV)/.thaw-installed
 
 # Debian packages the tests start for real (command:package).
 # postgres: Debian keeps it in /usr/lib/postgresql/N/bin (looked for there too).
+# runc runs machines (the OCI driver), ip sets up their network, gcc builds the static
+# tinyhttp of the builtin:busybox base image; apt-get and dpkg-deb build builtin:python3.
 SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap \
-           prometheus:prometheus postgres:postgresql
+           prometheus:prometheus postgres:postgresql runc:runc ip:iproute2 gcc:gcc
 EDGE_TESTS := tests/unit/test_edge_*.py tests/integration/test_edge_*.py \
               tests/integration/test_native_modules.py tests/e2e/test_up.py
+# Tests of machines that hold whatever runs them: run again under the bubblewrap driver.
+DRIVER_TESTS := tests/integration/test_agent.py tests/integration/test_agent_durability.py \
+                tests/integration/test_placement_api.py tests/integration/test_reconciler.py
 
 .PHONY: test up lint typecheck unit sysdeps venv native clean
 
@@ -51,11 +56,13 @@ typecheck: venv
 unit: venv
 	$(PY) -m pytest -q tests/unit
 
-# Every test with the native edge when it is built, then the edge's own tests again as
-# pure Python, so both forms of the same modules are exercised.
+# Every test with the native edge when it is built and machines as OCI containers (as
+# root with runc), then the edge's own tests again as pure Python and the machines' tests
+# again under bubblewrap, so both forms of each are exercised.
 test: sysdeps venv lint typecheck native
 	$(PY) -m pytest -q
 	THAW_NATIVE=0 $(PY) -m pytest -q $(EDGE_TESTS)
+	THAW_TEST_DRIVER=bubblewrap $(PY) -m pytest -q $(DRIVER_TESTS)
 
 up: sysdeps venv native
 	$(VENV)/bin/thaw up $(UP_ARGS)
@@ -76,5 +83,9 @@ loadtest: venv
 loadtest-platform: sysdeps venv
 	$(PY) -m loadtests.kit.separate $(PLATFORM_ARGS)
 
+# Machines of a `thaw up` killed without Ctrl-C keep mounts and namespaces on the host:
+# swept before the state dir goes.
 clean:
+	@for d in .thaw/agent-*; do [ -d "$$d" ] && $(PY) -m thaw agent --sweep --state-dir "$$d" \
+	  --cluster-key-file .thaw/cluster.key || true; done
 	rm -rf $(VENV) .thaw .native build .pytest_cache .mypy_cache .ruff_cache

@@ -22,8 +22,13 @@ class OfferRequest(msgspec.Struct, frozen=True):
     env: Annotated[dict[Text, str], msgspec.Meta(max_length=128)] = msgspec.field(
         default_factory=dict)
     health: Health = Health()
-    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
+    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = ""  # "": the image's
     kill_timeout_s: float = 5.0
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0  # 0: the image's, else 8080
+    entrypoint: Annotated[list[Text], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list)
+    cmd: Annotated[list[Text], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list)
     start: bool = True
     app_uid: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the app's incarnation
     spare: bool = False  # a standby not to start now: accepted without room to run it
@@ -69,7 +74,8 @@ class StatusView(msgspec.Struct, frozen=True):
     reserved_cpus: float
     reserved_memory_mb: int
     machines: dict[str, int]  # state -> count
-    sandboxed: bool
+    driver: str  # what runs machines: oci/runc, bubblewrap, process
+    isolated: bool  # machines are a boundary between tenants (own userland, network, limits)
     layers: int
     layer_bytes: int
     disk_full: bool = False  # the op log cannot be written now: offers and starts get 503

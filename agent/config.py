@@ -9,6 +9,8 @@ from agent.core.restart import RestartPolicy
 from imagecache.core.egress import EgressPolicy
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 
+DRIVERS = ("auto", "oci", "bubblewrap", "process")
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -26,7 +28,14 @@ class AgentConfig:
     cache_budget_bytes: int = 2 << 30
     heartbeat_interval_s: float = 1.0
     supervise_interval_s: float = 0.1
-    sandbox: bool | None = None  # None: bubblewrap when it works
+    # auto: the OCI driver as root with the runtime installed, else bubblewrap when it
+    # works, else a plain process; oci | bubblewrap | process: that one or refuse to start
+    driver: str = "auto"
+    runtime: str = "runc"  # the OCI runtime: runc, crun, runsc or a path
+    machine_cidr: str = "10.213.0.0/16"  # the OCI driver's machine addresses (a /31 each)
+    # host-wide, tmpfs: claims on user-id ranges and addresses, machines' mounted trees
+    run_dir: Path = Path("/run/thaw")
+    machine_pids_max: int = 1024  # processes per machine (OCI driver)
     log_max_bytes: int = 1 << 20  # per machine; trimmed to half when exceeded
     compact_after_records: int = 10_000
     disk_reserve_bytes: int = 16 << 20  # after a failed append: room needed to take changes
@@ -45,3 +54,7 @@ class AgentConfig:
             raise ValueError("region must not be empty")
         if self.heartbeat_interval_s <= 0:
             raise ValueError("heartbeat_interval_s must be > 0")
+        if self.driver not in DRIVERS:
+            raise ValueError(f"driver must be one of {', '.join(DRIVERS)}")
+        if not 16 <= self.machine_pids_max <= 4_194_304:
+            raise ValueError("machine_pids_max must be in [16, 4194304]")

@@ -1,4 +1,5 @@
-"""Process driver: a machine is a process session on this host.
+"""The process engine under the bubblewrap and plain-process drivers
+(`agent.sandboxdriver`): a machine is a process session on this host.
 
 Each machine is started in its own session (so its process group id is its
 pid), with stdin from /dev/null and stdout+stderr appended to a log file. It
@@ -15,7 +16,6 @@ except the wrapper (see docs/process-driver.md for why).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import shutil
 import signal as signals
@@ -27,7 +27,8 @@ from pathlib import Path
 
 from agent import procfs
 from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
-from agent.sandbox import sandbox_argv, system_bind_args
+from agent.sandbox import sandbox_argv
+from agent.subreaper import become_child_subreaper
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
 MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose machine it is
@@ -36,17 +37,18 @@ WRAPPER_EXE = "bwrap"
 
 _SANDBOX_PROBE_S = 5.0
 _KILL_RETRY_S = 1.0
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
+class ProcessLaunch:
     machine_id: str
     argv: list[str]  # entrypoint + cmd; argv[0] may be a bare name resolved via env PATH
     env: dict[str, str]  # full environment; THAW_MACHINE_ID and a default PATH are added
     rootfs: Path  # unpacked image root
     workdir: str  # image WorkingDir ("" = root of the image)
     log_path: Path  # stdout+stderr appended here (O_APPEND)
+    uid: int = 0  # inside the sandbox's user namespace (ignored without a sandbox)
+    gid: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,9 @@ class ProcessDriver:
         """sandbox: True = bubblewrap (RuntimeError if unusable), False = plain
         process, None = bubblewrap iff it is installed and a probe run works."""
         self._bwrap = shutil.which(WRAPPER_EXE)
-        self._system_binds = system_bind_args()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._dying: set[int] = set()  # groups whose leader died with members not yet reaped
+        self._returncodes: dict[int, int] = {}  # leaders reaped here: how they ended
         self._sandboxed = sandbox is not False and self._probe_sandbox()
         if sandbox and not self._sandboxed:
             raise RuntimeError("sandbox requested but bubblewrap is missing or does not work")
@@ -73,13 +75,13 @@ class ProcessDriver:
     def sandboxed(self) -> bool:
         return self._sandboxed
 
-    def launch(self, spec: LaunchSpec) -> ProcessIdentity:
+    def launch(self, spec: ProcessLaunch) -> ProcessIdentity:
         """Start the machine; returns once it is forked (does not wait for readiness).
         Raises OSError if the process cannot be started (outside the sandbox, a
         missing executable raises here; inside, it shows up as an early exit)."""
         return self._record(_popen(*self._command(spec)))
 
-    async def launch_off_loop(self, spec: LaunchSpec) -> ProcessIdentity:
+    async def launch_off_loop(self, spec: ProcessLaunch) -> ProcessIdentity:
         """`launch`, with the fork and exec in a thread: `Popen` waits until the child
         has exec'd (bubblewrap included), which held the agent's loop ~16 % of the time
         in a herd of starts. Cancelled meanwhile, the process it made is killed."""
@@ -101,7 +103,7 @@ class ProcessDriver:
         self._dying.add(proc.pid)  # the rest of its group (a sandbox's init) with it
         _kill_group(proc.pid)
 
-    def _command(self, spec: LaunchSpec) -> tuple[list[str], Path, dict[str, str], Path]:
+    def _command(self, spec: ProcessLaunch) -> tuple[list[str], Path, dict[str, str], Path]:
         """The argv, working directory, environment and log of the machine's process."""
         self._reap_finished_children()
         rel_workdir = os.path.normpath("/" + spec.workdir).lstrip("/")
@@ -110,7 +112,8 @@ class ProcessDriver:
             raise FileNotFoundError(f"working directory {spec.workdir!r} is not in the image")
         if self._sandboxed:
             assert self._bwrap is not None
-            argv = sandbox_argv(self._bwrap, self._system_binds, spec.rootfs, rel_workdir)
+            argv = sandbox_argv(self._bwrap, spec.rootfs, rel_workdir, spec.machine_id,
+                                spec.uid, spec.gid)
             argv += spec.argv
             cwd = Path("/")
         else:
@@ -127,6 +130,10 @@ class ProcessDriver:
                 self._reap_group(ident.pid)
             return False
         return True
+
+    def returncode(self, ident: ProcessIdentity) -> int | None:
+        """How the machine's leader ended, if it was reaped here (None: not seen), once."""
+        return self._returncodes.pop(ident.pid, None)
 
     def signal(self, ident: ProcessIdentity, sig: int) -> bool:
         """Send ``sig`` to the machine (its whole process group, minus a sandbox
@@ -220,8 +227,8 @@ class ProcessDriver:
         namespace init is reaped here too."""
         if self._bwrap is None:
             return False
-        _become_child_subreaper()
-        argv = [*sandbox_argv(self._bwrap, self._system_binds, Path("/"), ""), "true"]
+        become_child_subreaper()
+        argv = [*sandbox_argv(self._bwrap, Path("/"), "", "probe", 0, 0), "true"]
         env = {"PATH": DEFAULT_PATH}
         try:
             ident = self._spawn(argv, Path("/"), env, Path(os.devnull))
@@ -293,6 +300,7 @@ class ProcessDriver:
             if proc.poll() is None:
                 self._children[pid] = proc
                 return False
+            self._returncodes[pid] = proc.returncode
             return True
         try:
             reaped, _ = os.waitpid(pid, os.WNOHANG)
@@ -304,6 +312,7 @@ class ProcessDriver:
         for pid, proc in list(self._children.items()):
             if proc.poll() is not None:
                 del self._children[pid]
+                self._returncodes[pid] = proc.returncode
         for pgid in list(self._dying):
             self._reap_group(pgid)
 
@@ -311,7 +320,8 @@ class ProcessDriver:
 def _popen(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """The machine's process, in a session of its own, output to `log` (safe in a thread:
     it touches no state of the driver)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    # Read-write: on a FIFO (agent.outputs) a write then never meets a missing reader.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     log_fd = os.open(log, flags, 0o640)
     try:
         return subprocess.Popen(
@@ -334,7 +344,7 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def machine_env(spec: LaunchSpec) -> dict[str, str]:
+def machine_env(spec: ProcessLaunch) -> dict[str, str]:
     """The process environment: the spec's, plus the machine id and a PATH."""
     env = dict(spec.env)
     env.setdefault("PATH", DEFAULT_PATH)
@@ -348,12 +358,6 @@ def allocate_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _become_child_subreaper() -> None:
-    """Orphans of our machines come back to us instead of pid 1 (see _reap_group)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _launched_under(machines_dir: Path) -> list[tuple[str, ProcessIdentity, procfs.ProcStat]]:

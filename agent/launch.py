@@ -1,35 +1,46 @@
-"""Where a machine lives on this host: its directory, its process, how it is launched."""
+"""Where a machine lives on this host: its directory, its recorded run, how it is launched."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from agent.core.runplan import RunPlan, run_plan
 from agent.core.state import Machine
-from agent.driver import LaunchSpec, ProcessIdentity
+from agent.driverport import LaunchSpec, Running
 from imagecache.api import Image
 
 
-def ident(machine: Machine) -> ProcessIdentity:
+def running(machine: Machine, default_host: str) -> Running:
+    """The machine's recorded run (it has a process)."""
     assert machine.process is not None
-    return ProcessIdentity(machine.process.pid, machine.process.start_time)
+    proc = machine.process
+    return Running(proc.runtime_id, proc.pid, proc.start_time, proc.host or default_host,
+                   proc.port)
 
 
 def machine_dir(state_dir: Path, mid: str) -> Path:
     return state_dir / "machines" / mid
 
 
-def launch_spec(machine: Machine, image: Image, port: int, state_dir: Path) -> LaunchSpec:
-    env = dict(kv.split("=", 1) for kv in image.config.env if "=" in kv)
-    env.update(machine.spec.env)
-    env.update(PORT=str(port), THAW_APP=machine.spec.app, THAW_MACHINE_ID=machine.id)
-    argv = [*image.config.entrypoint, *image.config.cmd]
+def plan(machine: Machine, image: Image) -> RunPlan:
+    """What the machine runs (NothingToRun if the image and its spec say nothing)."""
+    return run_plan(machine.id, machine.spec, image.config)
+
+
+def launch_spec(machine: Machine, image: Image, state_dir: Path) -> LaunchSpec:
+    what = plan(machine, image)
     directory = machine_dir(state_dir, machine.id)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return LaunchSpec(
         machine_id=machine.id,
-        argv=argv,
-        env=env,
+        app=machine.spec.app,
+        argv=what.argv,
+        env=what.env,
         rootfs=Path(image.rootfs),
-        workdir=image.config.working_dir,
-        log_path=directory / "log",
+        workdir=what.workdir,
+        user=what.user,
+        port=what.port,
+        cpus=machine.spec.guest.cpus,
+        memory_mb=machine.spec.guest.memory_mb,
+        machine_dir=directory,
     )

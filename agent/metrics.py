@@ -31,6 +31,10 @@ class AgentMetrics:
         )
         self.launches = Counter("thaw_agent_launches", "Machine processes launched", registry=r)
         self.crashes = Counter("thaw_agent_crashes", "Unasked machine exits", registry=r)
+        self.exits = Counter(
+            "thaw_agent_machine_exits",
+            "Machine processes ended, by how (exited|signalled|oom; exited(?) counts as "
+            "exited)", ["reason"], registry=r)
         self.log_failures = Counter(
             "thaw_agent_oplog_write_failures", "Op log appends refused (disk full, I/O error)",
             registry=r)

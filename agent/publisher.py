@@ -65,7 +65,7 @@ class Publisher:
             id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
             url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
             reserved_cpus=cpus, reserved_memory_mb=memory, machines=dict(counts),
-            sandboxed=agent.driver.sandboxed, layers=len(layers),
+            driver=agent.driver.name, isolated=agent.driver.isolated, layers=len(layers),
             layer_bytes=sum(layers.values()), disk_full=agent.disk_short(),
         )
 

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from agent.adapters.http import build_app
 from agent.config import AgentConfig
-from agent.driver import ProcessDriver
+from agent.drivers import make_driver
 from agent.publisher import Publisher
 from agent.service import Agent
 from agent.supervisor import recover, watch
@@ -68,8 +68,7 @@ class AgentRuntime:
             on_change=self._layer_changed,
             policy=config.egress,
         )
-        agent = Agent(config, cache=cache, driver=ProcessDriver(sandbox=config.sandbox),
-                      worker_id=worker_id)
+        agent = Agent(config, cache=cache, driver=make_driver(config), worker_id=worker_id)
         agent.metrics.watch_cache(cache.stats)
         self.agent = agent
         epoch = agent.boot(repair=config.repair_log)
@@ -89,8 +88,8 @@ class AgentRuntime:
         agent.on_change = publisher.machine_changed
         await recover(agent)
         self._tasks = [asyncio.create_task(publisher.run()), asyncio.create_task(watch(agent))]
-        log.info("agent %s epoch %d serving %s (sandbox=%s)", worker_id, epoch, self.url,
-                 agent.driver.sandboxed)
+        log.info("agent %s epoch %d serving %s (driver %s)", worker_id, epoch, self.url,
+                 agent.driver.name)
         return self.url
 
     def _publisher_for(self, agent: Agent) -> Publisher:

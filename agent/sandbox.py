@@ -1,36 +1,31 @@
-"""The bubblewrap command line of a machine: the host's system dirs read-only, the image's
-rootfs at /app, its own pid, ipc and uts namespaces (docs/process-driver.md)."""
+"""The bubblewrap command line of a machine: the image's own tree as `/` (read-only),
+a user namespace in which the app runs as the image's user with no capabilities, and its
+own pid, ipc and uts namespaces (docs/process-driver.md). The network is the host's: a
+bubblewrap sandbox cannot be given a link without root, so the app listens on $PORT."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-SANDBOX_APP_DIR = "/app"
-HOST_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
+# Mount points a sandbox needs; an image without one gets no such mount (bubblewrap
+# would have to create it in the image's tree, which is shared and read-only).
+_API_MOUNTS = (("--proc", "proc"), ("--dev", "dev"), ("--tmpfs", "tmp"))
 
 
-def system_bind_args(dirs: tuple[str, ...] = HOST_SYSTEM_DIRS) -> list[str]:
-    """bwrap arguments exposing the host's system dirs read-only; a merged-/usr
-    symlink (/bin -> usr/bin) is recreated as the same symlink."""
-    args: list[str] = []
-    for path in dirs:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
-
-
-def sandbox_argv(bwrap: str, system_binds: list[str], rootfs: Path, rel_workdir: str) -> list[str]:
+def sandbox_argv(bwrap: str, rootfs: Path, rel_workdir: str, hostname: str, uid: int,
+                 gid: int) -> list[str]:
     """The bwrap command line up to and including ``--``; the app's argv follows."""
-    chdir = f"{SANDBOX_APP_DIR}/{rel_workdir}" if rel_workdir else SANDBOX_APP_DIR
+    mounts: list[str] = []
+    for option, name in _API_MOUNTS:
+        if (rootfs / name).is_dir() and not (rootfs / name).is_symlink():
+            mounts += [option, f"/{name}"]
     return [
         bwrap,
-        *system_binds,
-        *("--ro-bind", str(rootfs), SANDBOX_APP_DIR),
-        *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"),
-        *("--unshare-pid", "--unshare-ipc", "--unshare-uts"),
-        *("--chdir", chdir),
+        *("--ro-bind", str(rootfs), "/"),
+        *mounts,
+        *("--unshare-user", "--uid", str(uid), "--gid", str(gid)),
+        *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname[:64]),
+        *("--cap-drop", "ALL"),
+        *("--chdir", f"/{rel_workdir}"),
         "--",
     ]

@@ -19,6 +19,7 @@ import shutil
 import signal as signals
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
@@ -28,13 +29,16 @@ from agent.core.offers import Accept, Capacity, Decline
 from agent.core.records import Fenced, Gone, ImageResolved, Launched, MachineSpec, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
+from agent.core.runplan import NothingToRun, stop_signal
 from agent.core.state import AgentState, Machine, stale_fence, transition_record
-from agent.driver import ProcessDriver, allocate_port
+from agent.driverport import Driver, LaunchSpec, Running
 from agent.errors import AgentError, Conflict, Declined, NotFound, WaitTimeout
 from agent.journal import Journal, record_ids
-from agent.launch import ident, launch_spec, machine_dir
+from agent.launch import launch_spec, machine_dir, running
+from agent.machinelog import read_log
 from agent.metrics import AgentMetrics
-from imagecache.api import Image
+from agent.outputs import Outputs
+from imagecache.api import Image, ImageConfig
 from imagecache.cache import ImageCache
 from imagecache.errors import ImageError
 
@@ -43,6 +47,7 @@ log = logging.getLogger("thaw.agent")
 S = MachineState
 E = MachineEvent
 IDLE = frozenset({S.CREATED, S.STOPPED, S.FAILED})  # machines whose image may go under pressure
+OUTPUT_KEPT_BYTES = 4096  # of a machine's last output, kept with the reason it failed
 
 
 def machine_id() -> str:
@@ -57,7 +62,7 @@ class Agent:
         config: AgentConfig,
         *,
         cache: ImageCache,
-        driver: ProcessDriver,
+        driver: Driver,
         worker_id: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -74,8 +79,9 @@ class Agent:
                                on_written=self._written)
         self.draining = False
         self.on_change: Callable[[str], None] = lambda machine_id: None
-        self._ops: dict[str, asyncio.Task[None]] = {}
+        self._ops: dict[str, asyncio.Task[object]] = {}
         self._changed = asyncio.Event()
+        self.outputs = Outputs()
 
     @property
     def state(self) -> AgentState:
@@ -85,6 +91,8 @@ class Agent:
         for record in records:
             if isinstance(record, TransitionRecord):
                 self.metrics.transitions.labels(record.event, record.state).inc()
+            elif isinstance(record, Gone) and record.reason:
+                self.metrics.exits.labels(record.reason.split("(")[0]).inc()
         self._changed.set()
         self._changed = asyncio.Event()
         for mid in record_ids(records):
@@ -114,8 +122,15 @@ class Agent:
 
     def address(self, machine: Machine) -> str:
         if machine.state is S.STARTED and machine.process is not None:
-            return f"{self.config.machine_host}:{machine.process.port}"
+            return f"{machine.process.host or self.config.machine_host}:{machine.process.port}"
         return ""
+
+    def run_of(self, machine: Machine) -> Running:
+        """The machine's recorded run (it has a process)."""
+        return running(machine, self.config.machine_host)
+
+    def directory(self, mid: str) -> Path:
+        return machine_dir(self.config.state_dir, mid)
 
     # -- operations (API) -------------------------------------------------------
 
@@ -136,6 +151,8 @@ class Agent:
         self.metrics.offers.labels("accepted").inc()
         if start:
             self.run_op(mid, self.start_task(mid))
+        else:
+            self.run_op(mid, self.prepare_task(mid))
         return self.machine(mid)
 
     def fence(self, app: str, token: int | None) -> None:
@@ -192,10 +209,17 @@ class Agent:
             async with asyncio.timeout_at(deadline):
                 return await self._reached(mid, target)
         except TimeoutError:
-            current = self.state.machines[mid].state.value if mid in self.state.machines \
-                else "gone"
+            machine = self.state.machines.get(mid)
+            current = machine.state.value if machine is not None else "gone"
             raise WaitTimeout(f"machine {mid} is {current}, not {target.value}, after "
-                              "the timeout") from None
+                              f"the timeout{self._crashing(machine)}") from None
+
+    def _crashing(self, machine: Machine | None) -> str:
+        """For a machine that is restarting after a crash: how it last ended, and its last
+        output (what its owner needs to see why it never gets ready)."""
+        if machine is None or not machine.events or machine.events[-1].event != "crash":
+            return ""
+        return "; " + self._with_output(machine.id, f"it crashed ({machine.events[-1].reason})")
 
     async def _reached(self, mid: str, target: MachineState) -> Machine | None:
         while True:
@@ -234,7 +258,7 @@ class Agent:
 
     # -- tasks -----------------------------------------------------------------
 
-    def run_op(self, mid: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def run_op(self, mid: str, work: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         """Run `work` as the machine's one operation; one still running is cancelled
         (unless it is the caller, handing over: a crash restarting its machine)."""
         previous = self._ops.get(mid)
@@ -245,7 +269,7 @@ class Agent:
         task.add_done_callback(lambda t: self._op_done(mid, t))
         return task
 
-    def _op_done(self, mid: str, task: asyncio.Task[None]) -> None:
+    def _op_done(self, mid: str, task: asyncio.Task[object]) -> None:
         if self._ops.get(mid) is task:
             del self._ops[mid]
         if not task.cancelled() and task.exception() is not None:
@@ -266,12 +290,12 @@ class Agent:
         await self.durable()  # the start is on disk before anything runs
         machine = self.machine(mid)
         began = time.monotonic()
-        if machine.process is None or not self.driver.alive(ident(machine)):
+        if machine.process is None or not self.driver.alive(self.run_of(machine)):
             failure = await self._launch(machine)
             if failure:
                 await self.journal.eventually(lambda: self.transition(machine, E.FAIL, failure))
                 return
-        elif self.driver.resume(ident(machine)):
+        elif await self.driver.resume(self.run_of(machine)):
             # A thawed process was ready when frozen and its listening socket never
             # closed (connects wait in the backlog): it is ready again now, no probe.
             await self.journal.eventually(lambda: self.transition(machine, E.READY, "resumed"))
@@ -285,28 +309,41 @@ class Agent:
         if machine.process is not None:
             await self.journal.eventually(lambda: self.journal.write(Gone(machine.id,
                                                                           self.clock())))
-        if machine_dir(self.config.state_dir, machine.id).exists():  # it has run before
+        if self.directory(machine.id).exists():  # it has run before
             await self.end_strays(machine.id)
         try:
             image = await self._image_for(machine)
-            port = allocate_port(self.config.machine_host)
-            launched = await self.driver.launch_off_loop(
-                launch_spec(machine, image, port, self.config.state_dir))
+            launched = await self.driver.launch(self._spec(machine, image))
         except ImageError as exc:
             return f"image {machine.spec.image}: {exc}"
+        except NothingToRun as exc:
+            return f"start_failed: {exc}"
         except OSError as exc:
-            return f"launch: {exc}"
+            return self._with_output(machine.id, f"start_failed: {exc}")
         except Exception:  # a bug must not leave the machine starting for ever
             log.exception("machine %s: launch failed", machine.id)
-            return "launch: internal error"
+            return "start_failed: internal error"
         try:
-            self.journal.write(Launched(machine.id, launched.pid, launched.start_time, port,
-                                        self.clock()))
+            self.journal.write(Launched(machine.id, launched.pid, launched.start_time,
+                                        launched.port, self.clock(), launched.runtime_id,
+                                        launched.host))
         except AgentError as exc:  # DiskFull, LogBroken: an unrecorded process must not run
             await self.driver.stop(launched, signals.SIGKILL, 0)
             return f"its process could not be recorded: {exc.message}"
         self.metrics.launches.inc()
         return ""
+
+    def _spec(self, machine: Machine, image: Image) -> LaunchSpec:
+        """What the driver is to run (NothingToRun if nothing), with its output pumped."""
+        spec = launch_spec(machine, image, self.config.state_dir)
+        self.outputs.ensure(machine.id, spec.machine_dir)
+        return spec
+
+    def _with_output(self, mid: str, reason: str) -> str:
+        """`reason`, and the machine's last output (its own words on why it failed)."""
+        tail = read_log(self.directory(mid) / "log", OUTPUT_KEPT_BYTES)
+        text = tail.decode(errors="replace").strip()
+        return f"{reason}; last output:\n{text}" if text else reason
 
     async def _image_for(self, machine: Machine) -> Image:
         image = self.cache.image(machine.image_digest) if machine.image_digest else None
@@ -321,13 +358,8 @@ class Agent:
     async def _await_ready(self, machine: Machine, began: float) -> None:
         assert machine.process is not None
         health = machine.spec.health
-        result = await self.driver.wait_ready(
-            ident(machine),
-            self.config.machine_host,
-            machine.process.port,
-            health.path or None,
-            health.timeout_s,
-        )
+        result = await self.driver.wait_ready(self.run_of(machine), health.path or None,
+                                              health.timeout_s)
         if result.ready:
             await self.journal.eventually(lambda: self.transition(machine, E.READY))
             self.metrics.ready_seconds.observe(time.monotonic() - began)
@@ -335,50 +367,71 @@ class Agent:
             await self.journal.eventually(lambda: self.crashed(machine))
         else:
             await self.kill(machine)
-            reason = f"not ready after {health.timeout_s:g}s"
+            reason = self._with_output(machine.id, f"not ready after {health.timeout_s:g}s "
+                                       f"(nothing answered on port {machine.spec.port or 'PORT'})")
             await self.journal.eventually(lambda: self.transition(machine, E.FAIL, reason))
 
     def crashed(self, machine: Machine) -> None:
         """The process died unasked: restart with backoff, or fail after a crash loop.
         Safe to call again after a DiskFull (what was written is not written twice)."""
         if machine.process is not None:
-            self.journal.write(Gone(machine.id, self.clock()))
+            how = self.driver.exit_reason(self.run_of(machine))
+            self.journal.write(Gone(machine.id, self.clock(), how))
+        how = machine.last_exit or "exited(?)"
         decision = after_crash(self.config.restart, machine.crashes, self.clock())
         if isinstance(decision, GiveUp):
-            self.transition(machine, E.FAIL, decision.reason)
+            reason = self._with_output(machine.id, f"{decision.reason}; last: {how}")
+            self.transition(machine, E.FAIL, reason)
             self.metrics.crashes.inc()
-            self.run_op(machine.id, self.end_strays(machine.id))
+            self.run_op(machine.id, self.after_exit(machine.id))
             return
-        self.transition(machine, E.CRASH, "process exited")
+        self.transition(machine, E.CRASH, how)
         self.metrics.crashes.inc()
         self.run_op(machine.id, self.start_task(machine.id, decision.delay_s))
 
-    async def kill(self, machine: Machine) -> None:
-        """End the machine's process (its kill signal, then SIGKILL) and write that; then
-        any process of it that left its group."""
+    async def kill(self, machine: Machine) -> str:
+        """End the machine's process (its stop signal, then SIGKILL) and write that; then
+        let go of what only its run held. How it ended ("" if it had no process)."""
+        how = ""
         if machine.process is not None:
-            sig = signals.Signals[machine.spec.kill_signal]
-            await self.driver.stop(ident(machine), sig, machine.spec.kill_timeout_s)
+            run = self.run_of(machine)
+            sig = signals.Signals[self.stop_signal(machine)]
+            await self.driver.stop(run, sig, machine.spec.kill_timeout_s)
+            how = self.driver.exit_reason(run)
             await self.journal.eventually(lambda: self.journal.write(Gone(machine.id,
-                                                                          self.clock())))
-        await self.end_strays(machine.id)
+                                                                          self.clock(), how)))
+        await self.after_exit(machine.id)
+        return how
+
+    def stop_signal(self, machine: Machine) -> str:
+        image = self.cache.image(machine.image_digest) if machine.image_digest else None
+        return stop_signal(machine.spec.kill_signal, image.config if image else ImageConfig())
+
+    async def after_exit(self, mid: str) -> None:
+        """The machine's process is gone: end anything of it that outlived it, and let go
+        of what only a run holds (its container, its cgroup)."""
+        await self.end_strays(mid)
+        await self.driver.exited(mid, self.directory(mid))
 
     async def end_strays(self, mid: str) -> None:
-        """Kill every process of the machine that outlived its group (a setsid child, a
-        daemon); call when its own group is gone. In a sandbox its pid namespace ends
-        them; without one nothing else would."""
-        if self.driver.sandboxed:
-            return
-        strays = self.driver.processes_of(self.config.state_dir / "machines", mid)
-        if strays:
-            log.warning("machine %s: killing %d processes left behind outside its group "
-                        "(%s)", mid, len(strays), " ".join(str(s.pid) for s in strays))
-            await self.driver.kill_all(strays)
+        await self.driver.end_strays(self.config.state_dir / "machines", mid)
+
+    async def prepare_task(self, mid: str) -> None:
+        """Make the machine ready to start (an OCI container created, its rootfs and network
+        up): a spare's or a stopped machine's start is then the app's exec. Best effort: a
+        failure here is tried again, and reported, by the start."""
+        await self.durable()
+        machine = self.machine(mid)
+        try:
+            image = await self._image_for(machine)
+            await self.driver.prepare(self._spec(machine, image))
+        except (ImageError, NothingToRun, OSError) as exc:
+            log.info("machine %s: not prepared ahead: %s", mid, exc)
 
     async def suspend_task(self, mid: str) -> None:
         await self.durable()
         machine = self.machine(mid)
-        if machine.process is not None and self.driver.suspend(ident(machine)):
+        if machine.process is not None and await self.driver.suspend(self.run_of(machine)):
             await self.journal.eventually(lambda: self.transition(machine, E.SUSPENDED))
         else:
             await self.journal.eventually(lambda: self.crashed(machine))
@@ -386,16 +439,19 @@ class Agent:
     async def stop_task(self, mid: str) -> None:
         await self.durable()
         machine = self.machine(mid)
-        await self.kill(machine)
-        await self.journal.eventually(lambda: self.transition(machine, E.EXITED))
+        how = await self.kill(machine)
+        await self.journal.eventually(lambda: self.transition(machine, E.EXITED, how))
+        await self.prepare_task(mid)  # its next start is the app's exec
 
     async def destroy_task(self, mid: str) -> None:
         await self.durable()
         machine = self.machine(mid)
         await self.kill(machine)
+        await self.driver.destroy(mid, self.directory(mid))
+        self.outputs.close(mid)
         self.cache.unpin(mid)
         await self.journal.eventually(lambda: self.transition(machine, E.DESTROYED))
-        shutil.rmtree(machine_dir(self.config.state_dir, mid), ignore_errors=True)
+        shutil.rmtree(self.directory(mid), ignore_errors=True)
         self.on_change(mid)
 
     async def close(self) -> None:
@@ -407,4 +463,6 @@ class Agent:
                 *(self.kill(m) for m in list(self.state.machines.values())),
                 return_exceptions=True,
             )
+            await self.driver.release_all(self.config.state_dir / "machines")
+        self.outputs.close_all()
         await self.journal.close()

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 from agent.core.machine import MachineEvent, MachineState
 from agent.core.records import Gone
 from agent.core.state import Machine
 from agent.errors import AgentError
-from agent.launch import ident, machine_dir
+from agent.launch import machine_dir
 from agent.machinelog import trim_log
 from agent.service import Agent
 
@@ -31,36 +30,31 @@ async def recover(agent: Agent) -> None:
     """Bring the world in line with the replayed state (call once, after `boot`)."""
     await kill_unrecorded(agent)
     for machine in list(agent.state.machines.values()):
+        directory = machine_dir(agent.config.state_dir, machine.id)
+        if (directory / "output").exists():  # its output goes on being stamped and kept
+            agent.outputs.ensure(machine.id, directory)
         if machine.image_digest and agent.cache.image(machine.image_digest) is not None:
             agent.cache.pin(machine.id, machine.image_digest)
         if agent.busy(machine.id):  # asked for already (the API serves during recovery)
             continue
         try:
-            alive = machine.process is not None and agent.driver.alive(ident(machine))
+            alive = machine.process is not None and agent.driver.alive(agent.run_of(machine))
             if machine.process is not None and not alive:
-                agent.journal.write(Gone(machine.id, agent.clock()))
-            _resume(agent, machine, alive)
+                how = agent.driver.exit_reason(agent.run_of(machine))
+                agent.journal.write(Gone(machine.id, agent.clock(), how))
+            await _resume(agent, machine, alive)
         except AgentError as exc:  # no room to write it: the watch notices an exit again
             log.warning("machine %s: not recovered yet: %s", machine.id, exc.message)
 
 
 async def kill_unrecorded(agent: Agent) -> None:
-    """Kill each machine session of this agent's that its op log does not record."""
-    machines_dir = agent.config.state_dir / "machines"
-    for mid, session in agent.driver.own_sessions(machines_dir):
-        machine = agent.state.machines.get(mid)
-        recorded = machine.process if machine is not None else None
-        if recorded is not None and (recorded.pid, recorded.start_time) == (
-                session.pid, session.start_time):
-            continue
-        why = ("its machine is not in the op log" if machine is None else
-               "the op log records another process for it" if recorded is not None else
-               "the op log records no process for it")
-        log.warning("machine %s: killing process %d: %s", mid, session.pid, why)
-        await agent.driver.stop(session, signal.SIGKILL, 0)
+    """End each machine run of this agent's that its op log does not record."""
+    recorded = {mid: agent.run_of(m) if m.process is not None else None
+                for mid, m in agent.state.machines.items()}
+    await agent.driver.adopt(agent.config.state_dir / "machines", recorded)
 
 
-def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
+async def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
     mid = machine.id
     match machine.state:
         case S.STARTED:
@@ -69,7 +63,7 @@ def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
         case S.STARTING:
             agent.run_op(mid, agent.start_task(mid))
         case S.SUSPENDING | S.SUSPENDED:
-            if alive and agent.driver.suspend(ident(machine)):
+            if alive and await agent.driver.suspend(agent.run_of(machine)):
                 if machine.state is S.SUSPENDING:
                     agent.transition(machine, MachineEvent.SUSPENDED)
             elif machine.state is S.SUSPENDING:
@@ -78,6 +72,8 @@ def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
             agent.run_op(mid, agent.stop_task(mid))
         case S.DESTROYING:
             agent.run_op(mid, agent.destroy_task(mid))
+        case S.CREATED | S.STOPPED if not alive:
+            agent.run_op(mid, agent.prepare_task(mid))  # ready for its next start
         case _:
             if alive:
                 agent.run_op(mid, agent.kill(machine))
@@ -118,12 +114,13 @@ def _died(agent: Agent, machine: Machine) -> bool:
     if machine.process is None:
         # Started without a process: its exit was written, the crash not (no room then).
         return machine.state is S.STARTED
-    if agent.driver.alive(ident(machine)):
+    run = agent.run_of(machine)
+    if agent.driver.alive(run):
         return False
     if machine.state is S.SUSPENDED:
         # A frozen machine that died lost its memory: the next start boots it afresh.
-        agent.journal.write(Gone(machine.id, agent.clock()))
-        agent.run_op(machine.id, agent.end_strays(machine.id))
+        agent.journal.write(Gone(machine.id, agent.clock(), agent.driver.exit_reason(run)))
+        agent.run_op(machine.id, agent.after_exit(machine.id))
         return False
     return True
 

@@ -22,6 +22,15 @@ class ImageConfig(msgspec.Struct, frozen=True):
     working_dir: str = ""
     exposed_ports: list[str] = msgspec.field(default_factory=list)  # "8080/tcp"
     user: str = ""
+    stop_signal: str = ""  # "SIGTERM", "15" or "" (the image says nothing)
+
+    def argv_with(self, entrypoint: list[str], cmd: list[str]) -> list[str]:
+        """Entrypoint + Cmd after an app's overrides, as Kubernetes' command and args: a
+        new `entrypoint` drops the image's Cmd unless `cmd` is given too; `cmd` alone keeps
+        the image's Entrypoint. [] when there is nothing to run."""
+        if entrypoint:
+            return [*entrypoint, *cmd]
+        return [*self.entrypoint, *(cmd or self.cmd)]
 
 
 class Image(msgspec.Struct, frozen=True):

@@ -26,9 +26,11 @@ from imagecache.adapters.sources import (
     LayoutImageSource,
     RegistryImageSource,
     Resolved,
+    read_config,
 )
-from imagecache.api import Layer
+from imagecache.api import ImageConfig, Layer
 from imagecache.core.egress import EgressPolicy
+from imagecache.core.manifest import parse_config
 from imagecache.core.reference import LayoutRef, RegistryRef, parse_reference
 from imagecache.errors import ImageError
 
@@ -38,6 +40,7 @@ class ResolvedImage:
     ref: str  # as given
     digest: str  # platform manifest digest (sha256:…): the image's identity
     layers: list[Layer]
+    config: ImageConfig  # what it runs (its config blob: small, read with the manifest)
 
 
 class ImageResolver:
@@ -67,9 +70,18 @@ class ImageResolver:
         self._client: RegistryClient | None = None
 
     async def resolve(self, ref: str) -> ResolvedImage:
-        """The platform manifest digest and layers of `ref`; ImageError on any failure."""
-        resolved = await self.resolve_within(self.source(parse_reference(ref)), ref)
-        return ResolvedImage(ref=ref, digest=resolved.digest, layers=resolved.manifest.layers)
+        """The platform manifest digest, layers and run config of `ref`; ImageError on any
+        failure."""
+        source = self.source(parse_reference(ref))
+        resolved = await self.resolve_within(source, ref)
+        try:
+            async with asyncio.timeout(self._resolve_timeout_s):
+                config = parse_config(await read_config(source, resolved.manifest.config))
+        except TimeoutError:
+            raise ImageError("registry_error", f"{ref}: its config not read within "
+                             f"{self._resolve_timeout_s} s") from None
+        return ResolvedImage(ref=ref, digest=resolved.digest, layers=resolved.manifest.layers,
+                             config=config)
 
     async def resolve_within(self, source: ImageSource, ref: str) -> Resolved:
         """`source.resolve()` within `resolve_timeout_s` as a whole (a pull's manifests too)."""
@@ -83,6 +95,7 @@ class ImageResolver:
     def source(self, ref: RegistryRef | LayoutRef) -> ImageSource:
         """Where `ref`'s documents and blobs come from, once the egress policy allows it."""
         if isinstance(ref, LayoutRef):
+            ref = _layout_dir_with_colon(ref)
             real = os.path.realpath(ref.path)
             reason = self.policy.layout_refusal(real)
             if reason is not None:
@@ -109,3 +122,12 @@ class ImageResolver:
             await self._session.close()
         self._session = None
         self._client = None
+
+
+def _layout_dir_with_colon(ref: LayoutRef) -> LayoutRef:
+    """`oci:/a:b:v1` parses as image "b:v1" in layout /a; when /a is no directory and
+    /a:b is, the reference meant tag "v1" in the layout /a:b (as before images had names)."""
+    name, colon, tag = ref.tag.rpartition(":")
+    if colon and not os.path.isdir(ref.path) and os.path.isdir(f"{ref.path}:{name}"):
+        return LayoutRef(path=f"{ref.path}:{name}", tag=tag)
+    return ref

@@ -22,6 +22,7 @@ import msgspec
 from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
+from placement.core.ends import new_ends
 from placement.core.offers import NoCapacity
 from placement.errors import PlacementError
 from placement.fleet import Fleet
@@ -53,6 +54,7 @@ class AppWork:
     no_room: core.NoRoom | None = None  # the last create that found no room (core)
     no_room_retry: asyncio.TimerHandle | None = None  # the pass asked for when it ends
     workers: frozenset[str] = frozenset()  # the region's live workers at the last pass
+    ends_seen: dict[str, float] = field(default_factory=dict)  # machine -> last event noted
 
 
 class AppActions:
@@ -234,6 +236,17 @@ class AppActions:
             work.busy.pop(action.machine, None)
         else:
             work.creating[action.start] -= 1
+
+    async def note_ends(self, config: AppConfig, work: AppWork,
+                        views: list[dict[str, Any]]) -> None:
+        """Crashes and failures of the app's machines (how each ended: `oom`, `exited(3)`,
+        a crash loop's last output) become app events, each once (placement/core/ends)."""
+        events = {v["id"]: [(float(e["at"]), str(e["event"]), str(e.get("reason", "")))
+                            for e in v.get("events") or []] for v in views}
+        ends, work.ends_seen = new_ends(events, work.ends_seen)
+        for end in ends:
+            await self._event(config, end.event, end.reason, machine=end.machine,
+                              outcome=end.reason.split(";")[0] or end.event)
 
     async def _fail_release(self, config: AppConfig, reason: str) -> None:
         """The release being rolled out failed: the app goes back to the last complete

@@ -209,6 +209,9 @@ class Fleet:
                 raise InvalidConfig("image", exc.message) from None
             raise PlacementError(f"image {config.image} cannot be resolved: {exc.message}",
                                  code="image_unavailable", status=424) from None
+        if not resolved.config.argv_with(config.entrypoint, config.cmd):
+            raise InvalidConfig("image", f"{config.image} has no Entrypoint or Cmd, and the "
+                                "app sets neither `entrypoint` nor `cmd`: nothing to run")
         return ImageInfo(ref=ref, digest=resolved.digest,
                          layers={layer.digest: layer.size for layer in resolved.layers})
 

@@ -242,7 +242,8 @@ def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) ->
     return {
         "key": key, "app": config.name, "app_uid": config.uid, "image": offer_ref(config),
         "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
-        "env": config.env,
+        "env": config.env, "port": config.port, "entrypoint": config.entrypoint,
+        "cmd": config.cmd,
         "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
         "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
         "start": start, "spare": spare, "release": config.release,

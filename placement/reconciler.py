@@ -141,9 +141,11 @@ class Reconciler:
         self._workers_seen = set(live)
         views = [v for v in await self.fleet.app_machines(app, live)
                  if v.get("app_uid", "") == config.uid]
-        seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config))
+        seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config),
+                          reason=last_reason(v))
                 for v in views]
         known = {v["id"] for v in views}
+        await self.acts.note_ends(config, work, views)
         fenced = await self.store.fenced(config.uid)
         for record in await self.registry.machines(app):
             if record.app_uid == config.uid and record.id not in known \
@@ -226,3 +228,9 @@ class Reconciler:
     def holds(self, work: AppWork) -> bool:
         """This placement still holds the lease the app's work was started under."""
         return work.lease is not None and self.keeper.valid(work.lease)
+
+
+def last_reason(view: dict[str, Any]) -> str:
+    """The reason of a machine view's last event ("" if none)."""
+    events = view.get("events") or []
+    return str(events[-1].get("reason", "")) if events else ""

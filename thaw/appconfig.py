@@ -40,6 +40,8 @@ MIN_S = 0.001
 Seconds = Annotated[float, msgspec.Meta(ge=MIN_S, le=HOUR_S)]
 Machines = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 Requests = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+MAX_ARGS = 256
+Arg = Annotated[str, msgspec.Meta(max_length=4096)]
 
 
 class InvalidConfig(ValueError):
@@ -81,7 +83,16 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     regions: Annotated[list[Region], msgspec.Meta(min_length=1, max_length=16)] = (
         msgspec.field(default_factory=lambda: ["local"]))
     guest: GuestConfig = GuestConfig()
-    port: Annotated[int, msgspec.Meta(ge=1, le=65_535)] = 8080  # informational: $PORT rules
+    # the port the app listens on (PORT says it too); 0: the image's one ExposedPort, else
+    # 8080. Under the bubblewrap driver machines share the host's network: the app must
+    # listen on $PORT there (docs/process-driver.md).
+    port: Annotated[int, msgspec.Meta(ge=0, le=65_535)] = 0
+    # the image's Entrypoint and Cmd, overridden (empty: the image's): a new entrypoint
+    # drops the image's Cmd unless cmd is given too (Kubernetes' command and args)
+    entrypoint: Annotated[list[Arg], msgspec.Meta(max_length=MAX_ARGS)] = (
+        msgspec.field(default_factory=list))
+    cmd: Annotated[list[Arg], msgspec.Meta(max_length=MAX_ARGS)] = (
+        msgspec.field(default_factory=list))
     env: Annotated[dict[EnvName, EnvValue], msgspec.Meta(max_length=128)] = (
         msgspec.field(default_factory=dict))
     # extra Host names routed here (normalised; never under the platform's domain)
@@ -97,7 +108,7 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_pending: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 1000
     spares: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     health: HealthConfig = HealthConfig()
-    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = "SIGTERM"
+    kill_signal: Annotated[str, msgspec.Meta(max_length=16)] = ""  # "": the image's StopSignal
     kill_timeout_s: Annotated[float, msgspec.Meta(ge=MIN_S, le=300)] = 5.0
     deploy: DeployConfig = DeployConfig()
     # pinned at create and deploy; "" only before the first resolution
@@ -111,8 +122,8 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 # What a machine is made from: a change of any of these is a new release.
-MACHINE_FIELDS = ("image", "image_digest", "env", "guest", "port", "health", "kill_signal",
-                  "kill_timeout_s")
+MACHINE_FIELDS = ("image", "image_digest", "env", "guest", "port", "entrypoint", "cmd",
+                  "health", "kill_signal", "kill_timeout_s")
 
 
 def machine_spec(config: AppConfig) -> tuple[object, ...]:
@@ -131,8 +142,11 @@ def check(config: AppConfig) -> AppConfig:
         raise InvalidConfig("max_machines", "must be >= max(1, min_machines_running)")
     if config.concurrency.hard_limit < config.concurrency.soft_limit:
         raise InvalidConfig("concurrency.hard_limit", "must be >= concurrency.soft_limit")
-    if config.kill_signal not in signal.Signals.__members__:
+    if config.kill_signal and config.kill_signal not in signal.Signals.__members__:
         raise InvalidConfig("kill_signal", f"{config.kill_signal!r} is not a signal name")
+    for name in ("entrypoint", "cmd"):
+        if any("\0" in arg for arg in getattr(config, name)):
+            raise InvalidConfig(name, "an argument cannot contain a NUL byte")
     _check_env(config.env)
     hosts = _normalised_hosts(config.hosts)
     return config if hosts == config.hosts else msgspec.structs.replace(config, hosts=hosts)

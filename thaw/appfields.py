@@ -20,6 +20,8 @@ PATTERNS = {  # bounds a pattern sets, in words
     "name": "1 to 63 chars of a-z, 0-9 and `-`",
     "health.path": "≤ 1024 chars, empty or `/…`",
 }
+LIST_ITEMS = {"regions": "region names", "entrypoint": "arguments of ≤ 4096 chars",
+              "cmd": "arguments of ≤ 4096 chars"}
 OWN_FIELDS = ("image_digest", "version", "uid", "release")  # placement's, never an owner's
 
 MEANING = {
@@ -29,7 +31,10 @@ MEANING = {
     "regions": "where machines run; the first is primary; placement never leaves them",
     "guest.cpus": "CPUs reserved on the worker for each machine",
     "guest.memory_mb": "memory reserved on the worker for each machine, MiB",
-    "port": "the port the app listens on (the agent also sets `$PORT`)",
+    "port": "the port the app listens on, also set as `$PORT` (0: the image's one "
+            "ExposedPort, else 8080; bubblewrap machines must listen on `$PORT`)",
+    "entrypoint": "overrides the image's Entrypoint (and drops its Cmd unless `cmd` is set)",
+    "cmd": "overrides the image's Cmd",
     "env": "extra environment; `PORT` and `THAW_*` are the platform's",
     "hosts": "extra Host names routed to the app: normalised, held by one app only, never "
              "under the platform's domain",
@@ -50,7 +55,8 @@ MEANING = {
     "health.interval_s": "seconds between health checks of a running machine",
     "health.timeout_s": "start-to-ready budget of a machine",
     "health.grace_s": "seconds after start before the first check",
-    "kill_signal": "the signal that asks a machine to stop",
+    "kill_signal": "the signal that asks a machine to stop (empty: the image's StopSignal, "
+                   "else SIGTERM)",
     "kill_timeout_s": "seconds between kill_signal and SIGKILL",
     "deploy.strategy": "how a release replaces machines (docs/placement.md)",
     "deploy.max_unavailable": "machines replaced at once by a rolling deploy",
@@ -106,7 +112,8 @@ def bound(kind: Any, path: str = "") -> str:
         return f"≤ {kind.max_length} chars" if kind.max_length else "text"
     if isinstance(kind, mi.ListType):
         low = f"{kind.min_length} to " if kind.min_length else "≤ "
-        return f"{low}{kind.max_length} {'region' if path == 'regions' else 'host'} names"
+        items = LIST_ITEMS.get(path, "host names")
+        return f"{low}{kind.max_length} {items}"
     if isinstance(kind, mi.DictType):
         return f"≤ {kind.max_length} entries, 64 KiB in all"
     return ""

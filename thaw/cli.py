@@ -63,6 +63,13 @@ def egress_policy(args: argparse.Namespace) -> EgressPolicy:
                               layout_dirs=[str(Path(d).resolve()) for d in args.allow_layout])
 
 
+def add_driver_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--driver", choices=["auto", "oci", "bubblewrap", "process"],
+                   default=env_default("DRIVER", "auto"))
+    p.add_argument("--runtime", default=env_default("RUNTIME", "runc"),
+                   help="the OCI runtime: runc, crun, runsc or a path")
+
+
 def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("agent", help="run a worker agent")
     e = env_default
@@ -76,8 +83,14 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--id", default=e("WORKER_ID", ""), help="worker id (default: in state dir)")
     p.add_argument("--cache-budget-mb", type=int, default=int(e("CACHE_BUDGET_MB", "2048")))
     p.add_argument("--heartbeat-s", type=float, default=float(e("HEARTBEAT_S", "1.0")))
-    p.add_argument("--sandbox", choices=["auto", "on", "off"], default=e("SANDBOX", "auto"))
+    add_driver_flags(p)
+    p.add_argument("--machine-cidr", default=e("MACHINE_CIDR", "10.213.0.0/16"))
+    p.add_argument("--machine-pids-max", type=int, default=int(e("MACHINE_PIDS_MAX", "1024")))
     p.add_argument("--stop-machines-on-exit", action="store_true")
+    p.add_argument("--sweep", action="store_true",
+                   help="remove what this state dir's machines have on the host (containers, "
+                        "mounts, network namespaces, claims) and exit; for an agent that "
+                        "is gone (killed) and whose state is to be removed")
     p.add_argument("--repair", action="store_true",
                    help="start from the valid part of a damaged op log (a copy of it is kept)")
     p.add_argument("--advertise-url", default=e("ADVERTISE_URL", ""),
@@ -99,12 +112,22 @@ async def run_agent(args: argparse.Namespace) -> int:
         region=args.region, host=args.host, port=args.port,
         cpus=args.cpus, memory_mb=args.memory_mb, worker_id=args.id,
         cache_budget_bytes=args.cache_budget_mb << 20, heartbeat_interval_s=args.heartbeat_s,
-        sandbox={"auto": None, "on": True, "off": False}[args.sandbox],
+        driver=args.driver, runtime=args.runtime, machine_cidr=args.machine_cidr,
+        machine_pids_max=args.machine_pids_max,
         stop_machines_on_exit=args.stop_machines_on_exit, repair_log=args.repair,
     )
+    if args.sweep:
+        from agent.drivers import sweep
+
+        await sweep(config)
+        print(f"swept the machines of {config.state_dir}", flush=True)
+        return 0
     runtime = AgentRuntime(config, open_registry(args.registry))
     url = await runtime.start()
-    print(f"thaw agent listening on {url}", flush=True)
+    driver = runtime.agent.driver if runtime.agent is not None else None
+    what = "" if driver is None else f" (machines: {driver.name}" + (
+        ")" if driver.isolated else ", NOT a security boundary between tenants)")
+    print(f"thaw agent listening on {url}{what}", flush=True)
     await wait_for_signal()
     await runtime.stop()
     return 0
@@ -178,6 +201,7 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="also serve HTTPS (h2 and HTTP/1.1) on --tls-port with certificates "
                         "from a local CA made in the state directory")
     p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
+    add_driver_flags(p)
     p.add_argument("--hello-set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the example app (e.g. idle_timeout_s=2)")
     p.add_argument("--access-log", default=e("ACCESS_LOG", ""), metavar="off|stdout|PATH",
@@ -255,7 +279,7 @@ def up_config(args: argparse.Namespace) -> UpConfig:
         allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
         tls=args.tls, tls_port=args.tls_port,
         access_log=args.access_log, access_log_sample_rate=args.access_log_sample,
-        store=args.store,
+        store=args.store, driver=args.driver, runtime=args.runtime,
     )
 
 
@@ -318,7 +342,11 @@ HELP = {
     ("agent", "memory_mb"): "memory this worker offers to machines, MiB",
     ("agent", "cache_budget_mb"): "the image layer cache's bound, MiB",
     ("agent", "heartbeat_s"): "seconds between heartbeats to the registry",
-    ("agent", "sandbox"): "run machines in a bubblewrap sandbox: auto, on or off",
+    "driver": "what runs machines: auto (OCI containers as root, else bubblewrap), oci, "
+              "bubblewrap or process",
+    "runtime": "the OCI runtime binary (runc, crun, runsc or a path)",
+    ("agent", "machine_cidr"): "the OCI driver's machine addresses (a /31 per machine)",
+    ("agent", "machine_pids_max"): "processes per machine (OCI driver)",
     ("agent", "stop_machines_on_exit"): "stop this worker's machines when it exits",
     "name": "the app's name",
     "app": "the app's name",

@@ -242,7 +242,7 @@ def list_releases(args: argparse.Namespace) -> int:
     rows = [{**r, "created": when(r["created_at"]), "image": shorten(r["image"], 40)}
             for r in releases]
     emit(args.json, releases, lambda: table(
-        rows, ["version", "status", "strategy", "created", "image", "reason"]))
+        rows, ["version", "status", "strategy", "created", "image"], below="reason"))
     return 0
 
 
@@ -256,6 +256,6 @@ def roll_back(args: argparse.Namespace) -> int:
 def list_events(args: argparse.Namespace) -> int:
     events = client_of(args).get(f"/v1/apps/{args.app}/events")
     rows = [{**e, "when": when(e["at"])} for e in events]
-    emit(args.json, events, lambda: table(rows, ["when", "action", "machine", "outcome",
-                                                 "reason"]))
+    emit(args.json, events, lambda: table(rows, ["when", "action", "machine", "outcome"],
+                                          below="reason"))
     return 0

@@ -74,7 +74,22 @@ def wait_flags(p: argparse.ArgumentParser) -> None:
 def machine_table(views: list[dict[str, Any]]) -> str:
     if not views:
         return "no machines (a request wakes one)"
-    return table([{**v, "created": when(v.get("created_at"))} for v in views], MACHINE_COLUMNS)
+    return table([{**v, "created": when(v.get("created_at")), "why": why(v)} for v in views],
+                 MACHINE_COLUMNS, below="why")
+
+
+# Events whose reason says how a machine's process ended, or why it failed.
+TOLD_EVENTS = frozenset({"crash", "fail", "exited"})
+
+
+def why(view: dict[str, Any]) -> str:
+    """"crash: oom", "fail: crashed 6 times…": the last event, when it tells an end."""
+    events = view.get("events") or []
+    last = events[-1] if events else {}
+    clean_stop = last.get("event") == "exited" and last.get("reason") == "exited(0)"
+    if last.get("event") in TOLD_EVENTS and last.get("reason") and not clean_stop:
+        return f"{last['event']}: {last['reason']}"
+    return ""
 
 
 def list_machines(args: argparse.Namespace) -> int:

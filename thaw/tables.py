@@ -11,9 +11,13 @@ WIDTH = 100  # columns a table may take
 GAP = "  "
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = WIDTH) -> str:
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = WIDTH,
+          below: str = "") -> str:
     """Rows under upper-case headers, at most `width` columns: the widest columns are
-    shortened (with "…") until the table fits."""
+    shortened (with "…") until the table fits. `below` names a field printed in full
+    under its row, every line of it indented (a reason: its words are the point)."""
+    if below:
+        return _with_below(rows, columns, width, below)
     cells = [[str(row.get(col, "")) for col in columns] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
@@ -29,6 +33,17 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = W
     for r in cells:
         lines.append(GAP.join(shorten(c, w).ljust(w) for c, w in zip(r, widths, strict=True)))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _with_below(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int,
+                below: str) -> str:
+    lines = table(rows, columns, width).split("\n")
+    out = lines[:1]
+    for line, row in zip(lines[1:], rows, strict=True):
+        out.append(line)
+        text = str(row.get(below) or "")
+        out += [f"    {part}".rstrip() for part in text.splitlines() if part.strip()]
+    return "\n".join(out)
 
 
 def shorten(text: str, width: int) -> str:

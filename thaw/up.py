@@ -75,6 +75,8 @@ class UpConfig:
     access_log: str = ""  # "": <state>/access.log; "off"; "stdout"; or a file path
     access_log_sample_rate: float = 1.0
     store: str = "sqlite"  # placement's store: or postgresql://USER@HOST:PORT/DB
+    driver: str = "auto"  # what runs machines (agent.drivers)
+    runtime: str = "runc"  # the OCI driver's runtime
 
 
 class Platform:
@@ -155,6 +157,7 @@ class Platform:
             state_dir=state / f"agent-{index}", cluster_keys=keys, egress=egress,
             worker_id=f"local-{index}", region="local", cpus=self.config.agent_cpus,
             memory_mb=self.config.agent_memory_mb, stop_machines_on_exit=True,
+            driver=self.config.driver, runtime=self.config.runtime,
         )
 
     async def _ensure_hello(self, state: Path) -> None:
@@ -178,6 +181,17 @@ class Platform:
             await self.placement.stop()
         await asyncio.gather(*(agent.stop() for agent in self.agents), return_exceptions=True)
 
+    def machines_line(self) -> str:
+        """What runs machines, and a warning when that is no boundary between tenants."""
+        agent = self.agents[0].agent if self.agents else None
+        if agent is None:
+            return "no agents"
+        if agent.driver.isolated:
+            return (f"machines: OCI containers ({agent.driver.name}: own rootfs, user and "
+                    "network namespaces, cgroup limits)")
+        return (f"machines: {agent.driver.name} -- NOT a security boundary between tenants "
+                "(run as root with runc installed for containers)")
+
     def banner(self) -> str:
         from thaw.native import state as native_state
 
@@ -195,6 +209,7 @@ class Platform:
                 f"admin :{self.edge.admin_port}, {len(self.agents)} agents, "
                 f"state in {self.config.state_dir}",
                 f"native edge {'on' if native_on else 'off'} ({native_why})",
+                self.machines_line(),
                 "",
                 f"  curl -H 'Host: hello.{self.config.domain}' http://127.0.0.1:{port}/",
                 *([f"  curl --cacert {self.ca.cert_path} "

@@ -265,7 +265,7 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
         raise AgentError("image must not be empty", code="invalid", status=422)
     if offer.guest.cpus <= 0 or offer.guest.memory_mb <= 0:
         raise AgentError("guest.cpus and guest.memory_mb must be > 0", code="invalid", status=422)
-    if offer.kill_signal not in signal.Signals.__members__:
+    if offer.kill_signal and offer.kill_signal not in signal.Signals.__members__:
         raise AgentError(f"kill_signal {offer.kill_signal!r} is not a signal", code="invalid",
                          status=422)
     env_bytes = sum(len(k.encode()) + len(v.encode()) for k, v in offer.env.items())
@@ -278,5 +278,6 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
     return MachineSpec(
         app=offer.app, image=offer.image, guest=offer.guest, env=dict(offer.env),
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
-        app_uid=offer.app_uid, release=offer.release,
+        app_uid=offer.app_uid, release=offer.release, port=offer.port,
+        entrypoint=list(offer.entrypoint), cmd=list(offer.cmd),
     )

@@ -28,12 +28,17 @@ class MachineSpec(msgspec.Struct, frozen=True):
     guest: Guest = Guest()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     health: Health = Health()
-    kill_signal: str = "SIGTERM"
+    kill_signal: str = "SIGTERM"  # "": the image's StopSignal, else SIGTERM
     kill_timeout_s: float = 5.0
     # The incarnation of the app (placement's AppConfig.uid): a machine is an app's only
     # while they match, so a new app of a deleted one's name never takes its machines.
     app_uid: str = ""
     release: int = 0  # the app's release (placement's) the machine was made for
+    port: int = 0  # the port the app listens on; 0: the image's one ExposedPort, else 8080
+    # Overrides of the image's Entrypoint and Cmd (as Kubernetes' command and args: a new
+    # entrypoint drops the image's Cmd unless `cmd` is given too); empty: the image's.
+    entrypoint: list[str] = msgspec.field(default_factory=list)
+    cmd: list[str] = msgspec.field(default_factory=list)
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):
@@ -67,20 +72,25 @@ class ImageResolved(msgspec.Struct, frozen=True, tag="image"):
 
 
 class Launched(msgspec.Struct, frozen=True, tag="launched"):
-    """A process now runs the machine; pid + start_time identify it across agent restarts."""
+    """A process now runs the machine; pid + start_time identify it across agent restarts.
+    The edge dials host:port ("" host: the agent's machine host, as before containers)."""
 
     id: str
     pid: int
     start_time: int
     port: int
     at: float
+    runtime_id: str = ""  # the runtime's name for the machine's container ("": a process)
+    host: str = ""
 
 
 class Gone(msgspec.Struct, frozen=True, tag="gone"):
-    """The machine's process is known to be gone."""
+    """The machine's process is known to be gone; `reason` says how it ended when that is
+    known (agent.core.exits: exited(N), signalled(SIG), oom, exited(?))."""
 
     id: str
     at: float
+    reason: str = ""
 
 
 class Fenced(msgspec.Struct, frozen=True, tag="fence"):

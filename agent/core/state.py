@@ -37,6 +37,8 @@ class ProcessRef:
     pid: int
     start_time: int
     port: int
+    runtime_id: str = ""
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Machine:
     process: ProcessRef | None = None
     events: list[StateChange] = field(default_factory=list)
     crashes: list[float] = field(default_factory=list)  # times of unasked exits (restart policy)
+    last_exit: str = ""  # how its last process ended (Gone.reason), "" if not known
 
 
 @dataclass
@@ -87,13 +90,15 @@ class AgentState:
                 machine = self.machines[mid]
                 machine.image_digest = digest
                 machine.updated_at = at
-            case Launched(id=mid, pid=pid, start_time=start_time, port=port, at=at):
+            case Launched(id=mid, pid=pid, start_time=start_time, port=port, at=at,
+                          runtime_id=runtime_id, host=host):
                 machine = self.machines[mid]
-                machine.process = ProcessRef(pid, start_time, port)
+                machine.process = ProcessRef(pid, start_time, port, runtime_id, host)
                 machine.updated_at = at
-            case Gone(id=mid, at=at):
+            case Gone(id=mid, at=at, reason=reason):
                 machine = self.machines[mid]
                 machine.process = None
+                machine.last_exit = reason or machine.last_exit
                 machine.updated_at = at
 
     def _create(self, record: Created) -> None:
@@ -203,9 +208,12 @@ def snapshot(state: AgentState) -> list[Record]:
             )
         if machine.image_digest:
             records.append(ImageResolved(machine.id, machine.image_digest, machine.updated_at))
+        if machine.process is None and machine.last_exit:
+            records.append(Gone(machine.id, machine.updated_at, machine.last_exit))
         if machine.process is not None:
             proc = machine.process
             records.append(
-                Launched(machine.id, proc.pid, proc.start_time, proc.port, machine.updated_at)
+                Launched(machine.id, proc.pid, proc.start_time, proc.port, machine.updated_at,
+                         proc.runtime_id, proc.host)
             )
     return records

@@ -1,7 +1,7 @@
 """hello: the smallest thaw app. Standard library only.
 
-Listens on 127.0.0.1:$PORT (default 8080). `GET /` answers
-"<GREETING> from <THAW_MACHINE_ID>" (GREETING defaults to "hello"), `GET /healthz`
+Listens on 0.0.0.0:$PORT (default 8080; a machine is reached at its own address). `GET /`
+answers "<GREETING> from <THAW_MACHINE_ID>" (GREETING defaults to "hello"), `GET /healthz`
 answers "ok", and `GET /ws` is a WebSocket that echoes every message (the text
 message "close-me" makes the app close it). SIGTERM shuts the
 server down cleanly (in-flight requests finish, exit status 0).
@@ -132,7 +132,7 @@ def main() -> None:
     # at once, and http.server's default of 5 makes the kernel drop the rest (each then
     # retried by the client's SYN 1 s later)
     ThreadingHTTPServer.request_queue_size = 128
-    server = ThreadingHTTPServer(("127.0.0.1", port), Hello)
+    server = ThreadingHTTPServer(("0.0.0.0", port), Hello)
     server.daemon_threads = True
 
     def stop(_signum: int, _frame: object) -> None:
@@ -141,7 +141,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"hello {MACHINE_ID} listening on 127.0.0.1:{port}", flush=True)
+    print(f"hello {MACHINE_ID} listening on 0.0.0.0:{port}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -22,6 +22,9 @@ from imagecache.core.tarsafety import UnpackLimits, Verdict
 from imagecache.errors import ImageError
 
 _CHUNK = 1 << 16
+# As root the tree keeps the owners its layers name (a machine sees them shifted into its
+# user-id range); otherwise everything belongs to the cache's user.
+KEEPS_OWNERS = os.geteuid() == 0
 # Work allowed to resolve the symlinks of one rootfs: this much, plus as much per link.
 _LINK_STEPS = 65536
 _LINK_STEPS_PER_LINK = 256
@@ -150,8 +153,11 @@ def write_member(
         os.symlink(info.linkname, dest)
     elif info.islnk():
         _hardlink(root, verdict, dest)
+        return  # the file it links to has its owner
     else:
         _write_file(archive, info, dest, mode)
+    if KEEPS_OWNERS:
+        os.lchown(dest, info.uid, info.gid)
 
 
 def _hardlink(root: Path, verdict: Verdict, dest: Path) -> None:

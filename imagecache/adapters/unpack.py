@@ -242,6 +242,8 @@ def _member(info: tarfile.TarInfo) -> Member:
         linkname=info.linkname,
         mode=info.mode,
         size=info.size if info.isreg() else 0,
+        uid=info.uid,
+        gid=info.gid,
     )
 
 

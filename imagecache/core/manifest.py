@@ -95,12 +95,28 @@ def select_platform(
     raise ImageError("not_found", f"image index has no {os}/{architecture} manifest")
 
 
+REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
+
+
 def select_tag(index: dict[str, Any], tag: str) -> Descriptor:
-    """The layout index entry annotated `org.opencontainers.image.ref.name = tag`."""
+    """The layout index entry annotated `org.opencontainers.image.ref.name = tag`.
+
+    A bare tag ("v1") also finds the one image named "NAME:v1" (`thaw image build`
+    keeps each image's name in its layout); two such images make it ambiguous."""
+    named: list[tuple[str, dict[str, Any]]] = []
     for raw in index.get("manifests") or []:
         notes = raw.get("annotations") if isinstance(raw, dict) else None
-        if isinstance(notes, dict) and notes.get("org.opencontainers.image.ref.name") == tag:
+        ref_name = notes.get(REF_NAME_ANNOTATION) if isinstance(notes, dict) else None
+        if ref_name == tag:
             return descriptor(raw, "layout index entry")
+        if isinstance(ref_name, str) and ":" not in tag and ref_name.endswith(f":{tag}"):
+            named.append((ref_name, raw))
+    if len(named) == 1:
+        return descriptor(named[0][1], "layout index entry")
+    if named:
+        names = ", ".join(sorted(n for n, _ in named))
+        raise ImageError("not_found", f"tag {tag!r} is ambiguous in the layout ({names}): "
+                                      "name one as oci:PATH:NAME:TAG")
     raise ImageError("not_found", f"no image tagged {tag!r} in the layout index")
 
 
@@ -130,6 +146,7 @@ def parse_config(data: bytes) -> ImageConfig:
         working_dir=str(run.get("WorkingDir") or ""),
         exposed_ports=sorted(str(p) for p in (run.get("ExposedPorts") or {})),
         user=str(run.get("User") or ""),
+        stop_signal=str(run.get("StopSignal") or "")[:32],
     )
 
 

@@ -49,7 +49,8 @@ class RegistryRef:
 
 @dataclass(frozen=True)
 class LayoutRef:
-    """An image in an OCI image-layout directory, selected by its ref.name annotation."""
+    """An image in an OCI image-layout directory, selected by its ref.name annotation:
+    `tag` is "v1" or "NAME:v1" (see `manifest.select_tag`)."""
 
     path: str
     tag: str
@@ -97,6 +98,12 @@ def _parse_layout(text: str) -> LayoutRef:
     head, sep, tail = body.rpartition(":")
     if sep and "/" not in tail and tail:
         path, tag = head, tail
+        # `oci:PATH:NAME:TAG`: an image `thaw image build -t NAME:TAG` wrote into a layout
+        # (its ref.name is "NAME:TAG"). A layout dir whose own name has a colon is read as
+        # PATH:NAME; the resolver falls back to it when PATH is no directory.
+        rest, colon, name = path.rpartition(":")
+        if colon and rest and all(_REPO_COMPONENT.match(p) for p in name.split("/")):
+            path, tag = rest, f"{name}:{tag}"
     if not path:
         raise ImageError("bad_reference", f"{text!r}: no layout path")
     return LayoutRef(path=path, tag=tag)

@@ -50,6 +50,13 @@ class Member:
     linkname: str = ""
     mode: int = 0o644
     size: int = 0
+    uid: int = 0
+    gid: int = 0
+
+
+# Owners a machine can hold: the ids of its user namespace (65536 of them, as Docker's
+# userns-remap and Podman refuse ids their map cannot reach).
+MAX_OWNER_ID = 65535
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,9 @@ def _judge_kind(member: Member, path: str, extracted: Container[str]) -> Verdict
         return _refuse(member, "unsupported member type")
     if member.mode & 0o6000:
         return _refuse(member, "setuid/setgid bit set")
+    if not (0 <= member.uid <= MAX_OWNER_ID and 0 <= member.gid <= MAX_OWNER_ID):
+        return _refuse(member, f"owner {member.uid}:{member.gid} is outside the ids a machine "
+                       f"has (0..{MAX_OWNER_ID})")
     if member.kind is MemberKind.SYMLINK and not _plausible_link(member.linkname):
         return _refuse(member, "empty, NUL-bearing or over-long symlink target")
     if member.kind is MemberKind.HARDLINK:

@@ -14,6 +14,7 @@ agent left running). Loopback only; redis-server must be installed (make sysdeps
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
@@ -24,7 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent.config import AgentConfig
+from agent.drivers import sweep
 from thaw.auth.secrets_files import ADMIN_TOKEN_FILE, CLUSTER_KEY_FILE, ensure_secret
+from thaw.auth.signing import KeyRing
 from thaw.client import ApiClient, ApiError
 from thaw.imagebuild import build_image
 from thaw.up import EXAMPLE, HELLO_APP
@@ -121,6 +125,9 @@ class SeparatePlatform:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        keys = KeyRing.parse(ensure_secret(self.state / CLUSTER_KEY_FILE))
+        for agent_dir in self.state.glob("agent-*"):  # a host killed by host-loss left these
+            asyncio.run(sweep(AgentConfig(state_dir=agent_dir, cluster_keys=keys)))
 
     def banner(self) -> str:
         return "\n".join([

@@ -55,6 +55,7 @@ class Seen:
     state: str
     release: int  # the release it was created for
     live: bool = True  # its worker has a fresh heartbeat and is not failed
+    reason: str = ""  # its last event's reason (why it failed, for one that did)
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,9 @@ def reconcile(
 
     failed_new = [m for m in current if m.state == "failed"]
     if declared.rolling_out and failed_new:
+        why = f": {failed_new[0].reason}" if failed_new[0].reason else ""
         actions.append(FailRelease(declared.release, f"machine {failed_new[0].id} of release "
-                                   f"{declared.release} failed"))
+                                   f"{declared.release} failed{why}"))
         return actions  # the shell goes back to the previous release; no more for now
     for m in old:
         if m.state == "failed" and m.id not in busy.machines:

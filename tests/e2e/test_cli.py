@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,7 +64,8 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
     _, same = call("GET", f"{up.api}/v1/apps/greeter", token=up.token)
     assert (same["version"], same["release"]) == (app["version"], 1)
     releases = thaw(up, "releases", "greeter")
-    assert releases.returncode == 0 and len(releases.stdout.strip().splitlines()) == 2
+    rows = [line for line in releases.stdout.strip().splitlines() if not line.startswith(" ")]
+    assert releases.returncode == 0 and len(rows) == 2  # header + release 1 (reasons below)
     events = thaw(up, "events", "greeter")
     assert events.returncode == 0 and "min_machines_running=1" in events.stdout
     rollback = thaw(up, "rollback", "greeter", "1")
@@ -161,7 +163,10 @@ def test_scale_machines_logs_and_placements(up: ThawUp, tmp_path: Path) -> None:
 
     logs = thaw(up, "logs", "scaled")  # the example app prints "hello ID listening on …"
     assert logs.returncode == 0, logs.stderr
-    assert f"{machine['id']}  hello {machine['id']} listening on" in logs.stdout
+    # each line: the machine, the time the agent took it in (RFC 3339, UTC), the line
+    stamped = re.compile(rf"^{machine['id']}  \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}Z "
+                         rf"hello {machine['id']} listening on", re.M)
+    assert stamped.search(logs.stdout), logs.stdout
 
     placements = thaw(up, "placements", "scaled", "-n", "1")
     assert placements.returncode == 0 and "placed" in placements.stdout
@@ -189,7 +194,7 @@ def test_logs_follow_prints_what_a_machine_writes_after_it_started(
         mid = json.loads(made.stdout)["id"]
         assert follower.stdout is not None
         line = follower.stdout.readline()  # the machine's first line, read as it came
-        assert line.startswith(f"{mid}  hello {mid} listening on")
+        assert re.match(rf"{mid}  \S+Z hello {mid} listening on", line), line
     finally:
         follower.terminate()
         follower.wait(timeout=10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from tests.support.agent_process import (
     pid_alive,
     wait_until,
 )
+from tests.support.machines import oci_driver_runs
 from thaw.imagebuild import build_image
 
 pytestmark = pytest.mark.integration
@@ -85,8 +87,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def disk_with_room_for_a_pull(tmp_path: Path) -> Iterator[Path]:
-    """Room above the image cache's reserve (512 MiB by default) for a pull."""
-    yield from tmpfs(tmp_path / "disk", "576m")
+    """Room above the image cache's reserve (512 MiB by default) for a pull: hello with
+    its python base is ~16 MiB of blobs and ~50 MiB unpacked."""
+    yield from tmpfs(tmp_path / "disk", "640m")
 
 
 def fill(disk: Path) -> Path:
@@ -313,12 +316,18 @@ def test_after_kill_9_in_a_storm_no_machine_is_lost_orphaned_or_run_twice(
         # an orphan of this agent's the log has never heard of
         orphan_dir = agent.state_dir / "machines" / "planted"
         orphan_dir.mkdir(parents=True)
-        planted = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
-            env={**os.environ, "THAW_MACHINE_ID": "planted",
-                 "THAW_MACHINE_DIR": str(orphan_dir)})
+        if oci_driver_runs():
+            plant_container(agent.state_dir, "planted")
+        else:
+            planted = subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                env={**os.environ, "THAW_MACHINE_ID": "planted",
+                     "THAW_MACHINE_DIR": str(orphan_dir)})
         agent.start()
-        wait_until(lambda: planted.poll() is not None, 10)  # killed at start
+        if planted is not None:
+            wait_until(lambda: planted.poll() is not None, 10)  # killed at start
+        else:
+            wait_until(lambda: "planted" not in containers(agent.state_dir), 10)
         state = logged_state(agent)
         for mid, last in acked.items():
             if last in ("destroyed", "destroy sent"):
@@ -338,6 +347,30 @@ def test_after_kill_9_in_a_storm_no_machine_is_lost_orphaned_or_run_twice(
         if planted is not None and planted.poll() is None:
             planted.kill()
         agent.cleanup()
+
+
+def containers(state_dir: Path) -> list[str]:
+    """Names of the containers in the agent's runtime root."""
+    out = subprocess.run(["runc", "--root", str(state_dir / "runtime"), "list", "-q"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def plant_container(state_dir: Path, name: str) -> None:
+    """A container in the agent's runtime root that its op log has never heard of: the
+    image cache's first rootfs, read-only, sleeping."""
+    rootfs = next((state_dir / "images" / "rootfs").iterdir())
+    bundle = state_dir.parent / f"bundle-{name}"
+    bundle.mkdir()
+    subprocess.run(["runc", "spec"], cwd=bundle, check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["root"] = {"path": str(rootfs), "readonly": True}
+    config["process"].update(terminal=False, args=["python3", "-c",
+                                                   "import time; time.sleep(300)"])
+    (bundle / "config.json").write_text(json.dumps(config))
+    subprocess.run(["runc", "--root", str(state_dir / "runtime"), "run", "-d", "--bundle",
+                    str(bundle), name], check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def threading_storm(agent: AgentProcess, image: str) -> Any:
@@ -391,7 +424,7 @@ os.waitpid(middle, 0)
 class Ok(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Ok).serve_forever()
+http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), Ok).serve_forever()
 '''
 
 
@@ -406,9 +439,10 @@ def test_processes_that_left_their_machines_group_die_with_it_without_a_sandbox(
     source = tmp_path / "forking"
     source.mkdir()
     (source / "app.py").write_text(FORKING_APP)
-    (source / "thaw-image.toml").write_text('entrypoint = ["python3", "app.py"]\n')
+    (source / "thaw-image.toml").write_text(
+        'from = "builtin:python3"\nentrypoint = ["python3", "app.py"]\n')
     build_image(source, "forking:v1", layout=tmp_path / "layout")
-    agent = AgentProcess(tmp_path / "agent", extra=["--sandbox", "off"]).start()
+    agent = AgentProcess(tmp_path / "agent", extra=["--driver", "process"]).start()
     mid = ""
     try:
         status, made = offer(agent, "f", f"oci:{tmp_path / 'layout'}:v1", start=True)

@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 
 from agent import procfs
-from agent.driver import LaunchSpec, ProcessDriver, ProcessIdentity, allocate_port
+from agent.driver import ProcessDriver, ProcessIdentity, allocate_port
+from agent.driver import ProcessLaunch as LaunchSpec
 from agent.machinelog import read_log, trim_log
 from agent.ready import ReadyResult
 from tests.support.loopturns import LoopTurns
+from tests.support.machines import app_rootfs
 from tests.support.ports import wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -91,7 +93,7 @@ LAUNCHER = """
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from agent.driver import LaunchSpec, ProcessDriver
+from agent.driver import ProcessLaunch as LaunchSpec, ProcessDriver
 args = json.loads(sys.argv[1])
 driver = ProcessDriver(sandbox=args.pop("sandbox"))
 spec = LaunchSpec(rootfs=Path(args.pop("rootfs")), log_path=Path(args.pop("log_path")), **args)
@@ -107,15 +109,15 @@ class Machines:
 
     driver: ProcessDriver
     root: Path
+    rootfs: Path  # an image's tree: its own python and /srv/app.py
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     launched: list[ProcessIdentity] = field(default_factory=list)
     seen: set[tuple[int, int]] = field(default_factory=set)
 
     def spec(self, mode: str = "serve", *, machine_id: str | None = None) -> LaunchSpec:
         machine_id = machine_id or f"m-{uuid.uuid4().hex[:8]}"
-        rootfs = self.root / machine_id / "rootfs"
-        (rootfs / "srv").mkdir(parents=True)
-        (rootfs / "srv" / "app.py").write_text(APP)
+        (self.root / machine_id).mkdir(parents=True)
+        rootfs = self.rootfs
         env = {
             "PORT": str(allocate_port()),
             "APP_MODE": mode,
@@ -166,9 +168,15 @@ def sandbox(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
+@pytest.fixture(scope="module")
+def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An image's tree with its own python (a sandbox runs it as `/`) and /srv/app.py."""
+    return app_rootfs(tmp_path_factory.mktemp("image"), "driver-app", {"app.py": APP})
+
+
 @pytest.fixture
-async def machines(sandbox: bool, tmp_path: Path) -> AsyncIterator[Machines]:
-    fleet = Machines(ProcessDriver(sandbox=sandbox), tmp_path)
+async def machines(sandbox: bool, tmp_path: Path, rootfs: Path) -> AsyncIterator[Machines]:
+    fleet = Machines(ProcessDriver(sandbox=sandbox), tmp_path, rootfs)
     yield fleet
     left = fleet.leftovers()
     for ident in fleet.launched:

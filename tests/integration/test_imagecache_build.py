@@ -57,7 +57,8 @@ async def test_cli_push_prints_the_manifest_digest_and_flags_override_the_toml(
 
 def test_config_diff_id_is_the_sha256_of_the_uncompressed_layer(tmp_path: Path) -> None:
     layout = tmp_path / "layout"
-    assert image_main(["build", str(HELLO), "-t", "hello:v1", "--layout", str(layout)]) == 0
+    argv = ["build", str(HELLO), "-t", "hello:v1", "--layout", str(layout), "--from", "scratch"]
+    assert image_main(argv) == 0
     index = json.loads((layout / "index.json").read_text())
     manifest_hex = index["manifests"][0]["digest"].split(":")[1]
     manifest = json.loads((layout / "blobs/sha256" / manifest_hex).read_text())
@@ -94,7 +95,10 @@ async def test_pulled_hello_rootfs_runs_its_entrypoint_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:
     layout = tmp_path / "layout"
-    assert image_main(["build", str(HELLO), "-t", "hello:v1", "--layout", str(layout)]) == 0
+    # from scratch: the host's python runs it (tests/integration/test_image_bases.py runs
+    # hello on its own interpreter)
+    argv = ["build", str(HELLO), "-t", "hello:v1", "--layout", str(layout), "--from", "scratch"]
+    assert image_main(argv) == 0
     policy = EgressPolicy.build(layout_dirs=[str(tmp_path)])
     cache = ImageCache(tmp_path / "cache", budget_bytes=1 << 30, policy=policy)
     try:

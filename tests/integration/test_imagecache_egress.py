@@ -25,12 +25,14 @@ from tests.support.docker_registry import DockerRegistry
 from tests.support.egress import StubLookup, Trap
 from tests.support.ports import free_port
 from tests.support.registry_proxy import RegistryProxy
-from thaw.imagebuild import build_image
+from thaw.imagebuild import BuildOverrides, build_image
 
 pytestmark = pytest.mark.integration
 docker_registry = registry_support.docker_registry  # the session fixture, by name
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
+# examples/hello without its python base: these tests are about the cache's pulls
+SCRATCH = BuildOverrides(base="scratch")
 GIB = 1024**3
 
 
@@ -72,7 +74,7 @@ async def _refused(attempt: Attempt, ref: str, policy: EgressPolicy, lookup: Stu
 
 @pytest.fixture(scope="module")
 def hello_digest(docker_registry: DockerRegistry) -> str:
-    return build_image(HELLO, "hello:v1", push=docker_registry.url)
+    return build_image(HELLO, "hello:v1", push=docker_registry.url, overrides=SCRATCH)
 
 
 @pytest.mark.parametrize(

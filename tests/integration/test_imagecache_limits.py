@@ -27,13 +27,15 @@ from tests.support.docker_registry import DockerRegistry
 from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import Entry, image_blobs, layer_tar
 from tests.support.registry_proxy import RegistryProxy, StaticRegistry
-from thaw.imagebuild import build_image
+from thaw.imagebuild import BuildOverrides, build_image
 
 pytestmark = pytest.mark.integration
 docker_registry = registry_support.docker_registry  # the session fixture, by name
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "examples" / "hello"
+# examples/hello without its python base: these tests are about the cache's pulls
+SCRATCH = BuildOverrides(base="scratch")
 GIB = 1024**3
 MIB = 1024**2
 ENDLESS = "sha256:" + "e" * 64  # a digest no content has: the blob never ends anyway
@@ -133,7 +135,7 @@ async def test_a_disk_filling_up_during_a_download_stops_it_with_no_space(
 
 @pytest.fixture(scope="module")
 def hello_digest(docker_registry: DockerRegistry) -> str:
-    return build_image(HELLO, "hello:v1", push=docker_registry.url)
+    return build_image(HELLO, "hello:v1", push=docker_registry.url, overrides=SCRATCH)
 
 
 async def test_drip_fed_blob_is_cut_at_its_overall_deadline_though_never_idle(

@@ -20,19 +20,21 @@ from tests.support.docker_registry import DockerRegistry
 from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import OCI_MANIFEST, Entry, image_blobs, layer_tar
 from tests.support.registry_proxy import RegistryProxy
-from thaw.imagebuild import Blob, BuiltImage, build_image, push_image
+from thaw.imagebuild import Blob, BuildOverrides, BuiltImage, build_image, push_image
 
 pytestmark = pytest.mark.integration
 docker_registry = registry_support.docker_registry  # the session fixture, by name
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "examples" / "hello"
+# examples/hello without its python base: these tests are about the cache's pulls
+SCRATCH = BuildOverrides(base="scratch")
 GIB = 1024**3
 
 
 @pytest.fixture(scope="module")
 def hello_digest(docker_registry: DockerRegistry) -> str:
-    return build_image(HELLO, "hello:v1", push=docker_registry.url)
+    return build_image(HELLO, "hello:v1", push=docker_registry.url, overrides=SCRATCH)
 
 
 @pytest.fixture
@@ -92,7 +94,7 @@ def _push_layer(registry: DockerRegistry, name: str, layer: bytes) -> None:
     manifest, blobs = image_blobs([layer])
     config = blobs[json.loads(manifest)["config"]["digest"]]
     built = BuiltImage(
-        layer=Blob("application/vnd.oci.image.layer.v1.tar+gzip", layer),
+        layers=[Blob("application/vnd.oci.image.layer.v1.tar+gzip", layer)],
         config=Blob("application/vnd.oci.image.config.v1+json", config),
         manifest=Blob(OCI_MANIFEST, manifest),
     )

@@ -17,18 +17,20 @@ from tests.support.docker_registry import DockerRegistry
 from tests.support.image_pulls import refused_pull
 from tests.support.oci_layout import Entry, add_image, add_index, layer_tar, write_layout
 from tests.support.registry_proxy import RegistryProxy
-from thaw.imagebuild import build_image
+from thaw.imagebuild import BuildOverrides, build_image
 
 pytestmark = pytest.mark.integration
 docker_registry = registry_support.docker_registry  # the session fixture, by name
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
+# examples/hello without its python base: these tests are about the cache's pulls
+SCRATCH = BuildOverrides(base="scratch")
 GIB = 1024**3
 
 
 @pytest.fixture(scope="module")
 def hello_digest(docker_registry: DockerRegistry) -> str:
-    return build_image(HELLO, "hello:v1", push=docker_registry.url)
+    return build_image(HELLO, "hello:v1", push=docker_registry.url, overrides=SCRATCH)
 
 
 async def _resolve(policy: EgressPolicy, ref: str, **kwargs: float) -> ResolvedImage:
@@ -54,18 +56,21 @@ async def test_resolving_on_the_registry_gives_the_digest_and_layers_a_full_pull
         image = await cache.pull(ref)
     finally:
         await cache.close()
-    assert resolved == ResolvedImage(ref=ref, digest=image.digest, layers=image.layers)
+    assert resolved == ResolvedImage(ref=ref, digest=image.digest, layers=image.layers,
+                                     config=image.config)
     assert resolved.digest == hello_digest
 
 
-async def test_resolving_fetches_manifests_only_and_no_blob(
+async def test_resolving_fetches_manifests_and_the_config_but_no_layer(
     docker_registry: DockerRegistry, hello_digest: str
 ) -> None:
     async with RegistryProxy(docker_registry.url, require_token=True) as guarded:
         policy = EgressPolicy.build([guarded.host])
         resolved = await _resolve(policy, f"{guarded.host}/hello:v1")
     assert resolved.digest == hello_digest
-    assert guarded.blob_gets == {}
+    assert resolved.config.entrypoint == ["python3", "app.py"]  # what it runs, known at once
+    layers = {layer.digest for layer in resolved.layers}
+    assert set(guarded.blob_gets) and not set(guarded.blob_gets) & layers  # the config only
     assert guarded.token_requests == [{"service": "thaw-test", "scope": "repository:hello:pull"}]
 
 

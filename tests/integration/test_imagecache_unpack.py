@@ -169,7 +169,7 @@ async def test_built_layout_of_hello_pulls_and_rebuilding_is_deterministic(
     build_image(HELLO, "hello:v2", layout=layout)
     _, image = await _pull(tmp_path, f"oci:{layout}:v1")
     assert image.digest == digest  # type: ignore[attr-defined]
-    assert (Path(image.rootfs) / "app.py").is_file()  # type: ignore[attr-defined]
+    assert (Path(image.rootfs) / "app" / "app.py").is_file()  # type: ignore[attr-defined]
 
 
 async def test_eviction_removes_lru_unpinned_rootfs_then_layers_never_pinned_ones(

@@ -22,14 +22,18 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     mute = root / "mute-src"
     mute.mkdir()
     (mute / "thaw-image.toml").write_text(
-        'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n'
-    )
+        'from = "builtin:python3"\n'
+        'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n')
     build_image(mute, "mute:v1", layout=root / "mute")
     boot_s = "import runpy, time; time.sleep(1.5); runpy.run_path('app.py', run_name='__main__')"
     build_image(HELLO, "slow:v1", layout=root / "slow",
                 overrides=BuildOverrides(entrypoint=["python3", "-c", boot_s]))
+    empty = root / "empty-src"  # an image with no Entrypoint and no Cmd
+    empty.mkdir()
+    (empty / "x.txt").write_text("x")
+    build_image(empty, "empty:v1", layout=root / "empty")
     return {"hello": f"oci:{root / 'hello'}:v1", "mute": f"oci:{root / 'mute'}:v1",
-            "slow": f"oci:{root / 'slow'}:v1"}
+            "slow": f"oci:{root / 'slow'}:v1", "empty": f"oci:{root / 'empty'}:v1"}
 
 
 def hello_app(images: dict[str, str], **fields: object) -> dict[str, object]:
@@ -68,6 +72,21 @@ async def test_creating_an_app_is_201_and_a_bad_config_is_422_naming_the_field(
         assert status == 404 and body["error"] == "not_found"  # JSON, not aiohttp's text
         status, body = await p.call("PUT", "/v1/apps")
         assert status == 405 and body["error"] == "method_not_allowed"
+
+
+async def test_an_image_with_nothing_to_run_is_422_at_create_and_deploy_unless_the_app_says(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=0) as p:
+        status, body = await p.call("POST", "/v1/apps", hello_app(images, image=images["empty"]))
+        assert status == 422 and body["field"] == "image", body
+        assert "no Entrypoint or Cmd" in body["message"]
+        await p.create_app(**hello_app(images))
+        status, body = await p.call("POST", "/v1/apps/hello/deploy", {"image": images["empty"]})
+        assert status == 422 and body["field"] == "image", body
+        created = await p.create_app(**hello_app(images, name="told", image=images["empty"],
+                                                 cmd=["/bin/true"]))
+        assert created["cmd"] == ["/bin/true"]
 
 
 async def test_a_wake_starts_a_machine_that_answers_and_the_next_wake_reuses_it(

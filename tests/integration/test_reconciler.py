@@ -4,6 +4,8 @@ workers without a deploy, spares replaced, releases rolled out, failed and rolle
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,18 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     mute = root / "mute-src"
     mute.mkdir()
     (mute / "thaw-image.toml").write_text(
+        'from = "builtin:python3"\n'
         'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n')
     build_image(mute, "mute:v1", layout=root / "mute")
+    crash = root / "crash-src"
+    crash.mkdir()
+    (crash / "thaw-image.toml").write_text(
+        'from = "builtin:python3"\n'
+        'entrypoint = ["python3", "-c", "import sys; print(\'cannot open the flux capacitor\'); '
+        'sys.exit(3)"]\n')
+    build_image(crash, "crash:v1", layout=root / "crash")
     return {"v1": f"oci:{root / 'v1'}:v1", "v2": f"oci:{root / 'v2'}:v2",
-            "mute": f"oci:{root / 'mute'}:v1"}
+            "mute": f"oci:{root / 'mute'}:v1", "crash": f"oci:{root / 'crash'}:v1"}
 
 
 def app(images: dict[str, str], **fields: object) -> dict[str, object]:
@@ -147,6 +157,48 @@ async def test_a_release_that_never_becomes_healthy_fails_and_the_app_keeps_the_
         assert (await p.get_text(before["address"])).startswith("hello from ")
         _, events = await p.call("GET", "/v1/apps/hello/events")
         assert any(e["action"] == "release" and "failed" in e["reason"] for e in events)
+
+
+async def test_a_crash_looping_release_fails_with_the_crashs_last_lines(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=1) as p:
+        await p.create_app(**app(images, min_machines_running=1, max_machines=2))
+        await eventually(lambda: machines_started(p, 1), timeout_s=20)
+        status, deployed = await p.call("POST", "/v1/apps/hello/deploy",
+                                        {"image": images["crash"]})
+        assert status == 200, deployed
+
+        async def failed() -> bool:
+            return (await release(p, 2))["status"] == "failed"
+
+        await eventually(failed, timeout_s=60)
+        reason = (await release(p, 2))["reason"]
+        assert "crashed" in reason and "exited(3)" in reason, reason
+        assert "cannot open the flux capacitor" in reason, reason
+        _, events = await p.call("GET", "/v1/apps/hello/events")
+        assert any("cannot open the flux capacitor" in e["reason"] for e in events)
+
+
+async def test_how_a_machine_ended_is_among_the_apps_events(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    async with Platform(tmp_path, agents=1) as p:
+        await p.create_app(**app(images, min_machines_running=1, max_machines=1))
+        await eventually(lambda: machines_started(p, 1), timeout_s=20)
+        victim = (await machines(p, "started"))[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        async def noted() -> bool:
+            _, events = await p.call("GET", "/v1/apps/hello/events")
+            return any(e["action"] == "crash" and e["machine"] == victim["id"]
+                       and e["reason"] == "signalled(SIGKILL)" for e in events)
+
+        await eventually(noted, timeout_s=20)
+
+
+async def machines_started(p: Platform, count: int) -> bool:
+    return len(await machines(p, "started")) == count
 
 
 async def test_the_reconcilers_calls_carry_its_lease_token_and_a_stale_one_is_refused(

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from agent.core.oplog_codec import decode
 from agent.core.state import replay
 from tests.support.credentials import ENV, bearer, signed_headers
+from tests.support.machines import TEST_DRIVER, sweep
 from tests.support.ports import free_port, wait_for_port
 
 
@@ -54,7 +55,8 @@ class AgentProcess:
             "--state-dir", str(state_dir), "--cpus", str(cpus), "--memory-mb", str(memory_mb),
             "--heartbeat-s", "0.5",
             # oci: layouts the tests build anywhere in this run's temp root
-            "--allow-layout", str(state_dir.parent.parent.resolve()), *(extra or []),
+            "--allow-layout", str(state_dir.parent.parent.resolve()),
+            "--driver", TEST_DRIVER, *(extra or []),
         ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.env = {**os.environ, **ENV, **(env or {})}
@@ -103,10 +105,12 @@ class AgentProcess:
         self.cleanup()
 
     def cleanup(self) -> None:
-        """Stop the agent, then kill every machine process group it left."""
+        """Stop the agent, then kill every machine process group it left and remove what
+        its machines had on the host."""
         self.terminate()
         for pid in self.machine_pids():
             kill_group(pid)
+        sweep(self.state_dir)
 
     def wait_state(self, mid: str, state: str, timeout_s: float = 20) -> dict[str, Any]:
         status, body = call(

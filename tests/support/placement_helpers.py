@@ -21,6 +21,7 @@ from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
 from tests.support.credentials import ADMIN_TOKEN, RING, bearer, signed_headers
+from tests.support.machines import TEST_DRIVER
 from thaw.registry import Registry
 from thaw.registry.memory import MemoryRegistry
 
@@ -56,7 +57,7 @@ class Platform:
                 AgentConfig(state_dir=root / f"agent{i}", cluster_keys=RING, egress=egress,
                             cpus=cpus, memory_mb=memory_mb, worker_id=f"w{i}",
                             heartbeat_interval_s=0.2, stop_machines_on_exit=True,
-                            sandbox=False),
+                            driver=TEST_DRIVER),
                 self.registry,
             )
             for i in range(agents)

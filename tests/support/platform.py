@@ -13,6 +13,7 @@ from pathlib import Path
 from agent.core.oplog_codec import decode
 from agent.core.state import replay
 from tests.support.agent_process import find_machine_processes, kill_group
+from tests.support.machines import sweep
 from tests.support.ports import free_port
 
 
@@ -95,3 +96,5 @@ class ThawUp:
         self.stop()
         for pid in self.machine_pids():
             kill_group(pid)
+        for agent_dir in self.state_dir.glob("agent-*"):
+            sweep(agent_dir)

@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.support.agent_process import call, find_machine_processes, kill_group
 from tests.support.credentials import ADMIN_TOKEN, ENV
+from tests.support.machines import sweep
 from tests.support.ports import free_port, wait_for_port
 
 
@@ -101,6 +102,8 @@ class Services:
         ids = {p.name for p in (self.tmp).glob("agent-*/machines/*")}
         for pid in find_machine_processes(ids):
             kill_group(pid)
+        for agent_dir in self.tmp.glob("agent-*"):
+            sweep(agent_dir)  # what killed hosts left: containers, mounts, namespaces
 
 
 def edge_get(services: Services, host: str,

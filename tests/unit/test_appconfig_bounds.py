@@ -20,7 +20,7 @@ from thaw.hostnames import BadHost, normalize_host
 BOUNDS: dict[str, tuple[float, float, bool]] = {
     "guest.cpus": (0.01, 64, True),
     "guest.memory_mb": (1, 262_144, True),
-    "port": (1, 65_535, True),
+    "port": (0, 65_535, True),  # 0: the image's port
     "min_machines_running": (0, 1000, True),
     "max_machines": (1, 1000, True),
     "concurrency.soft_limit": (1, 10_000, True),

@@ -82,3 +82,29 @@ def test_docs_cli_md_lists_every_thaw_toml_field_with_its_default_and_bound() ->
 def test_every_field_has_a_meaning_and_a_bound(field: str) -> None:
     doc = next(f for f in fields() if f.path == field)
     assert doc.meaning and doc.bound
+
+
+def test_a_reason_is_printed_in_full_under_its_row_every_line_indented() -> None:
+    why = ("machine m1 of release 2 failed: crashed 6 times in 60s; last: exited(3); last "
+           "output:\n2026-11-27T12:00:00.123Z " + "cannot open the flux capacitor " * 5)
+    rows = [{"version": 2, "status": "failed", "reason": why},
+            {"version": 1, "status": "complete", "reason": ""}]
+    lines = table(rows, ["version", "status"], below="reason").split("\n")
+    assert lines[0].split() == ["VERSION", "STATUS"]
+    assert lines[1].split() == ["2", "failed"]
+    assert lines[2] == "    " + why.splitlines()[0]  # whole, not cut to the terminal
+    assert lines[3] == ("    " + why.splitlines()[1]).rstrip()
+    assert lines[4].split() == ["1", "complete"] and len(lines) == 5
+
+
+def test_thaw_machines_says_under_a_machine_how_it_last_ended_unless_a_clean_stop() -> None:
+    from thaw.cmd_machines import machine_table
+
+    def machine(mid: str, event: str, reason: str) -> dict[str, object]:
+        return {"id": mid, "state": "starting", "events": [
+            {"state": "starting", "event": event, "at": 1.0, "reason": reason}]}
+
+    lines = machine_table([machine("m1", "crash", "oom"), machine("m2", "exited", "exited(0)"),
+                           machine("m3", "ready", "")]).split("\n")
+    assert lines[1].startswith("m1") and lines[2] == "    crash: oom"
+    assert lines[3].startswith("m2") and lines[4].startswith("m3") and len(lines) == 5

@@ -81,6 +81,16 @@ def test_setuid_and_setgid_members_are_refused(mode: int) -> None:
     assert _judge(Member("bin/x", MemberKind.FILE, mode=mode)) is Action.REFUSE
 
 
+@pytest.mark.parametrize(("uid", "gid"), [(65536, 0), (0, 65536), (100000, 100000), (-1, 0)])
+def test_owners_a_machines_user_namespace_cannot_hold_are_refused(uid: int, gid: int) -> None:
+    assert _judge(Member("srv/x", MemberKind.FILE, uid=uid, gid=gid)) is Action.REFUSE
+
+
+def test_owners_within_a_machines_ids_are_allowed() -> None:
+    assert _judge(Member("home/app", MemberKind.DIR, uid=1000, gid=1000)) is Action.EXTRACT
+    assert _judge(Member("x", MemberKind.FILE, uid=65535, gid=65534)) is Action.EXTRACT
+
+
 def test_sticky_directory_is_allowed() -> None:
     assert _judge(Member("tmp", MemberKind.DIR, mode=0o1777)) is Action.EXTRACT
 

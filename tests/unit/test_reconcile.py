@@ -361,3 +361,19 @@ def test_creates_that_found_no_room_wait_doubling_until_the_workers_change() -> 
     assert found_no_room(stand, more, now=300.0).wait_s == 1.0
     assert not creates_held_back(None, workers, 0.0)
 
+
+
+def test_a_machines_crashes_and_failures_are_news_once_and_its_past_is_not() -> None:
+    from placement.core.ends import MachineEnd, new_ends
+
+    first = {"m1": [(1.0, "start", ""), (2.0, "crash", "oom")]}
+    ends, seen = new_ends(first, {})
+    assert ends == [] and seen == {"m1": 2.0}  # first seen: its past is not news
+    later = {"m1": [(2.0, "crash", "oom"), (3.0, "start", ""), (4.0, "crash", "exited(1)"),
+                    (5.0, "fail", "crashed 6 times in 60s")]}
+    ends, seen = new_ends(later, seen)
+    assert ends == [MachineEnd("m1", 4.0, "crash", "exited(1)"),
+                    MachineEnd("m1", 5.0, "fail", "crashed 6 times in 60s")]
+    again, seen = new_ends(later, seen)
+    assert again == [] and seen == {"m1": 5.0}
+    assert new_ends({}, seen) == ([], {})  # gone machines are forgotten

@@ -69,6 +69,6 @@ if __name__ == "__main__":
         time.sleep(3600)
     if "--boot-delay" in sys.argv:  # a slow cold boot, as real apps have
         time.sleep(float(sys.argv[sys.argv.index("--boot-delay") + 1]))
-    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Echo)
+    server = ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Echo)
     server.daemon_threads = True
     server.serve_forever()

@@ -1,0 +1,441 @@
+"""The OCI driver: a machine is a container run by an OCI runtime (runc by default).
+
+Per machine, under its directory: `bundle/config.json` (agent.core.ocispec), its writable
+layer (`upper/`), and `slots.json` (its claims, host-wide: a user-id range and a /31 of
+the address pool; agent.oci.claims); under the host's run dir, its mounted rootfs (the
+image's tree idmapped into the machine's id range as the lower layer of an overlay;
+agent.oci.mounts) and its `hosts`/`hostname`; its network namespace under /run/netns
+(agent.oci.netns). `prepare` makes all of that and has the runtime *create* the container
+(its init waits before the app's exec); `launch` is then only the runtime's `start`. A
+stopped machine is prepared again at once, so its next start is as quick as a spare's.
+
+The agent is a child subreaper: a container's init, orphaned when `runtime create`
+exits, is reaped here, so its exit status is known (and an OOM kill is read from its
+memory cgroup before the runtime deletes it). After an agent restart the inits of
+running machines belong to pid 1; they are watched by pid and start time as before, and
+an exit nobody here could reap is `exited(?)` (or `oom` when the cgroup says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import resource
+import shutil
+import signal as signals
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent import procfs
+from agent.core.exits import describe_exit
+from agent.core.imageuser import BadUser, resolve_user
+from agent.core.ocispec import DEFAULT_CAPABILITIES, ContainerSpec, Identity, Limits, runtime_config
+from agent.core.seccomp import default_profile
+from agent.driverport import LaunchSpec, Running
+from agent.oci import cgroups, netns
+from agent.oci.claims import Claims
+from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root
+from agent.oci.rootfiles import read_in_root
+from agent.oci.runtime import Runtime, RuntimeFailure
+from agent.outputs import writer_fd
+from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
+from agent.subreaper import become_child_subreaper
+
+log = logging.getLogger("thaw.agent")
+T = TypeVar("T")
+
+ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
+ID_RANGE = 65536
+ID_SLOTS = ((1 << 32) - ID_BASE) // ID_RANGE - 1
+DEFAULT_RUN_DIR = Path("/run/thaw")
+DEFAULT_PIDS_MAX = 1024
+MAX_OPEN_FILES = 65536
+_KILL_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A created container: its init waits for the runtime's `start`."""
+
+    spec: LaunchSpec
+    pid: int
+    start_time: int
+    memory_dir: Path | None
+    address: str
+
+
+class OciDriver:
+    isolated = True
+
+    def __init__(self, state_dir: Path, *, runtime: str = "runc",
+                 machine_cidr: str = netns.DEFAULT_CIDR,
+                 run_dir: Path = DEFAULT_RUN_DIR, pids_max: int = DEFAULT_PIDS_MAX) -> None:
+        """`run_dir`: host-wide, on tmpfs: the claims every agent of the host shares, and
+        the machines' mounted trees (`roots/<machine id>`)."""
+        self.runtime = Runtime(runtime, state_dir / "runtime")
+        self.roots_dir = run_dir / "roots"
+        claims_dir = run_dir / "claims"
+        self.name = f"oci/{self.runtime.name}"
+        self.pool = netns.Pool(machine_cidr)
+        net_key = str(self.pool.network).replace("/", "_")
+        self.addresses = Claims(claims_dir / f"net-{net_key}", self.pool.slots)
+        self.id_ranges = Claims(claims_dir / "ids", ID_SLOTS)
+        for claims in (self.addresses, self.id_ranges):
+            claims.prune()  # what agents whose state is gone left behind
+        self.pids_max = pids_max
+        self.swap_accounted = cgroups.swap_accounted()
+        self._seccomp = default_profile(frozenset(DEFAULT_CAPABILITIES))
+        # A container cannot raise its hard limit above the one it is created under.
+        self.nofile = min(MAX_OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        self._exits: dict[int, int] = {}  # pid -> wait status, for inits reaped here
+        self._memory_dirs: dict[int, Path] = {}  # pid -> its memory cgroup, read while alive
+        self._locks: dict[str, asyncio.Lock] = {}  # machine id -> its operations, one by one
+        self._prepared: dict[str, Prepared] = {}  # machine id -> its created container
+        become_child_subreaper()
+
+    # -- making and starting ------------------------------------------------------------
+
+    async def prepare(self, spec: LaunchSpec) -> None:
+        await self._one_at_a_time(spec.machine_id, self._prepare(spec))
+
+    async def launch(self, spec: LaunchSpec) -> Running:
+        return await self._one_at_a_time(spec.machine_id, self._launch(spec))
+
+    async def exited(self, machine_id: str, machine_dir: Path) -> None:
+        await self._one_at_a_time(machine_id, self._exited(machine_id, machine_dir))
+
+    async def destroy(self, machine_id: str, machine_dir: Path) -> None:
+        await self._one_at_a_time(machine_id, self._destroy(machine_id, machine_dir))
+        self._locks.pop(machine_id, None)  # gone: nothing of it is done again
+
+    async def _one_at_a_time(self, machine_id: str, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work` alone among this machine's driver operations, to its end: a caller
+        cancelled meanwhile (a stop cancels a start) waits for it before giving up, so the
+        next operation never meets a half-made mount, namespace or container."""
+        lock = self._locks.setdefault(machine_id, asyncio.Lock())
+        async with lock:
+            task = asyncio.ensure_future(work)
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                await asyncio.wait([task])
+                raise
+
+    async def _prepare(self, spec: LaunchSpec) -> Prepared:
+        known = self._prepared.get(spec.machine_id)
+        if known is not None and known.spec == spec and self._still_created(known):
+            return known  # as this driver left it: nothing to look at again
+        config = await asyncio.to_thread(self._materialise, spec)
+        link = self._link(spec)
+        bundle = spec.machine_dir / "bundle"
+        state = await self.runtime.state(spec.machine_id)
+        if state is not None and state.status == "created" and _same_config(bundle, config):
+            if not netns.exists(link):  # an agent stopped between create and link
+                await netns.create(link, state.pid)
+            return self._remember(spec, state.pid)
+        if state is not None:
+            await self._delete(spec.machine_id)
+        _write_config(bundle, config)
+        fd = writer_fd(spec.output)
+        try:
+            await self.runtime.create(spec.machine_id, bundle, fd)
+        finally:
+            os.close(fd)
+        created = await self.runtime.state(spec.machine_id)
+        if created is None:
+            raise RuntimeFailure(f"container {spec.machine_id} vanished after create")
+        await netns.create(link, created.pid)
+        return self._remember(spec, created.pid)
+
+    def _remember(self, spec: LaunchSpec, pid: int) -> Prepared:
+        stat = procfs.read_stat(pid)
+        if stat is None:
+            raise RuntimeFailure(f"container {spec.machine_id}: its init has gone")
+        prepared = Prepared(spec, pid, stat.start_time, cgroups.controller_dir(pid, "memory"),
+                            self._link(spec).machine_ip)
+        self._prepared[spec.machine_id] = prepared
+        return prepared
+
+    def _still_created(self, prepared: Prepared) -> bool:
+        """Its init still waits for `start` (same pid and start time, not a zombie)."""
+        stat = procfs.read_stat(prepared.pid)
+        return stat is not None and not stat.zombie and stat.start_time == prepared.start_time
+
+    async def _launch(self, spec: LaunchSpec) -> Running:
+        try:
+            prepared = await self._prepare(spec)
+            self._prepared.pop(spec.machine_id, None)  # started: no longer waiting
+            await self.runtime.start(spec.machine_id)
+        except (BadUser, FileNotFoundError) as exc:
+            raise OSError(str(exc)) from None
+        if prepared.memory_dir is not None:
+            self._memory_dirs[prepared.pid] = prepared.memory_dir
+        return Running(spec.machine_id, prepared.pid, prepared.start_time, prepared.address,
+                       spec.port)
+
+    def _materialise(self, spec: LaunchSpec) -> dict[str, Any]:
+        """Claims, rootfs and files of the machine (blocking: run in a thread); returns its
+        runtime config."""
+        slots = self._slots(spec.machine_dir)
+        ids = IdRange(ID_BASE + slots["ids"] * ID_RANGE, ID_RANGE)
+        root = self._root(spec.machine_id, spec.machine_dir)
+        mount_root(root, spec.rootfs, ids)
+        user = resolve_user(spec.user, read_in_root(spec.rootfs, "/etc/passwd") or "",
+                            read_in_root(spec.rootfs, "/etc/group") or "")
+        env = {"HOME": user.home, **spec.env, "HOSTNAME": spec.machine_id}
+        etc = _write_etc(root.run, spec.machine_id, self._link(spec).machine_ip)
+        container = ContainerSpec(
+            hostname=spec.machine_id,
+            argv=tuple(spec.argv),
+            env=tuple(f"{k}={v}" for k, v in env.items()),
+            cwd=spec.workdir or "/",
+            user=Identity(user.uid, user.gid, user.additional_gids),
+            rootfs=str(root.merged),
+            uid_base=ids.base,
+            uid_size=ids.size,
+            limits=Limits(memory_bytes=spec.memory_mb << 20, cpus=spec.cpus,
+                          pids=self.pids_max, swap_accounted=self.swap_accounted),
+            cgroups_path=f"thaw/{spec.machine_id}",
+            etc_files=etc,
+            seccomp=self._seccomp,
+            nofile=self.nofile,
+        )
+        return runtime_config(container)
+
+    def _slots(self, machine_dir: Path) -> dict[str, int]:
+        """The machine's user-id range and address slots: claimed once, kept in its dir
+        (claimed again, the same if still free, after a reboot emptied the claims)."""
+        path = machine_dir / "slots.json"
+        recorded: dict[str, int] = {}
+        if path.exists():
+            recorded = json.loads(path.read_text())
+        slots = {
+            "ids": self.id_ranges.claim(machine_dir, recorded.get("ids")),
+            "net": self.addresses.claim(machine_dir, recorded.get("net")),
+        }
+        if slots != recorded:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(slots))
+            tmp.replace(path)
+        return slots
+
+    def _root(self, machine_id: str, machine_dir: Path) -> MachineRoot:
+        return MachineRoot(machine_dir, self.roots_dir / machine_id)
+
+    def _link(self, spec: LaunchSpec) -> netns.Link:
+        return self._link_of(spec.machine_id, spec.machine_dir)
+
+    def _link_of(self, machine_id: str, machine_dir: Path) -> netns.Link:
+        slots = json.loads((machine_dir / "slots.json").read_text())
+        return self.pool.link(machine_id, int(slots["net"]))
+
+    # -- watching ------------------------------------------------------------------------
+
+    def alive(self, run: Running) -> bool:
+        stat = procfs.read_stat(run.pid)
+        if stat is None or stat.start_time != run.start_time:
+            return False
+        if stat.zombie:
+            self._reap(run.pid)
+            return False
+        return True
+
+    def exit_reason(self, run: Running) -> str:
+        memory_dir = self._memory_dirs.pop(run.pid, None)
+        oom = memory_dir is not None and cgroups.oom_kills(memory_dir) > 0
+        return describe_exit(self._exits.pop(run.pid, None), oom)
+
+    def _reap(self, pid: int) -> None:
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not ours (adopted after a restart): its status is lost
+        if reaped == pid:
+            self._exits[pid] = status
+
+    def signal(self, run: Running, sig: int) -> bool:
+        if not self.alive(run):
+            return False
+        try:
+            os.kill(run.pid, sig)  # the container's init: pid 1 of its namespace
+        except ProcessLookupError:
+            return False
+        return True
+
+    async def suspend(self, run: Running) -> bool:
+        return await self._runtime_call(run, self.runtime.pause)
+
+    async def resume(self, run: Running) -> bool:
+        return await self._runtime_call(run, self.runtime.resume)
+
+    async def _runtime_call(self, run: Running, call: Any) -> bool:
+        if not self.alive(run):
+            return False
+        try:
+            await call(run.runtime_id)
+        except RuntimeFailure as exc:
+            log.warning("machine %s: %s", run.runtime_id, exc)
+            return False
+        return True
+
+    async def stop(self, run: Running, kill_signal: int, kill_timeout_s: float) -> None:
+        if not self.alive(run):
+            return
+        state = await self.runtime.state(run.runtime_id)
+        if state is not None and state.status == "paused":
+            await self.runtime.resume(run.runtime_id)
+        self.signal(run, kill_signal)
+        if await self._gone(run, kill_timeout_s):
+            return
+        while True:  # SIGKILL to the init of a pid namespace ends every process in it
+            self.signal(run, signals.SIGKILL)
+            if await self._gone(run, _KILL_RETRY_S):
+                return
+
+    async def _gone(self, run: Running, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        interval = FIRST_POLL_S
+        while self.alive(run):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(interval)
+            interval = min(interval * BACKOFF, MAX_POLL_S)
+        return True
+
+    async def wait_ready(self, run: Running, health_path: str | None,
+                         timeout_s: float) -> ReadyResult:
+        return await wait_ready(lambda: self.alive(run), run.host, run.port, health_path,
+                                timeout_s)
+
+    # -- cleaning up ---------------------------------------------------------------------
+
+    async def _delete(self, machine_id: str) -> None:
+        """Delete the machine's container; the init of one this driver created and never
+        started is its child: reaped here, or it would stay a zombie."""
+        prepared = self._prepared.pop(machine_id, None)
+        await self.runtime.delete(machine_id, force=True)
+        if prepared is not None:
+            await _reap_exactly(prepared.pid, prepared.start_time)
+
+    async def _exited(self, machine_id: str, machine_dir: Path) -> None:
+        await self._delete(machine_id)
+        if (machine_dir / "slots.json").exists():  # its namespace went with its init
+            await netns.remove(self._link_of(machine_id, machine_dir))
+
+    async def _destroy(self, machine_id: str, machine_dir: Path) -> None:
+        await self._delete(machine_id)
+        slots_path = machine_dir / "slots.json"
+        if slots_path.exists():
+            await netns.remove(self._link_of(machine_id, machine_dir))
+        await asyncio.to_thread(_unmount_and_remove, self._root(machine_id, machine_dir))
+        if slots_path.exists():
+            slots = json.loads(slots_path.read_text())
+            self.id_ranges.release(int(slots["ids"]), machine_dir)
+            self.addresses.release(int(slots["net"]), machine_dir)
+        shutil.rmtree(machine_dir / "bundle", ignore_errors=True)
+
+    async def adopt(self, machines_dir: Path, recorded: dict[str, Running | None]) -> None:
+        """Delete every container of this agent's runtime root that is not a recorded run
+        or a prepared (created) container of a recorded machine; destroy what is left of
+        machines the op log does not know."""
+        for state in await self.runtime.list():
+            if state.id in recorded:
+                run = recorded[state.id]
+                if run is not None and run.pid == state.pid and self.alive(run):
+                    self._remember_memory_dir(run)
+                    continue
+                if run is None and state.status == "created":
+                    continue  # prepared for its next start
+            log.warning("machine %s: deleting container (%s): the op log does not record it",
+                        state.id, state.status)
+            await self.runtime.delete(state.id, force=True)
+        for directory in _machine_dirs(machines_dir):
+            if directory.name not in recorded:
+                await self.destroy(directory.name, directory)
+
+    def _remember_memory_dir(self, run: Running) -> None:
+        memory_dir = cgroups.controller_dir(run.pid, "memory")
+        if memory_dir is not None:
+            self._memory_dirs[run.pid] = memory_dir
+
+    async def end_strays(self, machines_dir: Path, machine_id: str) -> None:
+        return  # a pid namespace: nothing of the machine outlives its init
+
+    async def release_all(self, machines_dir: Path) -> None:
+        """The agent stops and its machines with it: delete every container, unmount every
+        rootfs and remove every namespace; the machines' upper layers and claims stay (a
+        later agent mounts them again)."""
+        for state in await self.runtime.list():
+            await self._delete(state.id)
+        for directory in _machine_dirs(machines_dir):
+            await netns.remove(self._link_of(directory.name, directory))
+            await asyncio.to_thread(_unmount_and_remove, self._root(directory.name, directory))
+
+    async def sweep(self, machines_dir: Path) -> None:
+        """Destroy everything of every machine under `machines_dir` on this host (a dead
+        agent's, for cleanup): containers, namespaces, mounts, claims."""
+        for state in await self.runtime.list():
+            await self._delete(state.id)
+        for directory in _machine_dirs(machines_dir):
+            await self.destroy(directory.name, directory)
+
+
+async def _reap_exactly(pid: int, start_time: int) -> None:
+    """Reap our child `pid` once it is a zombie, if it is still the process that started
+    at `start_time` (never a later process that reused the pid); a short wait at most."""
+    for _ in range(50):
+        stat = procfs.read_stat(pid)
+        if stat is None or stat.start_time != start_time or stat.ppid != os.getpid():
+            return
+        if stat.zombie:
+            _reap_zombie(pid)
+            return
+        await asyncio.sleep(0.01)
+
+
+def _reap_zombie(pid: int) -> None:
+    """waitpid of a child already a zombie: returns at once."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _machine_dirs(machines_dir: Path) -> list[Path]:
+    """Machine dirs this driver made things for (their slots are claimed)."""
+    if not machines_dir.is_dir():
+        return []
+    return [d for d in machines_dir.iterdir() if (d / "slots.json").exists()]
+
+
+def _same_config(bundle: Path, config: dict[str, Any]) -> bool:
+    try:
+        return bool(json.loads((bundle / "config.json").read_text()) == config)
+    except (OSError, ValueError):
+        return False
+
+
+def _write_config(bundle: Path, config: dict[str, Any]) -> None:
+    bundle.mkdir(mode=0o700, exist_ok=True)
+    tmp = bundle / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=1))
+    tmp.replace(bundle / "config.json")
+
+
+def _unmount_and_remove(root: MachineRoot) -> None:
+    unmount_root(root)
+    shutil.rmtree(root.run, ignore_errors=True)
+
+
+def _write_etc(run_dir: Path, machine_id: str, address: str) -> tuple[tuple[str, str], ...]:
+    """/etc/hosts and /etc/hostname of the machine, bound read-only over the image's."""
+    hosts = run_dir / "hosts"
+    hosts.write_text(f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                     f"{address}\t{machine_id}\n")
+    hostname = run_dir / "hostname"
+    hostname.write_text(machine_id + "\n")
+    return (("/etc/hosts", str(hosts)), ("/etc/hostname", str(hostname)))
