@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import resource
 import shutil
 import signal as signals
 from collections.abc import Coroutine
@@ -33,14 +31,10 @@ from typing import Any, TypeVar
 
 from agent import procfs
 from agent.core.exits import describe_exit
-from agent.core.imageuser import BadUser, resolve_user
-from agent.core.ocispec import DEFAULT_CAPABILITIES, ContainerSpec, Identity, Limits, runtime_config
-from agent.core.seccomp import default_profile
+from agent.core.imageuser import BadUser
 from agent.driverport import LaunchSpec, Running
 from agent.oci import cgroups, netns
-from agent.oci.claims import Claims
-from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root
-from agent.oci.rootfiles import read_in_root
+from agent.oci.bundle import MachineFiles, machine_dirs, same_config, write_config
 from agent.oci.runtime import Runtime, RuntimeFailure
 from agent.outputs import writer_fd
 from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
@@ -49,13 +43,10 @@ from agent.subreaper import become_child_subreaper
 log = logging.getLogger("thaw.agent")
 T = TypeVar("T")
 
-ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
-ID_RANGE = 65536
-ID_SLOTS = ((1 << 32) - ID_BASE) // ID_RANGE - 1
 DEFAULT_RUN_DIR = Path("/run/thaw")
 DEFAULT_PIDS_MAX = 1024
-MAX_OPEN_FILES = 65536
 _KILL_RETRY_S = 1.0
+_FREEZE_POLLS = 1000  # 1 ms apart
 
 
 @dataclass(frozen=True)
@@ -78,20 +69,8 @@ class OciDriver:
         """`run_dir`: host-wide, on tmpfs: the claims every agent of the host shares, and
         the machines' mounted trees (`roots/<machine id>`)."""
         self.runtime = Runtime(runtime, state_dir / "runtime")
-        self.roots_dir = run_dir / "roots"
-        claims_dir = run_dir / "claims"
         self.name = f"oci/{self.runtime.name}"
-        self.pool = netns.Pool(machine_cidr)
-        net_key = str(self.pool.network).replace("/", "_")
-        self.addresses = Claims(claims_dir / f"net-{net_key}", self.pool.slots)
-        self.id_ranges = Claims(claims_dir / "ids", ID_SLOTS)
-        for claims in (self.addresses, self.id_ranges):
-            claims.prune()  # what agents whose state is gone left behind
-        self.pids_max = pids_max
-        self.swap_accounted = cgroups.swap_accounted()
-        self._seccomp = default_profile(frozenset(DEFAULT_CAPABILITIES))
-        # A container cannot raise its hard limit above the one it is created under.
-        self.nofile = min(MAX_OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        self.files = MachineFiles(run_dir, machine_cidr, pids_max)
         self._exits: dict[int, int] = {}  # pid -> wait status, for inits reaped here
         self._memory_dirs: dict[int, Path] = {}  # pid -> its memory cgroup, read while alive
         self._locks: dict[str, asyncio.Lock] = {}  # machine id -> its operations, one by one
@@ -130,34 +109,31 @@ class OciDriver:
         known = self._prepared.get(spec.machine_id)
         if known is not None and known.spec == spec and self._still_created(known):
             return known  # as this driver left it: nothing to look at again
-        config = await asyncio.to_thread(self._materialise, spec)
-        link = self._link(spec)
+        config = await asyncio.to_thread(self.files.materialise, spec)
+        link = self.files.link(spec.machine_id, spec.machine_dir)
         bundle = spec.machine_dir / "bundle"
         state = await self.runtime.state(spec.machine_id)
-        if state is not None and state.status == "created" and _same_config(bundle, config):
+        if state is not None and state.status == "created" and same_config(bundle, config):
             if not netns.exists(link):  # an agent stopped between create and link
                 await netns.create(link, state.pid)
             return self._remember(spec, state.pid)
         if state is not None:
             await self._delete(spec.machine_id)
-        _write_config(bundle, config)
+        write_config(bundle, config)
         fd = writer_fd(spec.output)
         try:
-            await self.runtime.create(spec.machine_id, bundle, fd)
+            pid = await self.runtime.create(spec.machine_id, bundle, fd)
         finally:
             os.close(fd)
-        created = await self.runtime.state(spec.machine_id)
-        if created is None:
-            raise RuntimeFailure(f"container {spec.machine_id} vanished after create")
-        await netns.create(link, created.pid)
-        return self._remember(spec, created.pid)
+        await netns.create(link, pid)
+        return self._remember(spec, pid)
 
     def _remember(self, spec: LaunchSpec, pid: int) -> Prepared:
         stat = procfs.read_stat(pid)
         if stat is None:
             raise RuntimeFailure(f"container {spec.machine_id}: its init has gone")
         prepared = Prepared(spec, pid, stat.start_time, cgroups.controller_dir(pid, "memory"),
-                            self._link(spec).machine_ip)
+                            self.files.link(spec.machine_id, spec.machine_dir).machine_ip)
         self._prepared[spec.machine_id] = prepared
         return prepared
 
@@ -177,62 +153,6 @@ class OciDriver:
             self._memory_dirs[prepared.pid] = prepared.memory_dir
         return Running(spec.machine_id, prepared.pid, prepared.start_time, prepared.address,
                        spec.port)
-
-    def _materialise(self, spec: LaunchSpec) -> dict[str, Any]:
-        """Claims, rootfs and files of the machine (blocking: run in a thread); returns its
-        runtime config."""
-        slots = self._slots(spec.machine_dir)
-        ids = IdRange(ID_BASE + slots["ids"] * ID_RANGE, ID_RANGE)
-        root = self._root(spec.machine_id, spec.machine_dir)
-        mount_root(root, spec.rootfs, ids)
-        user = resolve_user(spec.user, read_in_root(spec.rootfs, "/etc/passwd") or "",
-                            read_in_root(spec.rootfs, "/etc/group") or "")
-        env = {"HOME": user.home, **spec.env, "HOSTNAME": spec.machine_id}
-        etc = _write_etc(root.run, spec.machine_id, self._link(spec).machine_ip)
-        container = ContainerSpec(
-            hostname=spec.machine_id,
-            argv=tuple(spec.argv),
-            env=tuple(f"{k}={v}" for k, v in env.items()),
-            cwd=spec.workdir or "/",
-            user=Identity(user.uid, user.gid, user.additional_gids),
-            rootfs=str(root.merged),
-            uid_base=ids.base,
-            uid_size=ids.size,
-            limits=Limits(memory_bytes=spec.memory_mb << 20, cpus=spec.cpus,
-                          pids=self.pids_max, swap_accounted=self.swap_accounted),
-            cgroups_path=f"thaw/{spec.machine_id}",
-            etc_files=etc,
-            seccomp=self._seccomp,
-            nofile=self.nofile,
-        )
-        return runtime_config(container)
-
-    def _slots(self, machine_dir: Path) -> dict[str, int]:
-        """The machine's user-id range and address slots: claimed once, kept in its dir
-        (claimed again, the same if still free, after a reboot emptied the claims)."""
-        path = machine_dir / "slots.json"
-        recorded: dict[str, int] = {}
-        if path.exists():
-            recorded = json.loads(path.read_text())
-        slots = {
-            "ids": self.id_ranges.claim(machine_dir, recorded.get("ids")),
-            "net": self.addresses.claim(machine_dir, recorded.get("net")),
-        }
-        if slots != recorded:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(slots))
-            tmp.replace(path)
-        return slots
-
-    def _root(self, machine_id: str, machine_dir: Path) -> MachineRoot:
-        return MachineRoot(machine_dir, self.roots_dir / machine_id)
-
-    def _link(self, spec: LaunchSpec) -> netns.Link:
-        return self._link_of(spec.machine_id, spec.machine_dir)
-
-    def _link_of(self, machine_id: str, machine_dir: Path) -> netns.Link:
-        slots = json.loads((machine_dir / "slots.json").read_text())
-        return self.pool.link(machine_id, int(slots["net"]))
 
     # -- watching ------------------------------------------------------------------------
 
@@ -268,10 +188,33 @@ class OciDriver:
         return True
 
     async def suspend(self, run: Running) -> bool:
-        return await self._runtime_call(run, self.runtime.pause)
+        return await self._freeze(run, frozen=True)
 
     async def resume(self, run: Running) -> bool:
-        return await self._runtime_call(run, self.runtime.resume)
+        return await self._freeze(run, frozen=False)
+
+    async def _freeze(self, run: Running, frozen: bool) -> bool:
+        """Freeze or thaw every process of the machine through its freezer cgroup: what
+        the runtime's pause and resume write (its state reads the same file back), without
+        the runtime's exec (~7 ms, on the path of a resumed request). The runtime's own
+        command where the freezer is not found."""
+        if not self.alive(run):
+            return False
+        found = cgroups.freezer_file(run.pid)
+        if found is None:
+            call = self.runtime.pause if frozen else self.runtime.resume
+            return await self._runtime_call(run, call)
+        path, on, off = found
+        want = on if frozen else off
+        try:
+            path.write_text(want)
+            for _ in range(_FREEZE_POLLS):  # v1 passes FREEZING on its way to FROZEN
+                if cgroups.freezer_reads(path, want):
+                    return True
+                await asyncio.sleep(0.001)
+        except OSError as exc:
+            log.warning("machine %s: freezer %s: %s", run.runtime_id, path, exc)
+        return False
 
     async def _runtime_call(self, run: Running, call: Any) -> bool:
         if not self.alive(run):
@@ -286,9 +229,7 @@ class OciDriver:
     async def stop(self, run: Running, kill_signal: int, kill_timeout_s: float) -> None:
         if not self.alive(run):
             return
-        state = await self.runtime.state(run.runtime_id)
-        if state is not None and state.status == "paused":
-            await self.runtime.resume(run.runtime_id)
+        await self._freeze(run, frozen=False)  # a frozen machine's handler runs too
         self.signal(run, kill_signal)
         if await self._gone(run, kill_timeout_s):
             return
@@ -325,19 +266,13 @@ class OciDriver:
 
     async def _exited(self, machine_id: str, machine_dir: Path) -> None:
         await self._delete(machine_id)
-        if (machine_dir / "slots.json").exists():  # its namespace went with its init
-            await netns.remove(self._link_of(machine_id, machine_dir))
+        if self.files.has_slots(machine_dir):  # its namespace went with its init
+            await netns.remove(self.files.link(machine_id, machine_dir))
 
     async def _destroy(self, machine_id: str, machine_dir: Path) -> None:
-        await self._delete(machine_id)
-        slots_path = machine_dir / "slots.json"
-        if slots_path.exists():
-            await netns.remove(self._link_of(machine_id, machine_dir))
-        await asyncio.to_thread(_unmount_and_remove, self._root(machine_id, machine_dir))
-        if slots_path.exists():
-            slots = json.loads(slots_path.read_text())
-            self.id_ranges.release(int(slots["ids"]), machine_dir)
-            self.addresses.release(int(slots["net"]), machine_dir)
+        await self._exited(machine_id, machine_dir)
+        await asyncio.to_thread(self.files.unmount, machine_id, machine_dir)
+        self.files.release(machine_id, machine_dir)
         shutil.rmtree(machine_dir / "bundle", ignore_errors=True)
 
     async def adopt(self, machines_dir: Path, recorded: dict[str, Running | None]) -> None:
@@ -355,7 +290,7 @@ class OciDriver:
             log.warning("machine %s: deleting container (%s): the op log does not record it",
                         state.id, state.status)
             await self.runtime.delete(state.id, force=True)
-        for directory in _machine_dirs(machines_dir):
+        for directory in machine_dirs(machines_dir):
             if directory.name not in recorded:
                 await self.destroy(directory.name, directory)
 
@@ -373,16 +308,16 @@ class OciDriver:
         later agent mounts them again)."""
         for state in await self.runtime.list():
             await self._delete(state.id)
-        for directory in _machine_dirs(machines_dir):
-            await netns.remove(self._link_of(directory.name, directory))
-            await asyncio.to_thread(_unmount_and_remove, self._root(directory.name, directory))
+        for directory in machine_dirs(machines_dir):
+            await netns.remove(self.files.link(directory.name, directory))
+            await asyncio.to_thread(self.files.unmount, directory.name, directory)
 
     async def sweep(self, machines_dir: Path) -> None:
         """Destroy everything of every machine under `machines_dir` on this host (a dead
         agent's, for cleanup): containers, namespaces, mounts, claims."""
         for state in await self.runtime.list():
             await self._delete(state.id)
-        for directory in _machine_dirs(machines_dir):
+        for directory in machine_dirs(machines_dir):
             await self.destroy(directory.name, directory)
 
 
@@ -403,39 +338,3 @@ def _reap_zombie(pid: int) -> None:
     """waitpid of a child already a zombie: returns at once."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def _machine_dirs(machines_dir: Path) -> list[Path]:
-    """Machine dirs this driver made things for (their slots are claimed)."""
-    if not machines_dir.is_dir():
-        return []
-    return [d for d in machines_dir.iterdir() if (d / "slots.json").exists()]
-
-
-def _same_config(bundle: Path, config: dict[str, Any]) -> bool:
-    try:
-        return bool(json.loads((bundle / "config.json").read_text()) == config)
-    except (OSError, ValueError):
-        return False
-
-
-def _write_config(bundle: Path, config: dict[str, Any]) -> None:
-    bundle.mkdir(mode=0o700, exist_ok=True)
-    tmp = bundle / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=1))
-    tmp.replace(bundle / "config.json")
-
-
-def _unmount_and_remove(root: MachineRoot) -> None:
-    unmount_root(root)
-    shutil.rmtree(root.run, ignore_errors=True)
-
-
-def _write_etc(run_dir: Path, machine_id: str, address: str) -> tuple[tuple[str, str], ...]:
-    """/etc/hosts and /etc/hostname of the machine, bound read-only over the image's."""
-    hosts = run_dir / "hosts"
-    hosts.write_text(f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                     f"{address}\t{machine_id}\n")
-    hostname = run_dir / "hostname"
-    hostname.write_text(machine_id + "\n")
-    return (("/etc/hosts", str(hosts)), ("/etc/hostname", str(hostname)))

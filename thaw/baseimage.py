@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,10 @@ from thaw.debroot import DebError, DebTree, Package, closure, download, versions
 from thaw.ociimage import gzip_layer, image_of, write_layout
 
 PREFIX = "builtin:"
-RECIPE_VERSION = "1"  # bump when a recipe makes something else from the same packages
+RECIPE_VERSION = "3"  # bump when a recipe makes something else from the same packages
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STDLIB = "usr/lib/python3.11"
+CACHE_TAG = "cpython-311"
 TINYHTTP_C = Path(__file__).resolve().parents[1] / "loadtests" / "apps" / "tinyhttp.c"
 BUSYBOX_APPLETS = (
     "sh", "ash", "cat", "cp", "mv", "ls", "id", "sleep", "mount", "umount", "mknod", "echo",
@@ -82,6 +86,27 @@ def skeleton(tree: DebTree) -> None:
 def _finish_python(tree: DebTree) -> None:
     skeleton(tree)
     tree.add_symlink("usr/bin/python3", "python3.11")  # python3-minimal's link, without dpkg
+    for path, source in tree.files(f"{STDLIB}/", ".py"):
+        pyc = bytecode(path, source)
+        if pyc is not None:
+            directory, name = path.rsplit("/", 1)
+            tree.ensure_dir(f"{directory}/__pycache__")
+            tree.add_file(f"{directory}/__pycache__/{name[:-3]}.{CACHE_TAG}.pyc", pyc)
+
+
+def bytecode(path: str, source: bytes) -> bytes | None:
+    """The standard library's bytecode, made here as Debian's postinst would (py3compile):
+    a machine then neither compiles its imports at every boot nor writes __pycache__ into
+    its own layer. Unchecked-hash pycs (PEP 552): valid whatever mtime the unpacked files
+    get. Only this host's Python 3.11 writes them (the same bytecode as the image's 3.11);
+    None for a source that does not compile (test data in Python 2)."""
+    if sys.version_info[:2] != (3, 11):
+        return None
+    try:
+        code = compile(source, "/" + path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    return bytes(_code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False))
 
 
 def _finish_busybox(tree: DebTree) -> None:

@@ -220,6 +220,25 @@ class DebTree:
         info.linkname = target
         self._entries[path] = (info, None)
 
+    def files(self, prefix: str, suffix: str) -> list[tuple[str, bytes]]:
+        """(path, data) of the files under `prefix` whose names end in `suffix`, symlinks
+        to a file of the tree included (Debian links sitecustomize.py into /etc)."""
+        found = []
+        for name in self._entries:
+            if name.startswith(prefix) and name.endswith(suffix):
+                data = self._file_data(name)
+                if data is not None:
+                    found.append((name, data))
+        return found
+
+    def _file_data(self, name: str, hops: int = 8) -> bytes | None:
+        info, data = self._entries.get(name, (None, None))
+        if info is not None and info.issym() and hops > 0:
+            target = posixpath.normpath(posixpath.join(posixpath.dirname("/" + name),
+                                                       info.linkname)).lstrip("/")
+            return self._file_data(merged_path(target), hops - 1)
+        return data if info is not None and info.isfile() else None
+
     def tar_bytes(self) -> bytes:
         """The uncompressed tar, entries sorted by path, parents first."""
         buffer = io.BytesIO()

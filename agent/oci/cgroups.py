@@ -1,6 +1,6 @@
-"""Reading a machine's cgroups: where its memory cgroup is, how many OOM kills it saw,
-and the cpu it used. cgroup v1 (a hierarchy per controller, as on this host) and v2 (one
-unified hierarchy) are both read; writing limits is the runtime's job (config.json)."""
+"""A machine's cgroups: where its memory cgroup is, how many OOM kills it saw, the cpu it
+used, and its freezer. cgroup v1 (a hierarchy per controller, as on this host) and v2
+(one unified hierarchy) both; limits are the runtime's job (config.json)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,23 @@ def swap_accounted() -> bool:
     """Can memory + swap be limited (v1 memsw, or v2's memory.swap.max)?"""
     return (CGROUP_ROOT / "memory" / "memory.memsw.limit_in_bytes").exists() or (
         CGROUP_ROOT / "cgroup.controllers").exists()
+
+
+def freezer_file(pid: int) -> tuple[Path, str, str] | None:
+    """(file, frozen value, thawed value) of the machine's freezer, v1 or v2."""
+    directory = controller_dir(pid, "freezer")
+    if directory is None:
+        return None
+    if (directory / "freezer.state").exists():
+        return directory / "freezer.state", "FROZEN", "THAWED"
+    if (directory / "cgroup.freeze").exists():
+        return directory / "cgroup.freeze", "1", "0"
+    return None
+
+
+def freezer_reads(path: Path, value: str) -> bool:
+    """The freezer says `value` (v2's cgroup.freeze is read back from cgroup.events)."""
+    if path.name == "cgroup.freeze":
+        events = (path.parent / "cgroup.events").read_text().split()
+        return events[events.index("frozen") + 1] == value
+    return path.read_text().strip() == value

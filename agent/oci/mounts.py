@@ -100,6 +100,19 @@ def unmount_root(root: MachineRoot) -> None:
             _umount(path, _MNT_DETACH)
 
 
+def unwalkable_parent(path: Path) -> Path | None:
+    """The first existing dir on the way to `path` that other users may not walk (no
+    o+x): a machine's root, an unprivileged id outside, could not reach its rootfs."""
+    for parent in [*reversed(path.parents), path]:
+        try:
+            mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            return None
+        if not mode & 0o001:
+            return parent
+    return None
+
+
 def walkable_dir(path: Path) -> None:
     """Make `path` (and missing parents) a dir anyone may walk but not list (0711)."""
     missing = []

@@ -38,13 +38,18 @@ class Runtime:
         self.name = Path(path).name
         self.root = root
 
-    async def create(self, container_id: str, bundle: Path, output_fd: int) -> None:
+    async def create(self, container_id: str, bundle: Path, output_fd: int) -> int:
         """Create the container (its init waits for `start`); its stdout and stderr are
-        `output_fd`, its stdin /dev/null."""
+        `output_fd`, its stdin /dev/null. Returns its init's pid (from the pid file the
+        runtime writes: no `state` call)."""
         pid_file = bundle / "init.pid"
         pid_file.unlink(missing_ok=True)
         await self._run("create", "--bundle", str(bundle), "--pid-file", str(pid_file),
                         container_id, output_fd=output_fd, log=bundle / "runtime.log")
+        try:
+            return int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            raise RuntimeFailure(f"{self.name} create: no pid in {pid_file}") from None
 
     async def start(self, container_id: str) -> None:
         await self._run("start", container_id)
