@@ -37,6 +37,7 @@ class AgentConfig:
     run_dir: Path = Path("/run/thaw")
     machine_pids_max: int = 1024  # processes per machine (OCI driver)
     log_max_bytes: int = 1 << 20  # per machine; trimmed to half when exceeded
+    log_rate_bytes_s: int = 1 << 20  # a machine's output taken in per second (it waits)
     compact_after_records: int = 10_000
     disk_reserve_bytes: int = 16 << 20  # after a failed append: room needed to take changes
     stop_machines_on_exit: bool = False  # machines outlive the agent by default

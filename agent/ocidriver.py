@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal as signals
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -35,10 +34,11 @@ from agent.core.imageuser import BadUser
 from agent.driverport import LaunchSpec, Running
 from agent.oci import cgroups, netns
 from agent.oci.bundle import MachineFiles, machine_dirs, same_config, write_config
-from agent.oci.runtime import Runtime, RuntimeFailure
+from agent.oci.runtime import ContainerState, Runtime, RuntimeFailure
 from agent.outputs import writer_fd
 from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
 from agent.subreaper import become_child_subreaper
+from imagecache.adapters.trees import remove_tree_quietly
 
 log = logging.getLogger("thaw.agent")
 T = TypeVar("T")
@@ -258,9 +258,15 @@ class OciDriver:
 
     async def _delete(self, machine_id: str) -> None:
         """Delete the machine's container; the init of one this driver created and never
-        started is its child: reaped here, or it would stay a zombie."""
+        started is its child: reaped here, or it would stay a zombie. A runtime that
+        cannot delete it (one cut short mid-create by a kill -9) is logged, not raised:
+        cleaning one machine up must not stop the agent or its other machines; the next
+        create of the machine deletes it again."""
         prepared = self._prepared.pop(machine_id, None)
-        await self.runtime.delete(machine_id, force=True)
+        try:
+            await self.runtime.delete(machine_id, force=True)
+        except RuntimeFailure as exc:
+            log.warning("machine %s: its container could not be deleted: %s", machine_id, exc)
         if prepared is not None:
             await _reap_exactly(prepared.pid, prepared.start_time)
 
@@ -273,13 +279,13 @@ class OciDriver:
         await self._exited(machine_id, machine_dir)
         await asyncio.to_thread(self.files.unmount, machine_id, machine_dir)
         self.files.release(machine_id, machine_dir)
-        shutil.rmtree(machine_dir / "bundle", ignore_errors=True)
+        await asyncio.to_thread(remove_tree_quietly, machine_dir / "bundle")
 
     async def adopt(self, machines_dir: Path, recorded: dict[str, Running | None]) -> None:
         """Delete every container of this agent's runtime root that is not a recorded run
         or a prepared (created) container of a recorded machine; destroy what is left of
         machines the op log does not know."""
-        for state in await self.runtime.list():
+        for state in await self._containers():
             if state.id in recorded:
                 run = recorded[state.id]
                 if run is not None and run.pid == state.pid and self.alive(run):
@@ -289,10 +295,19 @@ class OciDriver:
                     continue  # prepared for its next start
             log.warning("machine %s: deleting container (%s): the op log does not record it",
                         state.id, state.status)
-            await self.runtime.delete(state.id, force=True)
+            await self._delete(state.id)
         for directory in machine_dirs(machines_dir):
             if directory.name not in recorded:
                 await self.destroy(directory.name, directory)
+
+    async def _containers(self) -> list[ContainerState]:
+        """Every container of this agent's runtime root ([] and a warning if the runtime
+        cannot list them: an agent still starts)."""
+        try:
+            return await self.runtime.list()
+        except RuntimeFailure as exc:
+            log.warning("the runtime cannot list this agent's containers: %s", exc)
+            return []
 
     def _remember_memory_dir(self, run: Running) -> None:
         memory_dir = cgroups.controller_dir(run.pid, "memory")
@@ -306,7 +321,7 @@ class OciDriver:
         """The agent stops and its machines with it: delete every container, unmount every
         rootfs and remove every namespace; the machines' upper layers and claims stay (a
         later agent mounts them again)."""
-        for state in await self.runtime.list():
+        for state in await self._containers():
             await self._delete(state.id)
         for directory in machine_dirs(machines_dir):
             await netns.remove(self.files.link(directory.name, directory))
@@ -315,7 +330,7 @@ class OciDriver:
     async def sweep(self, machines_dir: Path) -> None:
         """Destroy everything of every machine under `machines_dir` on this host (a dead
         agent's, for cleanup): containers, namespaces, mounts, claims."""
-        for state in await self.runtime.list():
+        for state in await self._containers():
             await self._delete(state.id)
         for directory in machine_dirs(machines_dir):
             await self.destroy(directory.name, directory)

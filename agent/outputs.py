@@ -1,6 +1,6 @@
-"""A machine's output, stamped: the app writes its stdout and stderr into a FIFO in its
-directory; the agent reads it and appends each line to the machine's `log`, prefixed with
-the time it arrived (RFC 3339, UTC, milliseconds).
+"""A machine's output, stamped, bounded and paced: the app writes its stdout and stderr
+into a FIFO in its directory; the agent reads it and appends each line to the machine's
+`log`, prefixed with the time it arrived (RFC 3339, UTC, milliseconds).
 
 The machine holds the FIFO open for reading and writing, so a write never fails when the
 agent is away (restarting): it waits in the pipe (up to the pipe's size, raised to 1 MiB
@@ -8,6 +8,11 @@ where allowed; past that the app's writes block until an agent reads again, as D
 do when its daemon is down with live-restore). The agent holds it open for writing too,
 so its read end never sees an end of file between two runs of the machine. A line longer
 than MAX_LINE_BYTES, or a partial line left waiting PARTIAL_FLUSH_S, is stored as it is.
+
+What one machine may cost the host is bounded here, not by its cgroup: the log is cut
+back to half of `max_bytes` as soon as it passes it (copy-truncate), and the agent reads
+at most `rate_bytes_s` a second of it (a token bucket): a machine that writes faster
+fills its pipe and its writes wait (it is slowed, the agent's CPU and disk are not).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.machinelog import trim_log
+
 log = logging.getLogger("thaw.agent")
 
 FIFO_NAME = "output"
@@ -29,6 +36,8 @@ PARTIAL_FLUSH_S = 0.25
 READ_BYTES = 65536
 _F_SETPIPE_SZ = 1031
 PIPE_BYTES = 1 << 20
+DEFAULT_MAX_BYTES = 1 << 20  # a machine's log, cut back to half past this
+DEFAULT_RATE_BYTES_S = float(1 << 20)  # a machine's output the agent takes in, per second
 
 
 def ensure_fifo(machine_dir: Path) -> Path:
@@ -58,26 +67,47 @@ def writer_fd(fifo: Path) -> int:
 class OutputPump:
     """Moves one machine's output from its FIFO to its log, stamping each line."""
 
-    def __init__(self, machine_dir: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, machine_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 rate_bytes_s: float = DEFAULT_RATE_BYTES_S,
+                 clock: Callable[[], float] = time.time) -> None:
         self.fifo = ensure_fifo(machine_dir)
         self.log_path = machine_dir / "log"
+        self.max_bytes = max_bytes
+        self.rate_bytes_s = rate_bytes_s
         self._clock = clock
         self._read_fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self._hold_fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self._partial = b""
         self._flush: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        self._tokens = float(READ_BYTES)  # the bucket holds one read
+        self._filled_at = self._loop.time()
+        self._paused: asyncio.TimerHandle | None = None
         self._loop.add_reader(self._read_fd, self._readable)
 
     def _readable(self) -> None:
+        now = self._loop.time()
+        self._tokens = min(float(READ_BYTES),
+                           self._tokens + (now - self._filled_at) * self.rate_bytes_s)
+        self._filled_at = now
+        if self._tokens < 1:  # over its rate: stop reading; its writes wait in the pipe
+            self._loop.remove_reader(self._read_fd)
+            self._paused = self._loop.call_later((1 - self._tokens) / self.rate_bytes_s,
+                                                 self._resume)
+            return
         try:
-            data = os.read(self._read_fd, READ_BYTES)
+            data = os.read(self._read_fd, int(self._tokens))
         except BlockingIOError:
             return
         except OSError as exc:
             log.warning("machine output %s: %s", self.fifo, exc)
             return
+        self._tokens -= len(data)
         self._take(data)
+
+    def _resume(self) -> None:
+        self._paused = None
+        self._loop.add_reader(self._read_fd, self._readable)
 
     def _take(self, data: bytes) -> None:
         if self._flush is not None:
@@ -109,14 +139,18 @@ class OutputPump:
                          0o640)
             try:
                 os.write(fd, stamped)
+                size = os.fstat(fd).st_size
             finally:
                 os.close(fd)
+            if size > self.max_bytes:
+                trim_log(self.log_path, self.max_bytes, self.max_bytes // 2)
         except OSError as exc:  # a full disk: the output is lost, the machine is not held
             log.warning("machine log %s: %s", self.log_path, exc)
 
     def close(self) -> None:
-        if self._flush is not None:
-            self._flush.cancel()
+        for timer in (self._flush, self._paused):
+            if timer is not None:
+                timer.cancel()
         self._flush_partial()
         self._loop.remove_reader(self._read_fd)
         os.close(self._read_fd)
@@ -134,14 +168,18 @@ def stamp_of(at: float) -> bytes:
 class Outputs:
     """The pumps of one agent's machines."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES,
+                 rate_bytes_s: float = DEFAULT_RATE_BYTES_S) -> None:
         self._pumps: dict[str, OutputPump] = {}
+        self.max_bytes = max_bytes
+        self.rate_bytes_s = rate_bytes_s
 
     def ensure(self, machine_id: str, machine_dir: Path) -> Path:
         """The machine's FIFO, its pump running; returns the FIFO's path."""
         pump = self._pumps.get(machine_id)
         if pump is None:
-            pump = self._pumps[machine_id] = OutputPump(machine_dir)
+            pump = self._pumps[machine_id] = OutputPump(
+                machine_dir, max_bytes=self.max_bytes, rate_bytes_s=self.rate_bytes_s)
         return pump.fifo
 
     def close(self, machine_id: str) -> None:

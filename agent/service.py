@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import shutil
 import signal as signals
 import time
 from collections.abc import Callable, Coroutine
@@ -38,6 +37,7 @@ from agent.launch import launch_spec, machine_dir, running
 from agent.machinelog import read_log
 from agent.metrics import AgentMetrics
 from agent.outputs import Outputs
+from imagecache.adapters.trees import remove_tree_quietly
 from imagecache.api import Image, ImageConfig
 from imagecache.cache import ImageCache
 from imagecache.errors import ImageError
@@ -81,7 +81,7 @@ class Agent:
         self.on_change: Callable[[str], None] = lambda machine_id: None
         self._ops: dict[str, asyncio.Task[object]] = {}
         self._changed = asyncio.Event()
-        self.outputs = Outputs()
+        self.outputs = Outputs(config.log_max_bytes, config.log_rate_bytes_s)
 
     @property
     def state(self) -> AgentState:
@@ -450,8 +450,10 @@ class Agent:
         await self.driver.destroy(mid, self.directory(mid))
         self.outputs.close(mid)
         self.cache.unpin(mid)
+        # Its dir goes before `destroyed` is written: destroyed means nothing of it is left
+        # (an agent that dies in between destroys it again at its start).
+        await asyncio.to_thread(remove_tree_quietly, self.directory(mid))
         await self.journal.eventually(lambda: self.transition(machine, E.DESTROYED))
-        shutil.rmtree(self.directory(mid), ignore_errors=True)
         self.on_change(mid)
 
     async def close(self) -> None:

@@ -18,7 +18,6 @@ from agent.core.records import Gone
 from agent.core.state import Machine
 from agent.errors import AgentError
 from agent.launch import machine_dir
-from agent.machinelog import trim_log
 from agent.service import Agent
 
 log = logging.getLogger("thaw.agent")
@@ -80,13 +79,11 @@ async def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
 
 
 async def watch(agent: Agent) -> None:
-    """Notice machines whose process died unasked; keep their logs bounded. What cannot be
-    written now (a full disk) is noticed again on the next tick."""
-    ticks = 0
+    """Notice machines whose process died unasked. What cannot be written now (a full
+    disk) is noticed again on the next tick."""
     unwritten: set[str] = set()  # machines whose exit is waiting for room (said once)
     while True:
         await asyncio.sleep(agent.config.supervise_interval_s)
-        ticks += 1
         for machine in list(agent.state.machines.values()):
             pid = machine.process.pid if machine.process is not None else 0
             try:
@@ -104,8 +101,6 @@ async def watch(agent: Agent) -> None:
                 continue
             unwritten.discard(machine.id)
         unwritten &= agent.state.machines.keys()
-        if ticks % 50 == 0:
-            _trim_logs(agent)
 
 
 def _died(agent: Agent, machine: Machine) -> bool:
@@ -123,13 +118,3 @@ def _died(agent: Agent, machine: Machine) -> bool:
         agent.run_op(machine.id, agent.after_exit(machine.id))
         return False
     return True
-
-
-def _trim_logs(agent: Agent) -> None:
-    limit = agent.config.log_max_bytes
-    for mid in list(agent.state.machines):
-        path = machine_dir(agent.config.state_dir, mid) / "log"
-        try:
-            trim_log(path, limit, limit // 2)
-        except OSError as exc:
-            log.warning("machine %s: cannot trim log: %s", mid, exc)

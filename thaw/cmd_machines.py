@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from thaw.client import ApiClient, ApiError
 from thaw.cmdbase import client_of
-from thaw.tables import emit, table, when
+from thaw.tables import emit, printable, table, when
 
 if TYPE_CHECKING:
     from thaw.cmdbase import Sub
@@ -163,7 +163,7 @@ def print_lines(logs: list[dict[str, Any]], as_json: bool) -> None:
             if as_json:  # one JSON object per line, for a script following along
                 print(json.dumps({"machine": log["machine"], "line": text}), flush=True)
             else:
-                print(f"{log['machine']}  {text}", flush=True)
+                print(f"{log['machine']}  {printable(text)}", flush=True)
 
 
 def show_placements(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = W
     under its row, every line of it indented (a reason: its words are the point)."""
     if below:
         return _with_below(rows, columns, width, below)
-    cells = [[str(row.get(col, "")) for col in columns] for row in rows]
+    cells = [[printable(str(row.get(col, ""))) for col in columns] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
     while excess > 0:
@@ -42,8 +42,20 @@ def _with_below(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: i
     for line, row in zip(lines[1:], rows, strict=True):
         out.append(line)
         text = str(row.get(below) or "")
-        out += [f"    {part}".rstrip() for part in text.splitlines() if part.strip()]
+        out += [f"    {printable(part)}".rstrip() for part in text.split("\n") if part.strip()]
     return "\n".join(out)
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]
+             if c != 0x09} | {0x0D: "\\r"} | {c: f"\\u{c:04x}" for c in
+                                              (0x85, 0x2028, 0x2029)}
+
+
+def printable(text: str) -> str:
+    """`text` with control characters shown as escapes (`\x1b`, `\r`): what a machine
+    wrote reaches an operator's terminal, and must not move its cursor, retitle it or
+    forge a line."""
+    return text.translate(_CONTROLS)
 
 
 def shorten(text: str, width: int) -> str:

@@ -1,7 +1,7 @@
 """A machine's OCI runtime configuration (config.json, runtime spec 1.0).
 
-Decides what a container is allowed: its own user, mount, pid, ipc, uts and network
-namespaces (and cgroup namespace where the host allows); root inside mapped to an
+Decides what a container is allowed: its own user, mount, pid, ipc, uts, network and
+cgroup namespaces (no IPv6 yet); root inside mapped to an
 unprivileged range outside; Podman's default capabilities (Docker's minus NET_RAW, MKNOD
 and AUDIT_WRITE), and none at all for a non-root user; no_new_privs; the seccomp profile
 it is given; Docker's masked and read-only /proc and /sys paths; only the standard
@@ -38,7 +38,8 @@ ALLOWED_DEVICES = (
     ("c", 1, 3), ("c", 1, 5), ("c", 1, 7), ("c", 1, 8), ("c", 1, 9), ("c", 5, 0),
     ("c", 5, 2), ("c", 136, -1),
 )
-NAMESPACES = ("pid", "ipc", "uts", "mount", "user", "network")
+# cgroup: the machine sees its own cgroup as `/`, not the host's paths
+NAMESPACES = ("pid", "ipc", "uts", "mount", "user", "network", "cgroup")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class ContainerSpec:
     sysctls: tuple[tuple[str, str], ...] = field(default=(
         ("net.ipv4.ip_unprivileged_port_start", "0"),  # Docker's: any user binds its port
         ("net.ipv4.ping_group_range", "0 65535"),  # every id of the machine's range
+        # no IPv6 until machines get addresses of it: a link-local address would reach
+        # the host end of the link past any IPv4 rule
+        ("net.ipv6.conf.all.disable_ipv6", "1"),
+        ("net.ipv6.conf.default.disable_ipv6", "1"),
     ))
 
 

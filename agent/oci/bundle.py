@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from agent.oci.claims import Claims
 from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root, unwalkable_parent
 from agent.oci.rootfiles import read_in_root
 from agent.oci.runtime import RuntimeFailure
+from imagecache.adapters.trees import remove_tree_quietly
 
 ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
 ID_RANGE = 65536
@@ -121,7 +121,7 @@ class MachineFiles:
         """Unmount its rootfs and remove its run dir (mounted again by the next prepare)."""
         root = self.root(machine_id, machine_dir)
         unmount_root(root)
-        shutil.rmtree(root.run, ignore_errors=True)
+        remove_tree_quietly(root.run)
 
     def release(self, machine_id: str, machine_dir: Path) -> None:
         """Let go of its claims (it is destroyed)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_IDMAP = 0x00100000
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MNT_DETACH = 2
+_MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 UNSHARE = "unshare"
 
@@ -83,13 +85,19 @@ def mount_root(root: MachineRoot, image_rootfs: Path, ids: IdRange) -> None:
     walkable_dir(root.run)
     for path in (root.merged, root.lower_view):
         path.mkdir(mode=0o755, exist_ok=True)
-    # The overlay takes its root's owner from the upper dir when it is mounted.
-    os.chown(root.upper, ids.base, ids.base)
+    # The overlay takes its root's owner and mode from the upper dir when it is mounted:
+    # the image's root dir's, shifted (0700 would lock every user but root out of `/`).
+    image_root = os.stat(image_rootfs)
+    os.chown(root.upper, ids.base + image_root.st_uid, ids.base + image_root.st_gid)
+    os.chmod(root.upper, stat.S_IMODE(image_root.st_mode))
     with _userns(ids) as userns_fd:
         _idmapped_bind(image_rootfs, root.lower_view, userns_fd)
     try:
         options = f"lowerdir={root.lower_view},upperdir={root.upper},workdir={root.work}"
-        _mount("overlay", root.merged, "overlay", _MS_NODEV, options)
+        # nosuid: the tree is walkable from the host (runc needs it), and a tenant may
+        # chmod 4755 its own files; no host user may gain the machine's ids through them.
+        # Inside, no_new_privs already makes setuid bits inert.
+        _mount("overlay", root.merged, "overlay", _MS_NODEV | _MS_NOSUID, options)
     finally:
         _umount(root.lower_view, _MNT_DETACH)  # the overlay keeps its own clone of it
 

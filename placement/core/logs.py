@@ -47,5 +47,9 @@ def whole_lines(data: bytes, full: bool) -> bytes:
 
 
 def lines(data: bytes) -> list[str]:
-    """The chunk's lines as text (bytes that are not UTF-8 replaced, never raised on)."""
-    return data.decode("utf-8", errors="replace").splitlines()
+    """The chunk's lines as text (bytes that are not UTF-8 replaced, never raised on).
+    Lines end at "\n" only, as the agent stamps them: a "\r" or a Unicode line separator
+    a machine writes stays inside its line, so it cannot forge a stamped line of its own."""
+    text = data.decode("utf-8", errors="replace")
+    parts = text.split("\n")
+    return parts[:-1] if parts and parts[-1] == "" else parts

@@ -48,13 +48,14 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     build_image(source, "probe:v1", layout=layout)
     build_image(source, "probe:usr1", layout=layout,
                 overrides=BuildOverrides(stop_signal="SIGUSR1"))
+    build_image(source, "probe:app", layout=layout, overrides=BuildOverrides(user="app"))
     idle = root / "idle-src"
     idle.mkdir()
     (idle / "x.txt").write_text("x")
     build_image(idle, "idle:v1", layout=layout, overrides=BuildOverrides(  # deaf to SIGTERM
         base="builtin:busybox", entrypoint=["sh", "-c", "exec httpd -f -p $PORT"]))
     return {"probe": f"oci:{layout}:probe:v1", "usr1": f"oci:{layout}:probe:usr1",
-            "idle": f"oci:{layout}:idle:v1"}
+            "idle": f"oci:{layout}:idle:v1", "as-app": f"oci:{layout}:probe:app"}
 
 
 @pytest.fixture(scope="module")
@@ -310,5 +311,75 @@ def test_after_kill_9_of_the_agent_its_containers_are_adopted_not_duplicated(
             assert adopted["pid"] == machine["pid"]
             assert ask(adopted, "/status")["pid"] == "1"
         assert containers(process) == sorted([*(m["id"] for m in machines), spare["id"]])
+    finally:
+        process.cleanup()
+
+
+def test_an_image_whose_user_is_not_root_runs_as_that_user_with_no_capabilities(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    machine = started(agent, images["as-app"])
+    status = ask(machine, "/status")
+    assert status["Uid"].split()[0] == "1000" and int(status["CapEff"], 16) == 0
+    assert ask(machine, "/write?path=/etc/x&data=x")["write"] == "EACCES"
+    assert ask(machine, "/write?path=/home/app/x&data=x")["write"] == "ok"  # its own home
+    destroy(agent, machine["id"])
+
+
+def test_a_machines_tree_is_mounted_nosuid_and_it_sees_only_its_own_cgroup_and_no_ipv6(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    machine = started(agent, images["probe"])
+    rootfs = f"/run/thaw/roots/{machine['id']}/rootfs"
+    mounts = [line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    options = next(fields[5] for fields in mounts if fields[4] == rootfs)
+    assert "nosuid" in options.split(",") and "nodev" in options.split(",")
+    seen = ask(machine, "/files?path=/proc/self/cgroup"
+                        "&path=/proc/sys/net/ipv6/conf/all/disable_ipv6")
+    assert all(line.endswith(":/") for line in seen["/proc/self/cgroup"].split())
+    assert seen["/proc/sys/net/ipv6/conf/all/disable_ipv6"].strip() == "1"
+    destroy(agent, machine["id"])
+
+
+def test_a_machine_flooding_its_output_is_slowed_and_its_log_stays_bounded(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    machine = started(agent, images["probe"])
+    log = agent.state_dir / "machines" / machine["id"] / "log"
+    ask(machine, "/flood?s=4")
+    biggest = 0
+    for _ in range(50):  # 5 s: the flood and then some
+        biggest = max(biggest, log.stat().st_size if log.exists() else 0)
+        time.sleep(0.1)
+    assert biggest <= (1 << 20) + (64 << 10)  # 1 MiB, cut back at once (one read past it)
+    assert ask(machine, "/status")["pid"] == "1"  # slowed, not stopped
+    destroy(agent, machine["id"])
+
+
+def test_a_machine_with_a_very_deep_tree_is_destroyed_whole(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    machine = started(agent, images["probe"])
+    assert ask(machine, "/deep?n=3000", timeout_s=60) == {"deep": 3000}
+    destroy(agent, machine["id"])
+    assert not (agent.state_dir / "machines" / machine["id"]).exists()
+
+
+def test_a_kill_9_of_the_agent_while_it_creates_containers_leaves_it_able_to_start(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """The worst moment: a start and a spare's create under way (runc create, the mounts,
+    the link half made). The restarted agent cleans up, starts the one, prepares the
+    other."""
+    process = AgentProcess(tmp_path / "agent", cpus=4, memory_mb=4096).start()
+    try:
+        running = offer(process, images["probe"])
+        spare = offer(process, images["probe"], start=False, spare=True)
+        time.sleep(0.03)  # mid-create, most of the time
+        process.kill9()
+        process.start()
+        assert ask(process.wait_state(running["id"], "started"), "/status")["pid"] == "1"
+        wait_until(lambda: (container_state(process, spare["id"]) or {}).get("status")
+                   == "created", 20)
     finally:
         process.cleanup()

@@ -113,10 +113,14 @@ class AgentProcess:
         sweep(self.state_dir)
 
     def wait_state(self, mid: str, state: str, timeout_s: float = 20) -> dict[str, Any]:
-        status, body = call(
-            "GET", f"{self.url}/v1/machines/{mid}/wait?state={state}&timeout_s={timeout_s}",
-            timeout_s=timeout_s + 5,
-        )
+        try:
+            status, body = call(
+                "GET", f"{self.url}/v1/machines/{mid}/wait?state={state}&timeout_s={timeout_s}",
+                timeout_s=timeout_s + 5,
+            )
+        except OSError as exc:  # the agent is gone: what it said before it went
+            raise AssertionError(f"{exc}; the agent's log:\n"
+                                 f"{self.log_path.read_text()[-3000:]}") from None
         assert status == 200, (status, body, self.log_path.read_text()[-3000:])
         return body  # type: ignore[no-any-return]
 

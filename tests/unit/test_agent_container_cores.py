@@ -38,7 +38,7 @@ def spec(**changes: object) -> ContainerSpec:
 def test_a_container_gets_every_namespace_and_root_maps_to_an_unprivileged_range() -> None:
     config = runtime_config(spec())
     kinds = {ns["type"] for ns in config["linux"]["namespaces"]}
-    assert kinds == {"pid", "ipc", "uts", "mount", "user", "network"}
+    assert kinds == {"pid", "ipc", "uts", "mount", "user", "network", "cgroup"}
     assert config["linux"]["uidMappings"] == [
         {"containerID": 0, "hostID": 1 << 31, "size": 65536}]
     assert config["linux"]["gidMappings"] == config["linux"]["uidMappings"]

@@ -108,3 +108,14 @@ def test_thaw_machines_says_under_a_machine_how_it_last_ended_unless_a_clean_sto
                            machine("m3", "ready", "")]).split("\n")
     assert lines[1].startswith("m1") and lines[2] == "    crash: oom"
     assert lines[3].startswith("m2") and lines[4].startswith("m3") and len(lines) == 5
+
+
+def test_what_a_machine_wrote_cannot_drive_the_operators_terminal_or_forge_a_line() -> None:
+    from thaw.tables import printable
+
+    assert printable("ok\x1b]0;OWNED\x07\x1b[2J") == "ok\\x1b]0;OWNED\\x07\\x1b[2J"
+    assert printable("benign\r1999-01-01T00:00:00.000Z spoofed") == (
+        "benign\\r1999-01-01T00:00:00.000Z spoofed")
+    assert printable("a\u2028b\tc") == "a\\u2028b\tc"  # a tab is kept
+    rows = [{"version": 2, "reason": "crashed; last output:\n\x1b[31mred\x1b[0m"}]
+    assert "\x1b" not in table(rows, ["version"], below="reason")

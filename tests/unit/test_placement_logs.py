@@ -45,3 +45,11 @@ def test_a_line_longer_than_a_whole_chunk_is_given_rather_than_stuck() -> None:
 
 def test_lines_never_fail_on_bytes_that_are_not_utf8() -> None:
     assert lines(b"caf\xc3\xa9\n\xff\xfe ok\n") == ["café", "\ufffd\ufffd ok"]
+
+
+def test_lines_end_at_newlines_only_so_a_machine_cannot_forge_a_stamped_line() -> None:
+    from placement.core.logs import lines
+
+    chunk = "2026-11-27T12:00:00.000Z benign\r1999-01-01T00:00:00.000Z spoofed\u2028x\n"
+    assert lines(chunk.encode()) == [chunk[:-1]]
+    assert lines(b"a\nb\n") == ["a", "b"] and lines(b"a\nb") == ["a", "b"]

@@ -9,6 +9,9 @@ GET /attack            each escape the tests expect refused, and what happened
 GET /alloc?mb=N        allocates and touches N MiB (an OOM kill ends the machine)
 GET /fork              forks sleeping children until refused; answers how many it made
 GET /spin?s=S          spins one core for S seconds (answers at once)
+GET /deep?n=N          makes a directory tree N levels deep under /var/deep
+GET /flood?s=S         writes lines to stdout as fast as it can for S seconds (answers at
+                       once; the total it wrote is printed when it is done)
 Listens on 0.0.0.0:$PROBE_PORT, else $PORT. SIGTERM and SIGUSR1 end it with status 0
 after printing which signal came.
 """
@@ -129,6 +132,27 @@ def fork_until_refused() -> int:
     return len(children)
 
 
+def deep(levels: int) -> None:
+    os.makedirs("/var/deep", exist_ok=True)
+    fd = os.open("/var/deep", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+
+
+def flood(seconds: float) -> None:
+    line = b"X" * 200 + b"\n"
+    chunk = line * 300
+    end = time.monotonic() + seconds
+    written = 0
+    while time.monotonic() < end:
+        written += os.write(1, chunk)
+    os.write(1, f"flood wrote {written} bytes\n".encode())
+
+
 def spin(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -159,6 +183,12 @@ class Probe(BaseHTTPRequestHandler):
             self.answer({"allocated_mb": len(held) >> 20})
         elif url.path == "/fork":
             self.answer({"forked": fork_until_refused()})
+        elif url.path == "/deep":
+            deep(int(query["n"]))
+            self.answer({"deep": int(query["n"])})
+        elif url.path == "/flood":
+            threading.Thread(target=flood, args=(float(query["s"]),), daemon=True).start()
+            self.answer({"flooding": True})
         elif url.path == "/spin":
             threading.Thread(target=spin, args=(float(query["s"]),), daemon=True).start()
             self.answer({"spinning": True})
