@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.thaw-installed
 
 # Debian packages the tests start for real (command:package).
 # postgres: Debian keeps it in /usr/lib/postgresql/N/bin (looked for there too).
-# runc runs machines (the OCI driver), ip sets up their network, gcc builds the static
+# runc runs machines (the OCI driver), ip and nft set up their network, gcc builds the static
 # tinyhttp of the builtin:busybox base image; apt-get and dpkg-deb build builtin:python3.
-SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap \
+SYSDEPS := redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap nft:nftables \
            prometheus:prometheus postgres:postgresql runc:runc ip:iproute2 gcc:gcc
 EDGE_TESTS := tests/unit/test_edge_*.py tests/integration/test_edge_*.py \
               tests/integration/test_native_modules.py tests/e2e/test_up.py

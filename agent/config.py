@@ -10,6 +10,7 @@ from imagecache.core.egress import EgressPolicy
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 
 DRIVERS = ("auto", "oci", "bubblewrap", "process")
+MACHINE_EGRESS = ("public", "none")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class AgentConfig:
     # host-wide, tmpfs: claims on user-id ranges and addresses, machines' mounted trees
     run_dir: Path = Path("/run/thaw")
     machine_pids_max: int = 1024  # processes per machine (OCI driver)
+    # what machines may open outside: public (public addresses, through NAT) or none;
+    # never the host, other machines or private ranges (agent.core.machinenet)
+    machine_egress: str = "public"
     log_max_bytes: int = 1 << 20  # per machine; trimmed to half when exceeded
     log_rate_bytes_s: int = 1 << 20  # a machine's output taken in per second (it waits)
     compact_after_records: int = 10_000
@@ -59,3 +63,5 @@ class AgentConfig:
             raise ValueError(f"driver must be one of {', '.join(DRIVERS)}")
         if not 16 <= self.machine_pids_max <= 4_194_304:
             raise ValueError("machine_pids_max must be in [16, 4194304]")
+        if self.machine_egress not in MACHINE_EGRESS:
+            raise ValueError(f"machine_egress must be one of {', '.join(MACHINE_EGRESS)}")

@@ -7,7 +7,9 @@ import os
 import shutil
 
 from agent.config import AgentConfig
+from agent.core.machinenet import Egress
 from agent.driverport import Driver
+from agent.oci import egress
 from agent.ocidriver import OciDriver
 from agent.sandboxdriver import ProcessMachines
 
@@ -23,9 +25,7 @@ def make_driver(config: AgentConfig) -> Driver:
     if config.driver in ("auto", "oci"):
         missing = oci_missing(config.runtime)
         if not missing:
-            return OciDriver(config.state_dir, runtime=config.runtime,
-                             machine_cidr=config.machine_cidr, run_dir=config.run_dir,
-                             pids_max=config.machine_pids_max)
+            return _oci_driver(config)
         if config.driver == "oci":
             raise RuntimeError(f"the OCI driver cannot run here: {missing}")
         log.info("not the OCI driver: %s", missing)
@@ -43,7 +43,7 @@ def oci_missing(runtime: str) -> str:
         return f"the OCI runtime {runtime!r} is not installed (apt-get install runc)"
     if shutil.which("ip") is None:
         return "`ip` (iproute2) is not installed"
-    return ""
+    return egress.missing()
 
 
 async def sweep(config: AgentConfig) -> None:
@@ -52,7 +52,11 @@ async def sweep(config: AgentConfig) -> None:
     one whose state is to go). A no-op where the OCI driver cannot run."""
     if oci_missing(config.runtime) or not (config.state_dir / "runtime").exists():
         return
-    driver = OciDriver(config.state_dir, runtime=config.runtime,
-                       machine_cidr=config.machine_cidr, run_dir=config.run_dir,
-                       pids_max=config.machine_pids_max)
-    await driver.sweep(config.state_dir / "machines")
+    await _oci_driver(config).sweep(config.state_dir / "machines")
+
+
+def _oci_driver(config: AgentConfig) -> OciDriver:
+    return OciDriver(config.state_dir, runtime=config.runtime,
+                     machine_cidr=config.machine_cidr, run_dir=config.run_dir,
+                     pids_max=config.machine_pids_max,
+                     machine_egress=Egress(config.machine_egress))

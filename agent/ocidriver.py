@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 from agent import procfs
 from agent.core.exits import describe_exit
 from agent.core.imageuser import BadUser
+from agent.core.machinenet import Egress
 from agent.driverport import LaunchSpec, Running
-from agent.oci import cgroups, netns
+from agent.oci import cgroups, egress, netns
 from agent.oci.bundle import MachineFiles, machine_dirs, same_config, write_config
 from agent.oci.runtime import ContainerState, Runtime, RuntimeFailure
 from agent.outputs import writer_fd
@@ -65,12 +66,17 @@ class OciDriver:
 
     def __init__(self, state_dir: Path, *, runtime: str = "runc",
                  machine_cidr: str = netns.DEFAULT_CIDR,
-                 run_dir: Path = DEFAULT_RUN_DIR, pids_max: int = DEFAULT_PIDS_MAX) -> None:
+                 run_dir: Path = DEFAULT_RUN_DIR, pids_max: int = DEFAULT_PIDS_MAX,
+                 machine_egress: Egress = Egress.PUBLIC) -> None:
         """`run_dir`: host-wide, on tmpfs: the claims every agent of the host shares, and
-        the machines' mounted trees (`roots/<machine id>`)."""
+        the machines' mounted trees (`roots/<machine id>`). `machine_egress`: what its
+        machines may open outside (agent.core.machinenet)."""
         self.runtime = Runtime(runtime, state_dir / "runtime")
         self.name = f"oci/{self.runtime.name}"
-        self.files = MachineFiles(run_dir, machine_cidr, pids_max)
+        self.files = MachineFiles(run_dir, machine_cidr, pids_max, machine_egress)
+        self.egress = machine_egress
+        self._run_dir = run_dir
+        self._egress_installed = False
         self._exits: dict[int, int] = {}  # pid -> wait status, for inits reaped here
         self._memory_dirs: dict[int, Path] = {}  # pid -> its memory cgroup, read while alive
         self._locks: dict[str, asyncio.Lock] = {}  # machine id -> its operations, one by one
@@ -115,7 +121,7 @@ class OciDriver:
         state = await self.runtime.state(spec.machine_id)
         if state is not None and state.status == "created" and same_config(bundle, config):
             if not netns.exists(link):  # an agent stopped between create and link
-                await netns.create(link, state.pid)
+                await self._link_up(link, state.pid)
             return self._remember(spec, state.pid)
         if state is not None:
             await self._delete(spec.machine_id)
@@ -125,8 +131,20 @@ class OciDriver:
             pid = await self.runtime.create(spec.machine_id, bundle, fd)
         finally:
             os.close(fd)
-        await netns.create(link, pid)
+        await self._link_up(link, pid)
         return self._remember(spec, pid)
+
+    async def _link_up(self, link: netns.Link, pid: int) -> None:
+        """Link the created container `pid` to the host and give it its egress (the two
+        side by side; the host's table made first, once)."""
+        if not self._egress_installed:
+            await egress.install(self._run_dir)
+            self._egress_installed = True
+        await asyncio.gather(netns.create(link, pid), egress.allow(link.machine_ip,
+                                                                   self.egress))
+
+    async def _link_down(self, link: netns.Link) -> None:
+        await asyncio.gather(netns.remove(link), egress.drop(link.machine_ip))
 
     def _remember(self, spec: LaunchSpec, pid: int) -> Prepared:
         stat = procfs.read_stat(pid)
@@ -273,7 +291,7 @@ class OciDriver:
     async def _exited(self, machine_id: str, machine_dir: Path) -> None:
         await self._delete(machine_id)
         if self.files.has_slots(machine_dir):  # its namespace went with its init
-            await netns.remove(self.files.link(machine_id, machine_dir))
+            await self._link_down(self.files.link(machine_id, machine_dir))
 
     async def _destroy(self, machine_id: str, machine_dir: Path) -> None:
         await self._exited(machine_id, machine_dir)
@@ -324,7 +342,7 @@ class OciDriver:
         for state in await self._containers():
             await self._delete(state.id)
         for directory in machine_dirs(machines_dir):
-            await netns.remove(self.files.link(directory.name, directory))
+            await self._link_down(self.files.link(directory.name, directory))
             await asyncio.to_thread(self.files.unmount, directory.name, directory)
 
     async def sweep(self, machines_dir: Path) -> None:

@@ -42,7 +42,7 @@ from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
 from edge.loadshare import LoadBoard, LoadShare
 from edge.metrics import EdgeMetrics
-from edge.view import AppEntry, MachineSlot, View
+from edge.view import LOST, AppEntry, MachineSlot, View
 from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
 from thaw.logs import event
 
@@ -286,7 +286,10 @@ class Edge(Shell):
                                                  boot_ms))
 
     def _machine_removed(self, slot: MachineSlot) -> None:
-        self.pool.close_address(slot.address)
+        if slot.state == LOST:  # no answer will come: requests at it go out again
+            self.pool.sever_address(slot.address)
+        else:  # stopping: what is at it finishes
+            self.pool.close_address(slot.address)
         entry = self.view.apps.get(slot.app)
         if entry is not None and self.wakes.held(slot.app):
             self.run(self.wakes.on_machine_lost(slot.app, self.loop.time(), self.shape(entry)))

@@ -26,6 +26,7 @@ from thaw.registry.types import boot_span_ms
 log = logging.getLogger("thaw.edge.view")
 
 STARTED = "started"
+LOST = "lost"  # its worker is failed (placement says so): no answer will come from it
 MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
 
 
@@ -262,7 +263,7 @@ class View:
         lost = [slot for entry in self.apps.values() for slot in entry.machines.values()
                 if slot.worker == worker]
         for slot in lost:
-            self.mark(slot, "lost")
+            self.mark(slot, LOST)
         return len(lost)
 
     def set_draining(self, slot: MachineSlot, draining: bool) -> None:

@@ -86,6 +86,8 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_driver_flags(p)
     p.add_argument("--machine-cidr", default=e("MACHINE_CIDR", "10.213.0.0/16"))
     p.add_argument("--machine-pids-max", type=int, default=int(e("MACHINE_PIDS_MAX", "1024")))
+    p.add_argument("--machine-egress", choices=["public", "none"],
+                   default=e("MACHINE_EGRESS", "public"))
     p.add_argument("--stop-machines-on-exit", action="store_true")
     p.add_argument("--sweep", action="store_true",
                    help="remove what this state dir's machines have on the host (containers, "
@@ -113,7 +115,7 @@ async def run_agent(args: argparse.Namespace) -> int:
         cpus=args.cpus, memory_mb=args.memory_mb, worker_id=args.id,
         cache_budget_bytes=args.cache_budget_mb << 20, heartbeat_interval_s=args.heartbeat_s,
         driver=args.driver, runtime=args.runtime, machine_cidr=args.machine_cidr,
-        machine_pids_max=args.machine_pids_max,
+        machine_pids_max=args.machine_pids_max, machine_egress=args.machine_egress,
         stop_machines_on_exit=args.stop_machines_on_exit, repair_log=args.repair,
     )
     if args.sweep:
@@ -347,6 +349,9 @@ HELP = {
     "runtime": "the OCI runtime binary (runc, crun, runsc or a path)",
     ("agent", "machine_cidr"): "the OCI driver's machine addresses (a /31 per machine)",
     ("agent", "machine_pids_max"): "processes per machine (OCI driver)",
+    ("agent", "machine_egress"): "what machines may open outside: public addresses through "
+                                 "NAT, or none (never the host, other machines or private "
+                                 "ranges)",
     ("agent", "stop_machines_on_exit"): "stop this worker's machines when it exits",
     "name": "the app's name",
     "app": "the app's name",

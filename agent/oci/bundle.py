@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.core.imageuser import resolve_user
+from agent.core.machinenet import Egress, resolv_conf
 from agent.core.ocispec import (
     DEFAULT_CAPABILITIES,
     ContainerSpec,
@@ -41,7 +42,8 @@ MAX_OPEN_FILES = 65536
 class MachineFiles:
     """The host-side things of this agent's machines (see the module's docstring)."""
 
-    def __init__(self, run_dir: Path, machine_cidr: str, pids_max: int) -> None:
+    def __init__(self, run_dir: Path, machine_cidr: str, pids_max: int,
+                 egress: Egress = Egress.PUBLIC) -> None:
         """`run_dir`: host-wide, on tmpfs: the claims every agent of the host shares, and
         the machines' mounted trees (`roots/<machine id>`)."""
         self.roots_dir = run_dir / "roots"
@@ -56,6 +58,7 @@ class MachineFiles:
         for claims in (self.addresses, self.id_ranges):
             claims.prune()  # what agents whose state is gone left behind
         self.pids_max = pids_max
+        self.resolv_conf = resolv_conf(_host_resolv_conf(), egress)
         self.swap_accounted = cgroups.swap_accounted()
         self.seccomp = default_profile(frozenset(DEFAULT_CAPABILITIES))
         # A container cannot raise its hard limit above the one it is created under.
@@ -84,7 +87,8 @@ class MachineFiles:
             limits=Limits(memory_bytes=spec.memory_mb << 20, cpus=spec.cpus,
                           pids=self.pids_max, swap_accounted=self.swap_accounted),
             cgroups_path=f"thaw/{spec.machine_id}",
-            etc_files=_write_etc(root.run, spec.machine_id, link.machine_ip),
+            etc_files=_write_etc(root.run, spec.machine_id, link.machine_ip,
+                                  self.resolv_conf),
             seccomp=self.seccomp,
             nofile=self.nofile,
         )
@@ -152,11 +156,23 @@ def write_config(bundle: Path, config: dict[str, Any]) -> None:
     tmp.replace(bundle / "config.json")
 
 
-def _write_etc(run_dir: Path, machine_id: str, address: str) -> tuple[tuple[str, str], ...]:
-    """/etc/hosts and /etc/hostname of the machine, bound read-only over the image's."""
+def _host_resolv_conf() -> str:
+    try:
+        return Path("/etc/resolv.conf").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _write_etc(run_dir: Path, machine_id: str, address: str, resolv: str
+               ) -> tuple[tuple[str, str], ...]:
+    """/etc/hosts, /etc/hostname and /etc/resolv.conf of the machine, bound read-only over
+    the image's."""
     hosts = run_dir / "hosts"
     hosts.write_text(f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
                      f"{address}\t{machine_id}\n")
     hostname = run_dir / "hostname"
     hostname.write_text(machine_id + "\n")
-    return (("/etc/hosts", str(hosts)), ("/etc/hostname", str(hostname)))
+    resolver = run_dir / "resolv.conf"
+    resolver.write_text(resolv)
+    return (("/etc/hosts", str(hosts)), ("/etc/hostname", str(hostname)),
+            ("/etc/resolv.conf", str(resolver)))

@@ -61,8 +61,14 @@ class Pool:
 
 
 def exists(link: Link) -> bool:
-    return (NETNS_DIR / link.netns).exists() and os.path.exists(
-        f"/sys/class/net/{link.host_if}")
+    return (NETNS_DIR / link.netns).exists() and _has_interface(link.host_if)
+
+
+def _has_interface(name: str) -> bool:
+    """An interface `name` is in this process's network namespace (/proc/sys/net shows
+    the reader's namespace; /sys/class/net the one /sys was mounted in, which differs for
+    an agent started in a namespace of its own by `nsenter --net`)."""
+    return os.path.exists(f"/proc/sys/net/ipv4/conf/{name}")
 
 
 async def create(link: Link, pid: int) -> None:
@@ -93,7 +99,7 @@ async def remove(link: Link) -> None:
 
 def _removals(link: Link) -> list[str]:
     commands = []
-    if os.path.exists(f"/sys/class/net/{link.host_if}"):
+    if _has_interface(link.host_if):
         commands.append(f"link del {link.host_if}")
     if (NETNS_DIR / link.netns).exists():
         commands.append(f"netns del {link.netns}")

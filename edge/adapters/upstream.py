@@ -45,6 +45,7 @@ class UpstreamConnection(Upstream):
         self.used = 0
         self.acked = False  # this response's early ACK was asked for
         self.tunnel = False  # a 101 switched this connection to a tunnel: bytes as they come
+        self.severed = False  # cut by the edge: its machine's host is lost
 
     def _new_parser(self) -> httptools.HttpResponseParser:
         """The headers go straight from the parser to the pure reader (the status line's
@@ -94,6 +95,15 @@ class UpstreamConnection(Upstream):
         if self.transport is not None:
             self.transport.close()
 
+    def sever(self) -> None:
+        """Cut the connection now, mid-exchange too: its machine's host is lost, and no
+        answer, not even a reset, will come from it. The exchange sees the loss (and goes
+        out again if it may)."""
+        self.severed = True
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
     # -- transport events ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,7 +126,8 @@ class UpstreamConnection(Upstream):
             exchange.tunnel_closed()  # the machine closed its side: so does the client's
             return
         response = self.response
-        if response is not None and response.body == BODY_UNTIL_CLOSE and exc is None:
+        if (response is not None and response.body == BODY_UNTIL_CLOSE and exc is None
+                and not self.severed):
             exchange.response_end()  # a clean close is the end of this body (a reset is not)
         else:
             self.pool.shell.upstream_lost(exchange, self.got_bytes, self.used > 1)
@@ -230,7 +241,8 @@ class UpstreamConnection(Upstream):
 
 
 class UpstreamPool:
-    """Idle keep-alive connections per machine address."""
+    """Idle keep-alive connections per machine address, and every open one (to cut them
+    all when a machine's host is lost: tracked per connection, not per request)."""
 
     def __init__(self, shell: Shell) -> None:
         self.shell = shell
@@ -242,6 +254,7 @@ class UpstreamPool:
         self.quickack = config.upstream_quickack
         self.connect_timeout_s = config.upstream_connect_timeout_s
         self.idle: dict[str, list[UpstreamConnection]] = {}
+        self.open: dict[str, set[UpstreamConnection]] = {}
         self.accepted = 0
 
     def acquire(self, address: str) -> UpstreamConnection | None:
@@ -260,6 +273,11 @@ class UpstreamPool:
             await self.loop.create_connection(
                 lambda: cast(asyncio.Protocol, conn), slot.host, slot.port
             )
+        if not conn.closed:
+            opened = self.open.get(slot.address)
+            if opened is None:
+                opened = self.open[slot.address] = set()
+            opened.add(conn)
         return conn
 
     def release(self, conn: UpstreamConnection, reusable: bool) -> None:
@@ -279,10 +297,21 @@ class UpstreamPool:
         conns = self.idle.get(conn.address)
         if conns and conn in conns:
             conns.remove(conn)
+        opened = self.open.get(conn.address)
+        if opened is not None:
+            opened.discard(conn)
+            if not opened:
+                del self.open[conn.address]
 
     def close_address(self, address: str) -> None:
         for conn in self.idle.pop(address, []):
             conn.close()
+
+    def sever_address(self, address: str) -> None:
+        """Cut every connection to `address`, idle or mid-exchange (its host is lost)."""
+        self.close_address(address)
+        for conn in list(self.open.get(address, ())):
+            conn.sever()
 
     def close_stale(self) -> None:
         """Close idle connections older than the idle timeout (machines may close them first)."""

@@ -26,6 +26,7 @@ class SteadyLoad:
     rate: float = 50.0
     clients: int = 5
     timeout_s: float = 30.0
+    address: str = "127.0.0.1"  # the edge's
     answers: list[Answer] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -55,7 +56,7 @@ class SteadyLoad:
 
     def get(self) -> Answer:
         began = time.monotonic()
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
+        conn = http.client.HTTPConnection(self.address, self.port, timeout=self.timeout_s)
         try:
             conn.request("GET", "/", headers={"Host": self.host})
             response = conn.getresponse()

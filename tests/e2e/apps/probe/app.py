@@ -10,6 +10,10 @@ GET /alloc?mb=N        allocates and touches N MiB (an OOM kill ends the machine
 GET /fork              forks sleeping children until refused; answers how many it made
 GET /spin?s=S          spins one core for S seconds (answers at once)
 GET /deep?n=N          makes a directory tree N levels deep under /var/deep
+GET /connect?to=H:P&to=…  opens TCP to each (1 s at most): "ok" or the error's name
+GET /env?name=N        the value of environment variable N (or null)
+GET /sniff?s=S&needle=X    captures every frame on every interface it can see (AF_PACKET)
+                       for S seconds: the interfaces, the frames, whether X was in one
 GET /flood?s=S         writes lines to stdout as fast as it can for S seconds (answers at
                        once; the total it wrote is printed when it is done)
 Listens on 0.0.0.0:$PROBE_PORT, else $PORT. SIGTERM and SIGUSR1 end it with status 0
@@ -159,6 +163,39 @@ def spin(seconds: float) -> None:
         pass
 
 
+def connect(target: str) -> str:
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1.0).close()
+    except TimeoutError:
+        return "timeout"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc))
+    return "ok"
+
+
+def sniff(seconds: float, needle: bytes) -> dict[str, object]:
+    """Every frame AF_PACKET shows this machine for `seconds` (ETH_P_ALL, all interfaces)."""
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    except OSError as exc:
+        return {"error": errno.errorcode.get(exc.errno or 0, str(exc))}
+    frames, seen, interfaces = 0, False, set()
+    sock.settimeout(0.1)
+    end = time.monotonic() + seconds
+    with sock:
+        while time.monotonic() < end:
+            try:
+                frame, address = sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            frames += 1
+            interfaces.add(address[0])
+            seen = seen or needle in frame
+    return {"frames": frames, "seen": seen, "interfaces": sorted(interfaces),
+            "all_interfaces": sorted(name for _, name in socket.if_nameindex())}
+
+
 class Probe(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -186,6 +223,12 @@ class Probe(BaseHTTPRequestHandler):
         elif url.path == "/deep":
             deep(int(query["n"]))
             self.answer({"deep": int(query["n"])})
+        elif url.path == "/connect":
+            self.answer({t: connect(t) for t in parse_qs(url.query).get("to", [])})
+        elif url.path == "/env":
+            self.answer({"value": os.environ.get(query["name"])})
+        elif url.path == "/sniff":
+            self.answer(sniff(float(query["s"]), query.get("needle", "").encode()))
         elif url.path == "/flood":
             threading.Thread(target=flood, args=(float(query["s"]),), daemon=True).start()
             self.answer({"flooding": True})
