@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from thaw import cmd_registry
+from thaw.cmd_registry import add_registry_flags, optional_path, registry_url
 from thaw.commands import add_client_commands, run_client_command
 from thaw.loadtest import add_parser as loadtest_parser
 from thaw.loadtest import run as run_loadtest
@@ -79,7 +81,7 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--region", default=e("REGION", "local"))
     p.add_argument("--cpus", type=float, default=float(e("CPUS", str(os.cpu_count()))))
     p.add_argument("--memory-mb", type=int, default=int(e("MEMORY_MB", "4096")))
-    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    add_registry_flags(p)
     p.add_argument("--id", default=e("WORKER_ID", ""), help="worker id (default: in state dir)")
     p.add_argument("--cache-budget-mb", type=int, default=int(e("CACHE_BUDGET_MB", "2048")))
     p.add_argument("--heartbeat-s", type=float, default=float(e("HEARTBEAT_S", "1.0")))
@@ -124,7 +126,11 @@ async def run_agent(args: argparse.Namespace) -> int:
         await sweep(config)
         print(f"swept the machines of {config.state_dir}", flush=True)
         return 0
-    runtime = AgentRuntime(config, open_registry(args.registry))
+    from agent.runner import load_worker_id
+
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    worker = config.worker_id or load_worker_id(config.state_dir)
+    runtime = AgentRuntime(config, open_registry(await registry_url(args, "agent", worker)))
     url = await runtime.start()
     driver = runtime.agent.driver if runtime.agent is not None else None
     what = "" if driver is None else f" (machines: {driver.name}" + (
@@ -139,6 +145,15 @@ def add_store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=env_default("STORE", "sqlite"), metavar="URL",
                    help="placement's durable store: sqlite (a file in the state dir) or "
                         "postgresql://USER@HOST:PORT/DB, which several placements share")
+    p.add_argument("--store-password-file", type=Path, metavar="PATH",
+                   default=optional_path(env_default("STORE_PASSWORD_FILE", "")),
+                   help="the PostgreSQL user's password (a 0600 file; else in the URL)")
+
+
+def store_url(args: argparse.Namespace) -> str:
+    from placement.store.factory import with_password
+
+    return with_password(args.store, args.store_password_file)
 
 
 def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -147,7 +162,7 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--host", default=e("PLACEMENT_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(e("PLACEMENT_PORT", "4280")))
     p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/placement")))
-    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    add_registry_flags(p)
     p.add_argument("--domain", default=e("DOMAIN", "localhost"),
                    help="apps are {app}.DOMAIN; no app may list a host under it")
     add_store_flag(p)
@@ -167,7 +182,7 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--placement", default=e("PLACEMENT_URL", "http://127.0.0.1:4280"))
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
     p.add_argument("--region", default=e("REGION", "local"))
-    p.add_argument("--registry", default=e("REGISTRY", "memory"))
+    add_registry_flags(p)
     p.add_argument("--max-held-total", type=int, default=int(e("MAX_HELD_TOTAL", "10000")),
                    help="requests held across all apps; past it new ones get 503")
     p.add_argument("--underscore-headers", choices=["drop", "reject"],
@@ -225,10 +240,11 @@ async def run_placement(args: argparse.Namespace) -> int:
     config = PlacementConfig(
         state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
         admin_token=admin_token(args.admin_token_file), domain=args.domain,
-        egress=egress_policy(args), host=args.host, port=args.port, store=args.store,
+        egress=egress_policy(args), host=args.host, port=args.port, store=store_url(args),
     )
-    runtime = PlacementRuntime(config, open_registry(args.registry),
-                               coordination=open_coordination(args.registry))
+    registry = await registry_url(args, "placement")
+    runtime = PlacementRuntime(config, open_registry(registry),
+                               coordination=open_coordination(registry))
     url = await runtime.start()
     print(f"thaw placement listening on {url}", flush=True)
     await wait_for_signal()
@@ -254,8 +270,8 @@ async def run_edge(args: argparse.Namespace) -> int:
                         cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
                         access_log="" if args.access_log == "off" else args.access_log,
                         access_log_sample_rate=args.access_log_sample)
-    runtime = EdgeRuntime(config, open_registry(args.registry),
-                          board=open_load_board(args.registry))
+    registry = await registry_url(args, "edge")
+    runtime = EdgeRuntime(config, open_registry(registry), board=open_load_board(registry))
     await runtime.start()
     from thaw.native import state as native_state
 
@@ -281,7 +297,7 @@ def up_config(args: argparse.Namespace) -> UpConfig:
         allow_layouts=tuple(str(Path(d).resolve()) for d in args.allow_layout),
         tls=args.tls, tls_port=args.tls_port,
         access_log=args.access_log, access_log_sample_rate=args.access_log_sample,
-        store=args.store, driver=args.driver, runtime=args.runtime,
+        store=store_url(args), driver=args.driver, runtime=args.runtime,
     )
 
 
@@ -327,7 +343,6 @@ class Parser(argparse.ArgumentParser):
 HELP = {
     "state_dir": "where this service keeps its durable state",
     "log_level": "debug, info, warning or error",
-    "registry": "the shared view: memory (one process) or redis://HOST:PORT/DB",
     "domain": "apps are served as NAME.DOMAIN",
     "region": "the region this service runs in",
     "host": "the address to listen on",
@@ -388,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     edge_parser(sub)
     placement_parser(sub)
     agent_parser(sub)
+    cmd_registry.add(sub)
     sub.add_parser("image", help="build OCI images: thaw image build DIR -t NAME:TAG ...")
     add_client_commands(sub, env_default)
     loadtest_parser(sub).set_defaults(run=run_loadtest)

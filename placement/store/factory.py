@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from placement.store.apps import SqlAppStore
 from placement.store.database import Database
@@ -44,6 +44,30 @@ def check_store_url(url: str) -> str:
             or not parts.path.strip("/"):
         raise ValueError(f"store: {shown!r} is not a store; use {STORE_HELP}")
     return url
+
+
+def with_password(url: str, password_file: Path | None) -> str:
+    """A postgresql:// `url` with the password of `password_file` (a 0600 file) for its
+    user; `url` itself without a file. ValueError for a password given twice, a file for
+    the SQLite store or a URL without a user."""
+    if password_file is None:
+        return url
+    from thaw.auth.secrets_files import read_secret
+
+    parts = urlsplit(check_store_url(url))
+    if url == "sqlite":
+        raise ValueError("--store-password-file is for a postgresql:// store")
+    if parts.password is not None:
+        raise ValueError("the store's password is given both in the URL and in "
+                         "--store-password-file: give it once")
+    if not parts.username:
+        raise ValueError("the store URL names no user: postgresql://USER@HOST:PORT/DB")
+    password = read_secret(password_file)
+    if not password:
+        raise ValueError(f"{password_file} is empty")
+    user, _, where = parts.netloc.rpartition("@")
+    secret = quote(password, safe="")
+    return parts._replace(netloc=f"{quote(unquote(user), safe='')}:{secret}@{where}").geturl()
 
 
 async def open_store(url: str, state_dir: Path) -> SqlStore:

@@ -13,12 +13,17 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import asyncpg
 
 from placement.errors import Conflict
 from placement.store.database import Dialect, Row
 from placement.store.port import StoreUnavailable
+
+
+class StoreRefused(ValueError):
+    """The server refused placement's user: a wrong password or user, or no access."""
 
 POSTGRESQL = Dialect(name="postgresql", for_update=" FOR UPDATE")
 CONNECT_TIMEOUT_S = 5.0
@@ -54,10 +59,21 @@ class PostgresDatabase:
         self._pool: asyncpg.Pool | None = None
 
     async def open(self) -> None:
+        """The pool, once the server has accepted the user (StoreRefused if not: a wrong
+        password or user stops placement at start with one line)."""
         with _translated():
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=0, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT_S,
                 command_timeout=STATEMENT_TIMEOUT_S)
+        try:
+            async with self.reading() as tx:
+                await tx.row("SELECT 1")
+        except asyncpg.InvalidAuthorizationSpecificationError as exc:
+            await self.close()
+            parts = urlsplit(self.url)
+            raise StoreRefused(f"postgresql at {parts.hostname}:{parts.port or 5432} "
+                               f"refused user {unquote(parts.username or '')!r}: "
+                               f"{exc}") from None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTx]:

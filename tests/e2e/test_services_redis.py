@@ -133,6 +133,29 @@ def test_redis_restarted_empty_under_warm_load_loses_no_app_and_no_request(
     assert republished_s < 5
 
 
+def test_with_a_user_and_an_acl_per_role_the_services_wake_an_app_and_no_agent_can_reroute_it(
+    tmp_path: Path,
+) -> None:
+    with start_redis_server(locked=True, workers=("w0", "w1")) as locked:
+        services = Services(tmp_path, "", locked=locked).start()
+        try:
+            machine_id = deploy_hello(services, tmp_path)
+            agent = redis.Redis.from_url(locked.url_of("agent-w0"))
+            for write in (lambda: agent.hset("thaw:apps", "hello", "{}"),
+                          lambda: agent.set("thaw:worker:w1", "{}"),
+                          lambda: agent.hgetall("thaw:apps")):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    write()
+            agent.close()
+            status, body, _ = edge_get(services, "hello.localhost")
+            assert status == 200 and body.split()[-1] == machine_id
+        finally:
+            services.stop()
+        logs = "".join(log.read_text() for log in tmp_path.glob("*.log"))
+        assert "NOPERM" not in logs and "no permissions" not in logs, logs
+        assert locked.passwords["edge"] not in logs
+
+
 def shaped(machines: list[dict[str, Any]], avoid: str = "") -> bool:
     """One started machine and one spare, on two workers, none on `avoid`."""
     states = sorted(m["state"] for m in machines)

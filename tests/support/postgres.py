@@ -1,5 +1,7 @@
 """A real PostgreSQL server for the tests: initdb into a temp dir, `postgres` on a free
-port, trust auth, one database; killed and restarted (by PID) on the same data dir.
+port, a password (SCRAM, scram-sha-256) asked on every connection as in production
+(`url()` carries it; `password_file` holds it), one database; killed and restarted (by
+PID) on the same data dir.
 
 initdb and postgres refuse to run as root: as root, both run as `nobody` (the data
 dir chowned to it). Reusable: `PostgresServer` (start/kill/restart/stop, `url`) for
@@ -13,6 +15,7 @@ import contextlib
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -42,6 +45,8 @@ class PostgresServer:
         self.data = os.path.join(self.dir, "data")
         self.sockets = os.path.join(self.dir, "sockets")
         self.port = free_port()
+        self.password = secrets.token_urlsafe(18)
+        self.password_file = os.path.join(self.dir, "password")  # 0600, for --store-password-file
         self._proc: subprocess.Popen[bytes] | None = None
         self._as_user: list[str] = []
         if os.geteuid() == 0:
@@ -50,14 +55,24 @@ class PostgresServer:
             self._as_user = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}",
                              "--clear-groups", "--"]
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
-        self._run(postgres_binary("initdb"), "-D", self.data, "-U", USER, "-A", "trust",
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.password + "\n")
+        if self._as_user:
+            os.chown(self.password_file, pwd.getpwnam(UNPRIVILEGED).pw_uid, -1)
+        self._run(postgres_binary("initdb"), "-D", self.data, "-U", USER,
+                  "--auth=scram-sha-256", f"--pwfile={self.password_file}",
                   "-E", "UTF8", "--no-sync")
+        if self._as_user:  # the tests (root) read it too
+            os.chown(self.password_file, 0, -1)
         os.makedirs(self.sockets, exist_ok=True)
         if self._as_user:
             os.chown(self.sockets, pwd.getpwnam(UNPRIVILEGED).pw_uid, -1)
 
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", *, password: bool = True) -> str:
+        """With the password in it, unless `password=False` (then give the file)."""
+        secret = f":{self.password}" if password else ""
+        return f"postgresql://{USER}{secret}@127.0.0.1:{self.port}/{database}"
 
     @property
     def pid(self) -> int | None:
@@ -111,7 +126,8 @@ class PostgresServer:
         while True:
             done = subprocess.run(
                 [postgres_binary("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
-                 "-d", "postgres", "-Atc", "SELECT 1"], capture_output=True, check=False)
+                 "-d", "postgres", "-Atc", "SELECT 1"], capture_output=True, check=False,
+                env=self._psql_env())
             if done.returncode == 0 or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
@@ -119,7 +135,10 @@ class PostgresServer:
     def _psql(self, sql: str) -> None:
         subprocess.run([postgres_binary("psql"), "-h", "127.0.0.1", "-p", str(self.port),
                         "-U", USER, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", sql],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, env=self._psql_env())
+
+    def _psql_env(self) -> dict[str, str]:
+        return {**os.environ, "PGPASSWORD": self.password}
 
     def _run(self, *argv: str) -> None:
         subprocess.run([*self._as_user, *argv], check=True, capture_output=True)

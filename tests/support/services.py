@@ -14,21 +14,26 @@ from tests.support.agent_process import call, find_machine_processes, kill_group
 from tests.support.credentials import ADMIN_TOKEN, ENV
 from tests.support.machines import sweep
 from tests.support.ports import free_port, wait_for_port
+from tests.support.redis_server import RedisServer
 
 
 class Services:
     def __init__(self, tmp: Path, redis_url: str, agents: int = 2, *, placements: int = 1,
                  edges: int = 1, store: str = "", agent_cpus: float = 2,
-                 agent_memory_mb: int = 1024, heartbeat_s: float = 0.5) -> None:
+                 agent_memory_mb: int = 1024, heartbeat_s: float = 0.5,
+                 locked: RedisServer | None = None) -> None:
         """`placements` share `store` (a postgresql:// URL; "" is each one's own SQLite);
         edge i asks placement i % placements. The first of each is `placement`/`edge`.
-        `heartbeat_s`: the agents' (short in tests, so that a dead one is seen soon)."""
+        `heartbeat_s`: the agents' (short in tests, so that a dead one is seen soon).
+        `locked`: a Redis with ACLs (`redis_url` unused): each service connects as its
+        role's user, an agent as its worker's own (`agent-w0`…), password from a file."""
         self.tmp = tmp
         self.redis_url = redis_url
         self.agents = agents
         self.store = store
         self.agent_size = (str(agent_cpus), str(agent_memory_mb))
         self.heartbeat_s = heartbeat_s
+        self.locked = locked
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
         self.api_ports = [free_port() for _ in range(placements)]
@@ -42,13 +47,20 @@ class Services:
     def spawn(self, name: str, *args: str, port: int) -> None:
         self.args[name] = (list(args), port)
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, "--registry",
-                                 self.redis_url, "--log-level",
+        proc = subprocess.Popen([sys.executable, "-m", "thaw", *args, *self.registry_args(args),
+                                 "--log-level",
                                  os.environ.get("THAW_TEST_LOG_LEVEL", "warning")],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         log.close()
         self.procs[name] = proc
         wait_for_port("127.0.0.1", port, timeout_s=20)
+
+    def registry_args(self, args: tuple[str, ...]) -> list[str]:
+        if self.locked is None:
+            return ["--registry", self.redis_url]
+        user = args[0] if args[0] != "agent" else f"agent-{args[args.index('--id') + 1]}"
+        return ["--registry", self.locked.plain_url(user),
+                "--registry-password-file", str(self.locked.password_file(user))]
 
     def start(self) -> Services:
         layouts = ("--allow-layout", str(self.tmp))

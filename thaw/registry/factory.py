@@ -17,4 +17,7 @@ def open_registry(url: str) -> Registry:
         from thaw.registry.redis import RedisRegistry
 
         return RedisRegistry(url)
-    raise UnsupportedRegistry(f"unknown registry {url!r}: use memory or redis://HOST:PORT")
+    from thaw.registry.access import shown
+
+    raise UnsupportedRegistry(f"unknown registry {shown(url)!r}: use memory, "
+                              "redis://[USER@]HOST:PORT/DB, rediss://… (TLS) or unix://PATH")

@@ -33,9 +33,11 @@ def changes() -> str:
     return f"{PREFIX}:changes"
 
 
-def worker_epochs() -> str:
-    """Highest epoch seen per worker; outlives the heartbeat TTL so fencing survives it."""
-    return f"{PREFIX}:worker-epochs"
+def worker_epoch(worker_id: str) -> str:
+    """The highest epoch seen of a worker; outlives the heartbeat TTL so fencing survives
+    it. A key per worker (not a shared hash) so that a worker's ACL user may write its own
+    and no other's (docs/security.md)."""
+    return f"{PREFIX}:worker-epoch:{worker_id}"
 
 
 def generation() -> str:

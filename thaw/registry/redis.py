@@ -9,15 +9,16 @@ time. Timeouts are short: the registry is advisory and callers carry on.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from collections.abc import AsyncIterator, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from thaw.appconfig import AppConfig
 from thaw.registry import keys
@@ -29,9 +30,9 @@ T = TypeVar("T")
 READS_PER_ROUND_TRIP = 200  # apps whose records travel (and are decoded) together
 
 _PUBLISH_WORKER = """
-local seen = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
+local seen = tonumber(redis.call('GET', KEYS[2]) or '-1')
 if seen > tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'worker', 'key', ARGV[1])
@@ -115,6 +116,23 @@ POOL_CONNECTIONS = 64
 POOL_WAIT_S = 2.0
 
 
+class ReadOnlyScript:
+    """A script that only reads, run as EVALSHA_RO: a user with read-only access to its
+    keys may run it (EVALSHA asks for write access to every key it names)."""
+
+    def __init__(self, client: aioredis.Redis, script: str) -> None:
+        self._client = client
+        self._script = script
+        self._sha = hashlib.sha1(script.encode()).hexdigest()
+
+    async def __call__(self, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self._client.evalsha_ro(self._sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self._sha = await self._client.script_load(self._script)
+            return await self._client.evalsha_ro(self._sha, len(keys), *keys, *args)
+
+
 def connect(url: str, *, timeout_s: float, socket_timeout_s: float | None = None
             ) -> aioredis.Redis:
     """A client on a bounded pool that makes callers wait for a free connection; each call
@@ -142,8 +160,8 @@ class RedisRegistry:
         self._put_guarded = self._r.register_script(_PUT_GUARDED)
         self._delete = self._r.register_script(_DELETE)
         self._generation = self._r.register_script(_GENERATION)
-        self._values_by_line = self._r.register_script(_VALUES_BY_LINE)
-        self._counted_values_of_many = self._r.register_script(_COUNTED_VALUES_OF_MANY)
+        self._values_by_line = ReadOnlyScript(self._r, _VALUES_BY_LINE)
+        self._counted_values_of_many = ReadOnlyScript(self._r, _COUNTED_VALUES_OF_MANY)
         # What the last apps() and machines_of() decoded, by JSON text: unchanged records
         # (nearly all, in a resync) are neither decoded again (~10 µs a config) nor made
         # anew, so a resync leaves the garbage collector little to do.
@@ -158,7 +176,8 @@ class RedisRegistry:
 
     async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
         await self._call(self._publish_worker(
-            keys=[keys.worker(status.id), keys.worker_epochs(), keys.workers(), keys.changes()],
+            keys=[keys.worker(status.id), keys.worker_epoch(status.id), keys.workers(),
+                  keys.changes()],
             args=[status.id, msgspec.json.encode(status), status.epoch,
                   max(1, int(ttl_s * 1000)), FEED_LENGTH],
         ))
