@@ -33,7 +33,8 @@ AppName = Annotated[str, msgspec.Meta(pattern=APP_NAME_PATTERN)]
 REGION_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?"
 Region = Annotated[str, msgspec.Meta(pattern=f"^{REGION_PATTERN}$")]
 RegionOrPrimary = Annotated[str, msgspec.Meta(pattern=f"^(?:{REGION_PATTERN})?$")]  # "": primary
-EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+EnvName = Annotated[str, msgspec.Meta(pattern=ENV_NAME_PATTERN)]
 EnvValue = Annotated[str, msgspec.Meta(max_length=MAX_ENV_BYTES)]
 SecretDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{12}$")]
 HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=254)]

@@ -9,14 +9,14 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from thaw.appconfig import InvalidConfig
+from thaw.appconfig import ENV_NAME_PATTERN, InvalidConfig
 from thaw.cmdbase import client_of
 from thaw.tables import emit, table, when
 
 if TYPE_CHECKING:
     from thaw.cmdbase import Sub
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ENV_NAME = re.compile(ENV_NAME_PATTERN)
 FROM_STDIN = "-"
 
 
@@ -36,7 +36,7 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
     unset = s.add_parser("unset", parents=[common],
                          help="remove secrets (one new release; machines roll)")
     unset.add_argument("app")
-    unset.add_argument("names", nargs="+", metavar="NAME")
+    unset.add_argument("names", nargs="+", metavar="NAME", help="the secrets to remove")
     unset.set_defaults(run=secrets_unset)
 
 
