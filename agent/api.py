@@ -9,6 +9,7 @@ import msgspec
 from agent.core.records import Guest, Health
 
 Text = Annotated[str, msgspec.Meta(max_length=1024)]
+MAX_SEALED_CHARS = 512 * 1024  # 64 KiB of secrets as JSON (escapes), encrypted, base64
 
 
 class OfferRequest(msgspec.Struct, frozen=True):
@@ -33,6 +34,9 @@ class OfferRequest(msgspec.Struct, frozen=True):
     app_uid: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the app's incarnation
     spare: bool = False  # a standby not to start now: accepted without room to run it
     release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # the app's release it runs
+    # the app's secrets, sealed by placement with the cluster key (thaw/auth/sealing.py):
+    # kept so in the op log, opened only to build the machine's environment at a start
+    sealed_env: Annotated[str, msgspec.Meta(max_length=MAX_SEALED_CHARS)] = ""
 
 
 class EventView(msgspec.Struct, frozen=True):

@@ -22,13 +22,15 @@ def machine_dir(state_dir: Path, mid: str) -> Path:
     return state_dir / "machines" / mid
 
 
-def plan(machine: Machine, image: Image) -> RunPlan:
+def plan(machine: Machine, image: Image, secrets: dict[str, str] | None = None) -> RunPlan:
     """What the machine runs (NothingToRun if the image and its spec say nothing)."""
-    return run_plan(machine.id, machine.spec, image.config)
+    return run_plan(machine.id, machine.spec, image.config, secrets)
 
 
-def launch_spec(machine: Machine, image: Image, state_dir: Path) -> LaunchSpec:
-    what = plan(machine, image)
+def launch_spec(machine: Machine, image: Image, state_dir: Path,
+                secrets: dict[str, str] | None = None) -> LaunchSpec:
+    """`secrets`: the app's, unsealed just now: in the LaunchSpec's env only."""
+    what = plan(machine, image, secrets)
     directory = machine_dir(state_dir, machine.id)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return LaunchSpec(

@@ -36,6 +36,7 @@ from imagecache.adapters.trees import remove_tree_quietly
 from imagecache.api import Image, ImageConfig
 from imagecache.cache import ImageCache
 from imagecache.errors import ImageError
+from thaw.auth.sealing import Unsealable, unseal_env
 
 log = logging.getLogger("thaw.agent")
 
@@ -188,7 +189,7 @@ class MachineTasks:
             launched = await self.driver.launch(self._spec(machine, image))
         except ImageError as exc:
             return f"image {machine.spec.image}: {exc}"
-        except NothingToRun as exc:
+        except (NothingToRun, Unsealable) as exc:
             return f"start_failed: {exc}"
         except OSError as exc:
             return self._with_output(machine.id, f"start_failed: {exc}")
@@ -207,7 +208,10 @@ class MachineTasks:
 
     def _spec(self, machine: Machine, image: Image) -> LaunchSpec:
         """What the driver is to run (NothingToRun if nothing), with its output pumped."""
-        spec = launch_spec(machine, image, self.config.state_dir)
+        assert self.config.cluster_keys is not None  # checked by the config
+        secrets = unseal_env(self.config.cluster_keys, machine.spec.app, machine.spec.app_uid,
+                             machine.spec.release, machine.spec.sealed_env)
+        spec = launch_spec(machine, image, self.config.state_dir, secrets)
         self.outputs.ensure(machine.id, spec.machine_dir)
         return spec
 
@@ -297,7 +301,7 @@ class MachineTasks:
         try:
             image = await self._image_for(machine)
             await self.driver.prepare(self._spec(machine, image))
-        except (ImageError, NothingToRun, OSError) as exc:
+        except (ImageError, NothingToRun, Unsealable, OSError) as exc:
             log.info("machine %s: not prepared ahead: %s", mid, exc)
 
     async def suspend_task(self, mid: str) -> None:

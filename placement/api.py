@@ -8,10 +8,12 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from agent.api import MachineView
-from thaw.appconfig import AppConfig, AppName, RegionOrPrimary
+from thaw.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary
 
 MAX_DEADLINE_MS = 3_600_000
 MAX_DEMAND = 1_000_000
+MAX_SECRET_VALUE_BYTES = 32 * 1024  # one secret's value (UTF-8)
+MAX_SECRETS_BYTES = 64 * 1024  # all of an app's secrets' names and values
 # An edge process's id in wake requests (random per process): whose demand it is.
 EdgeId = Annotated[str, msgspec.Meta(pattern="^[a-z0-9-]{1,64}$")]
 
@@ -325,3 +327,29 @@ class Readiness(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ready: bool
     reason: str = ""
+
+
+class SecretsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /v1/apps/{app}/secrets`: set (or replace) `secrets`, remove `unset`; the whole
+    change is one release. Names are env names, none of them `PORT`, `THAW_*` or a name of
+    the app's plain env; values are never answered, logged or published."""
+
+    secrets: Annotated[dict[EnvName, Annotated[str, msgspec.Meta(
+        max_length=MAX_SECRET_VALUE_BYTES)]], msgspec.Meta(max_length=MAX_SECRETS)] = (
+        msgspec.field(default_factory=dict))
+    unset: Annotated[list[EnvName], msgspec.Meta(max_length=MAX_SECRETS)] = msgspec.field(
+        default_factory=list)
+
+
+class SecretView(msgspec.Struct, frozen=True):
+    """A secret as shown: its name and a digest (keyed; never its value)."""
+
+    name: str
+    digest: str
+    created_at: float  # unix seconds: when it was last set
+
+
+class SecretsChanged(msgspec.Struct, frozen=True):
+    app: str
+    secrets: list[SecretView]
+    release: int | None  # the release the change made (None: nothing changed)

@@ -30,7 +30,7 @@ from placement.leases import Lease
 from placement.metrics import outcome_class
 from placement.placer import NewMachine, Placer, Round
 from placement.store import AppStore
-from thaw.appconfig import MACHINE_FIELDS, AppConfig
+from thaw.appconfig import ROLLBACK_FIELDS, AppConfig
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
@@ -259,7 +259,7 @@ class AppActions:
                          if r.version < current.release and r.status == "complete"), None)
             restored = None
             if back is not None:
-                fields = {name: getattr(back.config, name) for name in MACHINE_FIELDS}
+                fields = {name: getattr(back.config, name) for name in ROLLBACK_FIELDS}
                 restored = msgspec.structs.replace(current, **fields, release=back.version)
             stored = await self.store.set_release_status(current.uid, current.release,
                                                          "failed", reason, config=restored)

@@ -15,7 +15,7 @@ import msgspec
 from placement.adapters.routes import ROUTES, Route
 from placement.api import ErrorBody
 from placement.core.access import Access
-from thaw.appconfig import APP_NAME_PATTERN
+from thaw.appconfig import APP_NAME_PATTERN, ENV_NAME_PATTERN
 
 REF = "#/components/schemas/{name}"
 SECURITY = {
@@ -29,6 +29,7 @@ PATH_PARAMETERS = {
     "app": {"type": "string", "pattern": APP_NAME_PATTERN},
     "id": {"type": "string", "minLength": 1, "maxLength": 64},
     "worker": {"type": "string", "minLength": 1, "maxLength": 64},
+    "name": {"type": "string", "pattern": ENV_NAME_PATTERN},  # a secret's
 }
 
 

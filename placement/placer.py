@@ -17,7 +17,7 @@ import random
 import secrets
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ class Round:
     image: ImageInfo
     app_machines: Counter[str]
     declined: set[str] = field(default_factory=set)
+    sealed_env: str = ""  # the app's secrets, sealed for agents ("": none)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,12 @@ class Placer:
         decisions_kept: int,
         rng: random.Random | None = None,
         index: FleetIndex | None = None,
+        seal: Callable[[AppConfig], Awaitable[str]] | None = None,
     ) -> None:
         """`index`: the fleet index, started and stopped by its owner; without one the
-        placer keeps its own (started by the first round, stopped by `close`)."""
+        placer keeps its own (started by the first round, stopped by `close`); `seal`:
+        an app's secrets sealed for agents (placement/appsecrets.py)."""
+        self.seal = seal
         self.owns_index = index is None
         self.index = index or FleetIndex(fleet.registry, hold_s=params.heartbeat_freshness_s)
         self.fleet = fleet
@@ -92,7 +96,8 @@ class Placer:
         on_workers = Counter(
             m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
         )
-        return Round(config, region, image, on_workers)
+        sealed = await self.seal(config) if self.seal is not None and config.secrets else ""
+        return Round(config, region, image, on_workers, sealed_env=sealed)
 
     async def prewarm(self, configs: Iterable[AppConfig]) -> int:
         """Every region's top holders of these apps' images, computed before any decision
@@ -197,7 +202,7 @@ class Placer:
     async def _offer(
         self, rnd: Round, step: OfferTo, start: bool, spare: bool
     ) -> tuple[Answer, dict[str, Any] | None]:
-        body = offer_body(rnd.config, step.key, start, spare)
+        body = offer_body(rnd.config, step.key, start, spare, rnd.sealed_env)
         try:
             status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
         except AgentUnreachable as exc:
@@ -236,9 +241,11 @@ class Placer:
               fleet=decision.fleet, filtered=len(decision.filtered), offers=len(answers))
 
 
-def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) -> dict[str, Any]:
+def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False,
+               sealed_env: str = "") -> dict[str, Any]:
     """The offer of one machine: `start` it at once, or not; a `spare` (a standby) needs
-    no room on the worker until it starts, any other must fit now."""
+    no room on the worker until it starts, any other must fit now. `sealed_env`: the
+    app's secrets, sealed (never in clear) for the agent."""
     return {
         "key": key, "app": config.name, "app_uid": config.uid, "image": offer_ref(config),
         "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
@@ -247,6 +254,7 @@ def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False) ->
         "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
         "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
         "start": start, "spare": spare, "release": config.release,
+        **({"sealed_env": sealed_env} if sealed_env else {}),
     }
 
 

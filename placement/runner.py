@@ -20,6 +20,7 @@ from placement.adapters.agents import AgentClient
 from placement.adapters.authn import Authenticator
 from placement.adapters.coordination import RedisCoordination
 from placement.adapters.http import build_app
+from placement.appsecrets import SecretVault
 from placement.config import PlacementConfig
 from placement.fleet import Fleet
 from placement.fleetindex import FleetIndex
@@ -79,21 +80,27 @@ class PlacementRuntime:
                       failure_book=self.coordination)
         self._index = FleetIndex(self.registry, hold_s=market.heartbeat_freshness_s)
         await self._index.start()  # every worker, then the feed: never read per decision
+        vault = SecretVault(store, config.secret_keys, config.cluster_keys, time.time)
         placer = Placer(fleet, self._agents, market, metrics, max_offers=config.max_offers,
-                        decisions_kept=config.decisions_kept, index=self._index)
+                        decisions_kept=config.decisions_kept, index=self._index,
+                        seal=vault.sealed_for)
         self._placer = placer
         claims = WakeClaims(self.coordination, self.coordination, secrets.token_hex(8)) \
             if self.coordination is not None else WakeClaims()
         self._waker = Waker(fleet, self._agents, placer, config.wake_margin_ms, store.is_current,
                             claims)
         self.placement = Placement(self.registry, store, tokens, fleet, self._agents, placer,
-                                   self._waker, config.domain,
+                                   self._waker, config.domain, vault,
                                    registry_grace_s=2 * market.heartbeat_freshness_s,
                                    leases=self.coordination)
         placement = self.placement
         # The stored apps' image tops, computed beside serving (one image per loop turn):
         # at 100,000 workers they take a minute, and a decision meanwhile computes its own.
-        self._prewarm = asyncio.create_task(self._prewarmed(placer, await placement.apps()))
+        stored_apps = await placement.apps()
+        self._prewarm = asyncio.create_task(self._prewarmed(placer, stored_apps))
+        if rewrapped := await vault.rewrap(stored_apps):
+            log.info("secrets: %d re-encrypted under the first key of the secrets key file",
+                     rewrapped)
         metrics.watch(lambda: placement.app_names, placement.reconciler)
         published = await self.placement.republisher.check()
         self.placement.republisher.start()

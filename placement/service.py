@@ -34,6 +34,7 @@ from placement.api import (
     WorkerView,
 )
 from placement.applocks import AppLocks, TooMany
+from placement.appsecrets import AppSecrets, SecretVault
 from placement.core.offers import NoCapacity
 from placement.core.wake import GONE
 from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
@@ -43,11 +44,11 @@ from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
-from placement.store import AppStore
+from placement.store import AppStore, SecretWrites
 from placement.tokens import Tokens
 from placement.waker import Waker
 from thaw.appconfig import (
-    MACHINE_FIELDS,
+    ROLLBACK_FIELDS,
     AppConfig,
     InvalidConfig,
     check,
@@ -60,7 +61,7 @@ from thaw.registry import Registry
 from thaw.registry.readiness import registry_answers
 
 log = logging.getLogger("thaw.placement")
-READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release")  # placement's own
+READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release", "secrets")  # placement's
 DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
 MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 
@@ -76,11 +77,13 @@ class Placement:
         placer: Placer,
         waker: Waker,
         domain: str,
+        vault: SecretVault,
         *,
         registry_grace_s: float = 6.0,
         leases: LeaseStore | None = None,
     ) -> None:
-        """`leases`: where the reconcile leases live (Redis when placements are many)."""
+        """`vault`: apps' secrets; `leases`: where the reconcile leases live (Redis when
+        placements are many)."""
         self.registry = registry
         self.store = store
         self.tokens = tokens
@@ -95,11 +98,14 @@ class Placement:
         self.republisher = Republisher(registry, store, self.locks, registry_grace_s)
         self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry,
                                      self.republisher, leases=leases)
+        self.secrets = AppSecrets(vault, store, self.locks, registry, self._store_change,
+                                  self.reconciler.poke)
 
     # -- apps ------------------------------------------------------------------
 
     async def create_app(self, body: bytes) -> AppConfig:
         config = self._routable(parse(body))
+        config = msgspec.structs.replace(config, secrets={})  # set through …/secrets only
         async with self.locks.hold(config.name):
             if await self.store.holds(config.name):
                 raise Conflict(f"app {config.name} exists", code="exists")
@@ -120,15 +126,16 @@ class Placement:
                        status="pending", created_at=self.fleet.clock(), reason=reason)
 
     async def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
-                      strategy: str | None = None) -> tuple[AppConfig, Release | None]:
-        """Store `config` over `current`; a change of what machines are made from is a new
-        release (the next version), made in the same transaction."""
+                            strategy: str | None = None, secrets: SecretWrites | None = None
+                            ) -> tuple[AppConfig, Release | None]:
+        """Store `config` (and `secrets`) over `current`; a change of what machines are
+        made from is a new release (the next version), made in the same transaction."""
         release = None
         if machine_spec(config) != machine_spec(current) or not current.release:
             version = await self.store.last_release(current.uid) + 1
             config = msgspec.structs.replace(config, release=version)
             release = self._release(config, version, reason, strategy)
-        stored = await self.store.update(config, release)
+        stored = await self.store.update(config, release, secrets)
         return stored, None if release is None else msgspec.structs.replace(
             release, config=stored)
 
@@ -242,7 +249,7 @@ class Placement:
             old = await self.store.release(current.uid, version)
             if old is None:
                 raise NotFound(f"release {version} of app {name} not found")
-            fields = {field: getattr(old.config, field) for field in MACHINE_FIELDS}
+            fields = {field: getattr(old.config, field) for field in ROLLBACK_FIELDS}
             config = msgspec.structs.replace(current, **fields)
             was = await self.store.release(current.uid, current.release)
             stored, release = await self._store_change(current, config, f"rollback to {version}")

@@ -26,14 +26,17 @@ APP_NAME = re.compile(APP_NAME_PATTERN)
 T = TypeVar("T")
 MAX_ENV_BYTES = 64 * 1024
 RESERVED_ENV = frozenset({"PORT"})  # set by the agent; THAW_* too
+MAX_SECRETS = 100  # per app
 HOUR_S = 3600.0
 
 AppName = Annotated[str, msgspec.Meta(pattern=APP_NAME_PATTERN)]
 REGION_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?"
 Region = Annotated[str, msgspec.Meta(pattern=f"^{REGION_PATTERN}$")]
 RegionOrPrimary = Annotated[str, msgspec.Meta(pattern=f"^(?:{REGION_PATTERN})?$")]  # "": primary
-EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+EnvName = Annotated[str, msgspec.Meta(pattern=ENV_NAME_PATTERN)]
 EnvValue = Annotated[str, msgspec.Meta(max_length=MAX_ENV_BYTES)]
+SecretDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{12}$")]
 HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=254)]
 # Durations: at least a millisecond (what a wake's deadline can carry), at most an hour.
 MIN_S = 0.001
@@ -95,6 +98,10 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         msgspec.field(default_factory=list))
     env: Annotated[dict[EnvName, EnvValue], msgspec.Meta(max_length=128)] = (
         msgspec.field(default_factory=dict))
+    # the app's secrets: names and digests, never values (placement's own: set through
+    # /v1/apps/{app}/secrets; a change is a new release, like env's)
+    secrets: Annotated[dict[EnvName, SecretDigest], msgspec.Meta(max_length=MAX_SECRETS)] = (
+        msgspec.field(default_factory=dict))
     # extra Host names routed here (normalised; never under the platform's domain)
     hosts: Annotated[list[HostName], msgspec.Meta(max_length=32)] = (
         msgspec.field(default_factory=list))
@@ -122,8 +129,11 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 # What a machine is made from: a change of any of these is a new release.
-MACHINE_FIELDS = ("image", "image_digest", "env", "guest", "port", "entrypoint", "cmd",
-                  "health", "kill_signal", "kill_timeout_s")
+MACHINE_FIELDS = ("image", "image_digest", "env", "secrets", "guest", "port", "entrypoint",
+                  "cmd", "health", "kill_signal", "kill_timeout_s")
+# What a rollback (or a failed release) takes from an earlier release: secrets are not
+# versioned (placement keeps only their current values), so they stay as they are.
+ROLLBACK_FIELDS = tuple(name for name in MACHINE_FIELDS if name != "secrets")
 
 
 def machine_spec(config: AppConfig) -> tuple[object, ...]:
@@ -148,6 +158,10 @@ def check(config: AppConfig) -> AppConfig:
         if any("\0" in arg for arg in getattr(config, name)):
             raise InvalidConfig(name, "an argument cannot contain a NUL byte")
     _check_env(config.env)
+    shared = sorted(set(config.env) & set(config.secrets))
+    if shared:
+        raise InvalidConfig("env", f"{shared[0]} is a secret of the app: unset the secret "
+                                   f"first (thaw secrets unset)")
     hosts = _normalised_hosts(config.hosts)
     return config if hosts == config.hosts else msgspec.structs.replace(config, hosts=hosts)
 

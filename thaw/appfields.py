@@ -22,7 +22,8 @@ PATTERNS = {  # bounds a pattern sets, in words
 }
 LIST_ITEMS = {"regions": "region names", "entrypoint": "arguments of ≤ 4096 chars",
               "cmd": "arguments of ≤ 4096 chars"}
-OWN_FIELDS = ("image_digest", "version", "uid", "release")  # placement's, never an owner's
+OWN_FIELDS = ("image_digest", "version", "uid", "release",
+              "secrets")  # placement's, never an owner's
 
 MEANING = {
     "name": "the app's name, one DNS label (`app` is accepted too); its host is NAME.DOMAIN",

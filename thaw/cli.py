@@ -168,6 +168,9 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_store_flag(p)
     p.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
                    help="the bootstrap admin token (else $THAW_ADMIN_TOKEN)")
+    p.add_argument("--secrets-key-file", type=Path, default=None, metavar="PATH",
+                   help="keys that encrypt apps' secrets at rest, the newest first (0600; "
+                        "without it secrets are refused); docs/security.md#secrets")
     add_cluster_key_flag(p)
     add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
@@ -234,12 +237,13 @@ async def run_placement(args: argparse.Namespace) -> int:
     from placement.adapters.coordination import open_coordination
     from placement.config import PlacementConfig
     from placement.runner import PlacementRuntime
-    from thaw.auth.secrets_files import admin_token, cluster_keys
+    from thaw.auth.secrets_files import admin_token, cluster_keys, secret_keys
     from thaw.registry.factory import open_registry
 
     config = PlacementConfig(
         state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
         admin_token=admin_token(args.admin_token_file), domain=args.domain,
+        secret_keys=secret_keys(args.secrets_key_file),
         egress=egress_policy(args), host=args.host, port=args.port, store=store_url(args),
     )
     registry = await registry_url(args, "placement")

@@ -2,8 +2,8 @@
 
 Each command's module adds its parsers and names its function (`set_defaults(run=…)`):
 thaw/cmd_apps.py (apps, launch, deploy, scale, releases), thaw/cmd_machines.py
-(machines, logs, placements), thaw/cmd_admin.py (status, tokens). Every one takes
-`--api`, `--token` and `--json` (thaw/cmdbase.py).
+(machines, logs, placements), thaw/cmd_secrets.py (secrets), thaw/cmd_admin.py
+(status, tokens). Every one takes `--api`, `--token` and `--json` (thaw/cmdbase.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from thaw import cmd_admin, cmd_apps, cmd_machines
+from thaw import cmd_admin, cmd_apps, cmd_machines, cmd_secrets
 from thaw.appconfig import InvalidConfig
 from thaw.client import ApiError
 from thaw.cmdbase import LOCAL_TOKEN, common_flags
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def add_client_commands(sub: Sub, env: Any) -> None:
     common = common_flags(env)
-    for module in (cmd_apps, cmd_machines, cmd_admin):
+    for module in (cmd_apps, cmd_machines, cmd_secrets, cmd_admin):
         module.add(sub, common)
 
 

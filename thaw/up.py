@@ -4,7 +4,8 @@ Each service listens on its own loopback port and they talk real HTTP to each
 other — signed with a cluster key made on first start (`<state>/cluster.key`) —
 and share the embedded (in-memory) registry. Nothing in the services knows it runs
 this way beyond the registry it was handed. An admin token is made on first start
-too (`<state>/admin.token`, mode 0600), which the CLI finds by itself.
+too (`<state>/admin.token`, mode 0600), which the CLI finds by itself, and the key
+that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600).
 
 For operators it writes two files in the state directory: `access.log` (the
 edge's JSON access log, unless `--access-log` says otherwise) and
@@ -32,7 +33,13 @@ from edge.runner import EdgeRuntime
 from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
-from thaw.auth.secrets_files import ADMIN_TOKEN_FILE, CLUSTER_KEY_FILE, ensure_secret
+from thaw.auth.sealing import SecretKeys
+from thaw.auth.secrets_files import (
+    ADMIN_TOKEN_FILE,
+    CLUSTER_KEY_FILE,
+    SECRETS_KEY_FILE,
+    ensure_secret,
+)
 from thaw.auth.signing import KeyRing
 from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
@@ -107,6 +114,7 @@ class Platform:
         self.placement = PlacementRuntime(
             PlacementConfig(state_dir=state / "placement", port=self.config.api_port,
                             cluster_keys=keys, admin_token=self.admin_token,
+                            secret_keys=SecretKeys.parse(ensure_secret(state / SECRETS_KEY_FILE)),
                             domain=self.config.domain, egress=egress,
                             store=self.config.store),
             self.registry,

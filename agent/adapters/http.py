@@ -279,5 +279,5 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
         app=offer.app, image=offer.image, guest=offer.guest, env=dict(offer.env),
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
         app_uid=offer.app_uid, release=offer.release, port=offer.port,
-        entrypoint=list(offer.entrypoint), cmd=list(offer.cmd),
+        entrypoint=list(offer.entrypoint), cmd=list(offer.cmd), sealed_env=offer.sealed_env,
     )

@@ -39,6 +39,7 @@ class MachineSpec(msgspec.Struct, frozen=True):
     # entrypoint drops the image's Cmd unless `cmd` is given too); empty: the image's.
     entrypoint: list[str] = msgspec.field(default_factory=list)
     cmd: list[str] = msgspec.field(default_factory=list)
+    sealed_env: str = ""  # the app's secrets, sealed (thaw/auth/sealing.py); never in clear
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):

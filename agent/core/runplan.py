@@ -65,8 +65,10 @@ def signal_name(value: str) -> str:
     return name if name in signal.Signals.__members__ else ""
 
 
-def run_plan(machine_id: str, spec: MachineSpec, image: ImageConfig) -> RunPlan:
-    """The plan; NothingToRun when neither the image nor the spec says what to run."""
+def run_plan(machine_id: str, spec: MachineSpec, image: ImageConfig,
+             secrets: dict[str, str] | None = None) -> RunPlan:
+    """The plan; NothingToRun when neither the image nor the spec says what to run.
+    `secrets`: the app's, unsealed (their names are never the app's env's nor PORT's)."""
     argv = image.argv_with(spec.entrypoint, spec.cmd)
     if not argv:
         raise NothingToRun(NOTHING_TO_RUN)
@@ -74,6 +76,7 @@ def run_plan(machine_id: str, spec: MachineSpec, image: ImageConfig) -> RunPlan:
     env = dict(kv.split("=", 1) for kv in image.env if "=" in kv)
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(spec.env)
+    env.update(secrets or {})
     env.update(PORT=str(port), THAW_APP=spec.app, THAW_MACHINE_ID=machine_id)
     return RunPlan(argv=argv, port=port, env=env, workdir=image.working_dir or "/",
                    user=image.user, stop_signal=stop_signal(spec.kill_signal, image))

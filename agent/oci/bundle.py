@@ -11,6 +11,7 @@ On disk: `<machine dir>/slots.json` (its claims, so they survive the agent),
 from __future__ import annotations
 
 import json
+import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,14 @@ def same_config(bundle: Path, config: dict[str, Any]) -> bool:
 
 
 def write_config(bundle: Path, config: dict[str, Any]) -> None:
+    """config.json holds the machine's environment, the app's secrets in it (runc reads
+    them there): 0600 in a 0700 dir, as Docker keeps its containers' configs."""
     bundle.mkdir(mode=0o700, exist_ok=True)
     tmp = bundle / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=1))
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(config, indent=1))
     tmp.replace(bundle / "config.json")
 
 

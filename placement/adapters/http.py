@@ -27,6 +27,7 @@ from placement.api import (
     DeployRequest,
     Readiness,
     RollbackRequest,
+    SecretsRequest,
     SuspectReport,
     TokenRequest,
     WakeAnswer,
@@ -156,6 +157,20 @@ class Routes:
 
     async def events(self, request: web.Request) -> web.Response:
         return json_response(await self.p.events(request.match_info["app"]))
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    async def list_secrets(self, request: web.Request) -> web.Response:
+        return json_response(await self.p.secrets.list(request.match_info["app"]))
+
+    async def change_secrets(self, request: web.Request) -> web.Response:
+        body = await decoded(request, SecretsRequest)
+        return json_response(await self.p.secrets.change(request.match_info["app"], body))
+
+    async def unset_secret(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        body = body_as({"unset": [name]}, SecretsRequest)  # 422 for what is no env name
+        return json_response(await self.p.secrets.change(request.match_info["app"], body))
 
     # -- machines ----------------------------------------------------------------------------
 

@@ -7,10 +7,13 @@ from placement.store.port import (
     AppStore,
     HostTaken,
     ImageStore,
+    SecretWrites,
     Store,
+    StoredSecret,
     StoreUnavailable,
     TokenStore,
 )
 
-__all__ = ["EVENTS_KEPT", "STORE_HELP", "AppStore", "HostTaken", "ImageStore", "SqlStore",
-           "Store", "StoreUnavailable", "TokenStore", "check_store_url", "open_store"]
+__all__ = ["EVENTS_KEPT", "STORE_HELP", "AppStore", "HostTaken", "ImageStore", "SecretWrites",
+           "SqlStore", "Store", "StoreUnavailable", "StoredSecret", "TokenStore",
+           "check_store_url", "open_store"]

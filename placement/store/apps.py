@@ -20,7 +20,7 @@ import msgspec
 from placement.api import AppEvent, Release
 from placement.errors import Conflict, NotFound
 from placement.store.database import Database, Tx, decode, encode
-from placement.store.port import EVENTS_KEPT, HostTaken
+from placement.store.port import EVENTS_KEPT, HostTaken, SecretWrites, StoredSecret
 from thaw.appconfig import AppConfig
 from thaw.hostnames import BadHost, normalize_host
 
@@ -69,7 +69,8 @@ class SqlAppStore:
                                         msgspec.structs.replace(release, config=stored))
         return stored
 
-    async def update(self, config: AppConfig, release: Release | None = None) -> AppConfig:
+    async def update(self, config: AppConfig, release: Release | None = None,
+                     secrets: SecretWrites | None = None) -> AppConfig:
         async with self._db.transaction() as tx:
             stored = await self._write_over(tx, config)
             await tx.execute("DELETE FROM hosts WHERE app = $1", stored.name)
@@ -77,6 +78,8 @@ class SqlAppStore:
             if release is not None:
                 await self._add_release(tx, stored.uid,
                                         msgspec.structs.replace(release, config=stored))
+            if secrets is not None:
+                await self._write_secrets(tx, stored.uid, secrets)
         return stored
 
     async def delete(self, name: str) -> None:
@@ -88,7 +91,7 @@ class SqlAppStore:
             uid = decode(found[0], AppConfig).uid
             await tx.execute("DELETE FROM apps WHERE name = $1", name)
             await tx.execute("DELETE FROM hosts WHERE app = $1", name)
-            for table in ("releases", "events", "fenced"):
+            for table in ("releases", "events", "fenced", "secrets"):
                 await tx.execute(f"DELETE FROM {table} WHERE uid = $1", uid)
 
     # -- releases ----------------------------------------------------------------------
@@ -152,7 +155,37 @@ class SqlAppStore:
         async with self._db.transaction() as tx:
             await tx.execute("DELETE FROM fenced WHERE machine = $1", machine)
 
+    # -- secrets (encrypted: placement/appsecrets.py) ------------------------------------
+
+    async def secrets(self, uid: str) -> builtins.list[StoredSecret]:
+        async with self._db.reading() as tx:
+            rows = await tx.rows("SELECT name, ciphertext, nonce, key_id, digest, created_at "
+                                 "FROM secrets WHERE uid = $1 ORDER BY name", uid)
+        return [StoredSecret(str(r[0]), bytes(r[1]), bytes(r[2]), str(r[3]), str(r[4]),
+                             float(r[5])) for r in rows]
+
+    async def rewrap_secret(self, uid: str, was: StoredSecret, now: StoredSecret) -> bool:
+        async with self._db.transaction() as tx:
+            changed = await tx.row(
+                "UPDATE secrets SET ciphertext = $1, nonce = $2, key_id = $3 WHERE uid = $4 "
+                "AND name = $5 AND nonce = $6 AND key_id = $7 RETURNING name",
+                now.ciphertext, now.nonce, now.key_id, uid, was.name, was.nonce, was.key_id)
+        return changed is not None
+
     # -- inside a transaction ------------------------------------------------------------
+
+    async def _write_secrets(self, tx: Tx, uid: str, writes: SecretWrites) -> None:
+        for name in writes.drop:
+            await tx.execute("DELETE FROM secrets WHERE uid = $1 AND name = $2", uid, name)
+        for secret in writes.put:
+            await tx.execute(
+                "INSERT INTO secrets (uid, name, ciphertext, nonce, key_id, digest, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (uid, name) DO UPDATE SET "
+                "ciphertext = excluded.ciphertext, nonce = excluded.nonce, "
+                "key_id = excluded.key_id, digest = excluded.digest, "
+                "created_at = excluded.created_at",
+                uid, secret.name, secret.ciphertext, secret.nonce, secret.key_id,
+                secret.digest, secret.created_at)
 
     async def _write_over(self, tx: Tx, config: AppConfig) -> AppConfig:
         found = await tx.row(f"SELECT config FROM apps WHERE name = $1{self._for_update}",

@@ -68,6 +68,21 @@ def _tables(blob: str, real: str, serial: str) -> tuple[str, ...]:
     )
 
 
+def _secrets(blob: str, real: str) -> tuple[str, ...]:
+    """Version 2: apps' secrets, encrypted (never a value in clear), by incarnation."""
+    return (
+        f"""CREATE TABLE secrets (
+            uid        TEXT NOT NULL,
+            name       TEXT NOT NULL,
+            ciphertext {blob} NOT NULL,
+            nonce      {blob} NOT NULL,
+            key_id     TEXT NOT NULL,
+            digest     TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (uid, name))""",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "apps, hosts, tokens, images, releases, events, fenced",
@@ -75,6 +90,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         postgresql=_tables("BYTEA", "DOUBLE PRECISION",
                            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
     ),
+    Migration(2, "secrets", sqlite=_secrets("BLOB", "REAL"),
+              postgresql=_secrets("BYTEA", "DOUBLE PRECISION")),
 )
 
 

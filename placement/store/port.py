@@ -12,6 +12,7 @@ HostTaken; a store that cannot be reached raises StoreUnavailable (503).
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from typing import Protocol
 
 from placement.api import AppEvent, Release
@@ -41,6 +42,26 @@ class StoreUnavailable(Unavailable):
                          code="store_unavailable")
 
 
+@dataclass(frozen=True)
+class StoredSecret:
+    """One secret of an app as stored: encrypted (thaw/auth/sealing.py), never in clear."""
+
+    name: str
+    ciphertext: bytes
+    nonce: bytes
+    key_id: str  # the secrets key it is encrypted with
+    digest: str  # what `thaw secrets list` shows
+    created_at: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class SecretWrites:
+    """Secrets written with a config (`AppStore.update`): set (or replaced), and removed."""
+
+    put: tuple[StoredSecret, ...] = ()
+    drop: tuple[str, ...] = ()
+
+
 class AppStore(Protocol):
     """App configs by name; releases, events and fenced machines by the app's incarnation
     (`uid`: a new app of a deleted one's name starts with none of them)."""
@@ -68,14 +89,25 @@ class AppStore(Protocol):
         """`config`'s app still exists, as the same incarnation (not deleted, not re-made)."""
         ...
 
-    async def update(self, config: AppConfig, release: Release | None = None) -> AppConfig:
+    async def update(self, config: AppConfig, release: Release | None = None,
+                     secrets: SecretWrites | None = None) -> AppConfig:
         """Write `config` over the stored one, which must still be the one it was made from
         (same uid and version, else Conflict); the version becomes + 1, hosts are claimed
-        again, and `release` is added, in one transaction."""
+        again, `release` is added and `secrets` written, in one transaction."""
         ...
 
     async def delete(self, name: str) -> None:
-        """The app, its hosts, releases, events and fenced machines; NotFound if none."""
+        """The app, its hosts, releases, events, fenced machines and secrets; NotFound if
+        none."""
+        ...
+
+    async def secrets(self, uid: str) -> builtins.list[StoredSecret]:
+        """The app's secrets (encrypted), by name."""
+        ...
+
+    async def rewrap_secret(self, uid: str, was: StoredSecret, now: StoredSecret) -> bool:
+        """Replace a secret's ciphertext (re-encrypted under another key, same value and
+        digest) if the row is still `was`; False if it changed or went meanwhile."""
         ...
 
     async def releases(self, uid: str) -> builtins.list[Release]:

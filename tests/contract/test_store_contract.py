@@ -13,7 +13,14 @@ import pytest
 
 from placement.api import AppEvent, Release
 from placement.errors import Conflict, NotFound
-from placement.store import EVENTS_KEPT, HostTaken, SqlStore, open_store
+from placement.store import (
+    EVENTS_KEPT,
+    HostTaken,
+    SecretWrites,
+    SqlStore,
+    StoredSecret,
+    open_store,
+)
 from placement.store.migrations import migrate, schema_version
 from tests.support.postgres import postgres_server, postgres_url
 from thaw.appconfig import AppConfig
@@ -235,8 +242,44 @@ async def test_tokens_are_added_listed_and_revoked_also_by_app_scope(backend: Ba
 
 async def test_migrating_again_changes_nothing(backend: Backend) -> None:
     await backend.store.apps.create(app("hello"))
-    assert await schema_version(backend.store.database) == 1
+    assert await schema_version(backend.store.database) == 2
     assert await migrate(backend.store.database) == []
     again = await backend.another()
     assert await again.apps.get("hello") == await backend.store.apps.get("hello")
-    assert await schema_version(again.database) == 1
+    assert await schema_version(again.database) == 2
+
+
+def secret(name: str, ciphertext: bytes = b"\x00ct", key_id: str = "k1") -> StoredSecret:
+    return StoredSecret(name=name, ciphertext=ciphertext, nonce=b"n" * 12, key_id=key_id,
+                        digest="0123456789ab", created_at=2.0)
+
+
+async def test_secrets_are_written_with_their_config_in_one_transaction_or_not_at_all(
+        backend: Backend) -> None:
+    apps = backend.store.apps
+    stored = await apps.create(app("hello"))
+    now = await apps.update(msgspec.structs.replace(stored, secrets={"B": "0123456789ab"}),
+                            release(stored, 2), SecretWrites(put=(secret("B"), secret("A"))))
+    assert [s.name for s in await apps.secrets(stored.uid)] == ["A", "B"]
+    assert await (await backend.another()).apps.secrets(stored.uid) == [secret("A"),
+                                                                        secret("B")]
+    with pytest.raises(Conflict):  # written over a stale version: nothing of it is kept
+        await apps.update(stored, None, SecretWrites(put=(secret("C"),), drop=("A",)))
+    assert [s.name for s in await apps.secrets(stored.uid)] == ["A", "B"]
+    await apps.update(now, None, SecretWrites(put=(secret("B", b"new"),), drop=("A",)))
+    assert await apps.secrets(stored.uid) == [secret("B", b"new")]
+    assert await apps.secrets("00000000000000b2") == []
+
+
+async def test_a_secret_is_rewrapped_only_if_unchanged_and_goes_with_its_app(
+        backend: Backend) -> None:
+    apps = backend.store.apps
+    stored = await apps.create(app("hello"))
+    await apps.update(stored, None, SecretWrites(put=(secret("A"),)))
+    was = (await apps.secrets(stored.uid))[0]
+    rewrapped = secret("A", b"under k2", key_id="k2")
+    assert await apps.rewrap_secret(stored.uid, was, rewrapped)
+    assert not await apps.rewrap_secret(stored.uid, was, secret("A", b"late"))
+    assert await apps.secrets(stored.uid) == [rewrapped]
+    await apps.delete("hello")
+    assert await apps.secrets(stored.uid) == []

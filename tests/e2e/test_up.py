@@ -239,12 +239,18 @@ def test_the_cli_finds_the_local_admin_token_and_the_edge_needs_none(tmp_path: P
         token_file = tmp_path / ".thaw" / "admin.token"
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert (tmp_path / ".thaw" / "cluster.key").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / ".thaw" / "secrets.key").stat().st_mode & 0o777 == 0o600
         assert "admin.token" in up.output.decode()
         env = {k: v for k, v in os.environ.items() if k != "THAW_TOKEN"}
         status = subprocess.run([sys.executable, "-m", "thaw", "status", "--api", up.api],
                                 capture_output=True, text=True, timeout=60, cwd=tmp_path,
                                 env=env, check=False)
         assert status.returncode == 0 and "hello" in status.stdout, status.stderr
+        listed = subprocess.run([sys.executable, "-m", "thaw", "secrets", "set", "hello",
+                                 "API_TOKEN=-", "--api", up.api],
+                                input="hi\n", capture_output=True, text=True, timeout=60,
+                                cwd=tmp_path, env=env, check=False)
+        assert listed.returncode == 0 and "release 2" in listed.stdout, listed.stderr
         elsewhere = subprocess.run([sys.executable, "-m", "thaw", "apps", "list", "--api",
                                     up.api], capture_output=True, text=True, timeout=60,
                                    cwd=tmp_path / ".thaw", env=env, check=False)

@@ -1,4 +1,5 @@
-"""The credentials test platforms run with: a cluster key and a bootstrap admin token."""
+"""The credentials test platforms run with: a cluster key, a bootstrap admin token and a
+secrets key."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from typing import Any
 import yarl
 
 from thaw.auth.aiohttp_glue import Signer
+from thaw.auth.sealing import SecretKeys
 from thaw.auth.signing import KeyRing
 
 CLUSTER_KEY = "test-cluster-key-" + "k" * 32
 ADMIN_TOKEN = "test-admin-token-" + "t" * 32
 RING = KeyRing.parse(CLUSTER_KEY)
+SECRETS_KEY = "test-secrets-key-" + "s" * 32  # encrypts apps' secrets at rest
+SECRETS_RING = SecretKeys.parse(SECRETS_KEY)
 SIGNER = Signer(RING)
 ENV = {"THAW_CLUSTER_KEY": CLUSTER_KEY, "THAW_ADMIN_TOKEN": ADMIN_TOKEN}
 

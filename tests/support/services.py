@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.agent_process import call, find_machine_processes, kill_group
-from tests.support.credentials import ADMIN_TOKEN, ENV
+from tests.support.credentials import ADMIN_TOKEN, ENV, SECRETS_KEY
 from tests.support.machines import sweep
 from tests.support.ports import free_port, wait_for_port
 from tests.support.redis_server import RedisServer
@@ -65,10 +65,14 @@ class Services:
     def start(self) -> Services:
         layouts = ("--allow-layout", str(self.tmp))
         store = ("--store", self.store) if self.store else ()
+        key_file = self.tmp / "secrets.key"  # one for every placement: they share a store
+        key_file.touch(mode=0o600)
+        key_file.write_text(SECRETS_KEY + "\n")
         for i, port in enumerate(self.api_ports):
             name = "placement" if i == 0 else f"placement-{i}"
             self.spawn(name, "placement", "--port", str(port), "--state-dir",
-                       str(self.tmp / name), *store, *layouts, port=port)
+                       str(self.tmp / name), *store, *layouts, "--secrets-key-file",
+                       str(key_file), port=port)
         for i in range(self.agents):
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",

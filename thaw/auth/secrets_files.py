@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from thaw.auth.sealing import SecretKeys
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 from thaw.auth.tokens import MIN_BOOTSTRAP_CHARS
 
@@ -19,6 +20,7 @@ CLUSTER_KEY_ENV = "THAW_CLUSTER_KEY"
 ADMIN_TOKEN_ENV = "THAW_ADMIN_TOKEN"
 CLUSTER_KEY_FILE = "cluster.key"
 ADMIN_TOKEN_FILE = "admin.token"
+SECRETS_KEY_FILE = "secrets.key"
 
 
 def read_secret(path: Path) -> str:
@@ -37,6 +39,12 @@ def cluster_keys(file: Path | None, env: Mapping[str, str] = os.environ) -> KeyR
     if not text:
         raise ValueError(NO_CLUSTER_KEY)
     return KeyRing.parse(text)
+
+
+def secret_keys(file: Path | None) -> SecretKeys | None:
+    """The secrets key ring from `--secrets-key-file` (None without one: apps' secrets
+    are refused)."""
+    return None if file is None else SecretKeys.parse(read_secret(file))
 
 
 def admin_token(file: Path | None, env: Mapping[str, str] = os.environ) -> str:
