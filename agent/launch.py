@@ -8,6 +8,7 @@ from agent.core.runplan import RunPlan, run_plan
 from agent.core.state import Machine
 from agent.driverport import LaunchSpec, Running
 from imagecache.api import Image
+from thaw.statefiles import private_dir
 
 
 def running(machine: Machine, default_host: str) -> Running:
@@ -30,7 +31,7 @@ def plan(machine: Machine, image: Image) -> RunPlan:
 def launch_spec(machine: Machine, image: Image, state_dir: Path) -> LaunchSpec:
     what = plan(machine, image)
     directory = machine_dir(state_dir, machine.id)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(directory)
     return LaunchSpec(
         machine_id=machine.id,
         app=machine.spec.app,

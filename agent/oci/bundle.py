@@ -31,6 +31,7 @@ from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root, unw
 from agent.oci.rootfiles import read_in_root
 from agent.oci.runtime import RuntimeFailure
 from imagecache.adapters.trees import remove_tree_quietly
+from thaw.statefiles import private_dir, write_private
 
 ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
 ID_RANGE = 65536
@@ -102,9 +103,7 @@ class MachineFiles:
             "net": self.addresses.claim(machine_dir, recorded.get("net")),
         }
         if slots != recorded:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(slots))
-            tmp.replace(path)
+            write_private(path, json.dumps(slots).encode())
         return slots
 
     def root(self, machine_id: str, machine_dir: Path) -> MachineRoot:
@@ -146,10 +145,8 @@ def same_config(bundle: Path, config: dict[str, Any]) -> bool:
 
 
 def write_config(bundle: Path, config: dict[str, Any]) -> None:
-    bundle.mkdir(mode=0o700, exist_ok=True)
-    tmp = bundle / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=1))
-    tmp.replace(bundle / "config.json")
+    private_dir(bundle)
+    write_private(bundle / "config.json", json.dumps(config, indent=1).encode())  # its env
 
 
 def _write_etc(run_dir: Path, machine_id: str, address: str) -> tuple[tuple[str, str], ...]:
