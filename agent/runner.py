@@ -60,6 +60,7 @@ class AgentRuntime:
         """Boot (replay + recover), serve the API, start heartbeats; return the API URL."""
         config = self.config
         private_dir(config.state_dir)
+        private_dir(config.state_dir / "machines")
         worker_id = config.worker_id or load_worker_id(config.state_dir)
         cache = ImageCache(
             config.state_dir / "images",
