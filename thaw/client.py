@@ -41,12 +41,7 @@ class ApiClient:
         self.host = parts.hostname
         self.tls: ssl.SSLContext | None = None
         if parts.scheme == "https":
-            try:
-                self.tls = client_context(cafile)
-            except OSError as exc:
-                raise ValueError(f"--cacert {cafile}: {exc.strerror or exc}") from None
-            except ssl.SSLError as exc:
-                raise ValueError(f"--cacert {cafile}: not a PEM CA bundle ({exc})") from None
+            self.tls = client_context(cafile)
         self.port = parts.port or (443 if self.tls else 80)
         self.token = token
         self.timeout_s = timeout_s

@@ -27,8 +27,14 @@ def server_context(cert: str, key: str) -> ssl.SSLContext:
 
 
 def client_context(cafile: str = "") -> ssl.SSLContext:
-    """A verifying client context: trusting `cafile`, else the system's CAs."""
-    context = ssl.create_default_context(cafile=cafile or None)
+    """A verifying client context: trusting `cafile`, else the system's CAs (ValueError
+    naming the file, the CLI's and the edge's `--cacert`, if it is missing or no PEM)."""
+    try:
+        context = ssl.create_default_context(cafile=cafile or None)
+    except ssl.SSLError as exc:  # (an OSError too: first)
+        raise ValueError(f"--cacert {cafile}: not a PEM CA bundle ({exc.reason})") from None
+    except OSError as exc:
+        raise ValueError(f"--cacert {cafile}: {exc.strerror or exc}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 

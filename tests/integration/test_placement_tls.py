@@ -153,6 +153,13 @@ async def test_the_edges_signed_calls_verify_placements_certificate(placement: S
         await untrusting.close()
 
 
+def test_an_edge_given_a_cacert_that_is_missing_refuses_to_start(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(ValueError, match=f"--cacert {missing}"):
+        PlacementClient(EdgeConfig(placement_url="https://127.0.0.1:9", cluster_keys=RING,
+                                   placement_cafile=str(missing)))
+
+
 def test_placements_state_dir_and_its_sqlite_files_are_private(placement: Served) -> None:
     status, _ = get(placement.api + "/v1/apps", placement.ca)  # (the store answered)
     assert status == 200
