@@ -29,6 +29,7 @@ from agent import procfs
 from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
 from agent.sandbox import sandbox_argv
 from agent.subreaper import become_child_subreaper
+from thaw.statefiles import open_private
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
 MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose machine it is
@@ -322,7 +323,7 @@ def _popen(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> subpro
     it touches no state of the driver)."""
     # Read-write: on a FIFO (agent.outputs) a write then never meets a missing reader.
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-    log_fd = os.open(log, flags, 0o640)
+    log_fd = open_private(log, flags)
     try:
         return subprocess.Popen(
             argv,

@@ -27,6 +27,7 @@ from agent.core.state import AgentState, replay, snapshot, unknown_machine
 from agent.errors import AgentError, DiskFull, LogBroken, LogDamaged, NotFound
 from agent.oplog import LogSyncFailed, LogWriteFailed, OpLog, RepairFailed
 from thaw.durable import fsync_dir
+from thaw.statefiles import open_private
 
 log = logging.getLogger("thaw.agent")
 
@@ -106,7 +107,7 @@ class Journal:
         path = self.state_dir / "epoch"
         tmp = path.with_name("epoch.tmp")
         try:
-            with open(tmp, "w") as out:
+            with os.fdopen(open_private(tmp), "w") as out:
                 out.write(f"{epoch}\n")
                 out.flush()
                 os.fsync(out.fileno())

@@ -8,6 +8,7 @@ from agent.core.runplan import RunPlan, run_plan
 from agent.core.state import Machine
 from agent.driverport import LaunchSpec, Running
 from imagecache.api import Image
+from thaw.statefiles import private_dir
 
 
 def running(machine: Machine, default_host: str) -> Running:
@@ -32,7 +33,7 @@ def launch_spec(machine: Machine, image: Image, state_dir: Path,
     """`secrets`: the app's, unsealed just now: in the LaunchSpec's env only."""
     what = plan(machine, image, secrets)
     directory = machine_dir(state_dir, machine.id)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(directory)
     return LaunchSpec(
         machine_id=machine.id,
         app=machine.spec.app,

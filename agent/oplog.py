@@ -31,6 +31,7 @@ from agent.core import oplog_codec
 from agent.core.oplog_codec import CorruptLog
 from agent.core.records import Record
 from thaw.durable import fsync_dir
+from thaw.statefiles import open_private, private_dir
 
 log = logging.getLogger("thaw.agent.oplog")
 
@@ -79,7 +80,7 @@ class OpLog:
     def open(self) -> list[Record]:
         """Read every valid record, cut a torn tail, migrate format 1, open for appending.
         Raises CorruptLog when the log is damaged before its end."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         data = self.path.read_bytes() if self.path.exists() else b""
         decoded = oplog_codec.decode(data)
         if decoded.version == 1:
@@ -92,7 +93,7 @@ class OpLog:
             decoded = oplog_codec.decode(data)
         if decoded.torn and any(data[decoded.valid_bytes:]):
             self._keep_copy("tail", data[decoded.valid_bytes:])
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)  # (an old one tightened)
         try:
             if decoded.torn:
                 os.ftruncate(self._fd, decoded.valid_bytes)
@@ -124,7 +125,7 @@ class OpLog:
         """`data` saved durably next to the log as oplog.<what>-<time>."""
         copy = self.path.with_name(f"{self.path.name}.{what}-{time.time_ns()}")
         try:
-            with open(copy, "wb") as out:
+            with os.fdopen(open_private(copy), "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -245,7 +246,7 @@ class OpLog:
 
     @staticmethod
     def _write_file(path: Path, records: list[Record]) -> None:
-        with open(path, "wb") as out:
+        with os.fdopen(open_private(path), "wb") as out:
             out.write(oplog_codec.MAGIC)
             for record in records:
                 out.write(oplog_codec.encode(record))

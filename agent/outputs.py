@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.machinelog import trim_log
+from thaw.statefiles import FILE_MODE
 
 log = logging.getLogger("thaw.agent")
 
@@ -136,7 +137,7 @@ class OutputPump:
         stamped = b"".join(stamp + line + b"\n" for line in lines.split(b"\n")[:-1])
         try:
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                         0o640)
+                         FILE_MODE)
             try:
                 os.write(fd, stamped)
                 size = os.fstat(fd).st_size

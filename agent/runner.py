@@ -26,6 +26,7 @@ from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
 from thaw.auth.signing import Verifier
 from thaw.registry import Registry
+from thaw.statefiles import private_dir, write_private
 
 log = logging.getLogger("thaw.agent")
 
@@ -36,9 +37,7 @@ def load_worker_id(state_dir: Path) -> str:
     if path.exists():
         return path.read_text().strip()
     worker_id = "w-" + secrets.token_hex(4)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(worker_id + "\n")
-    tmp.replace(path)
+    write_private(path, (worker_id + "\n").encode())
     return worker_id
 
 
@@ -60,7 +59,8 @@ class AgentRuntime:
     async def start(self) -> str:
         """Boot (replay + recover), serve the API, start heartbeats; return the API URL."""
         config = self.config
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.state_dir)
+        private_dir(config.state_dir / "machines")
         worker_id = config.worker_id or load_worker_id(config.state_dir)
         cache = ImageCache(
             config.state_dir / "images",

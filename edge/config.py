@@ -34,7 +34,9 @@ class TlsConfig:
 
 @dataclass(frozen=True)
 class EdgeConfig:
-    placement_url: str  # e.g. http://127.0.0.1:4280
+    placement_url: str  # e.g. http://127.0.0.1:4280, or https://
+    placement_cafile: str = ""  # the CA (PEM) an https placement is checked against ("":
+    #                             the system's)
     domain: str = "localhost"  # Host "{app}.{domain}" routes to app
     host: str = "127.0.0.1"
     port: int = 8080  # proxy port; 0: any free port

@@ -46,6 +46,7 @@ from imagecache.errors import ImageError, only_image_errors, os_failure
 from imagecache.flights import Flights, single_flight
 from imagecache.resolver import ImageResolver
 from imagecache.stats import PullBytes, PullStats
+from thaw.statefiles import private_dir
 
 T = TypeVar("T")
 
@@ -95,6 +96,7 @@ class ImageCache:
         self._downloads = downloads or DownloadLimits()
         self._disk_free = disk_free or _free_bytes
         self._download_slots = asyncio.Semaphore(self._downloads.max_downloads)
+        private_dir(self.root)  # image records (their env), blobs and trees: this user's
         self._store = BlobStore(self.root / "blobs")
         self._records = ImageRecords(self.root / "images")
         self._rootfs_dir = self.root / "rootfs"

@@ -25,6 +25,12 @@ class PlacementConfig:
     resolve_timeout_s: float = 20.0  # resolving an image at create or deploy
     host: str = "127.0.0.1"
     port: int = 4280  # 0: any free port
+    # HTTPS on `port` (PEM chain and its key; both or neither): the API, /internal and
+    # health are then served over TLS only
+    tls_cert: str = ""
+    tls_key: str = ""
+    admin_host: str = "127.0.0.1"  # /metrics /healthz /readyz: loopback unless told
+    admin_port: int = 0  # 0: any free port
     heartbeat_interval_s: float = 1.0  # the agents'; a worker is healthy for 3 of them
     heartbeats_fresh: int = 3
     reference_bandwidth_bytes_per_s: float = 100e6
@@ -47,8 +53,11 @@ class PlacementConfig:
         except BadHost as exc:
             raise ValueError(f"domain: {exc}") from None
         check_store_url(self.store)
-        if not 0 <= self.port < 65536:
-            raise ValueError("port must be in 0..65535")
+        for name in ("port", "admin_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise ValueError(f"{name} must be in 0..65535")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls cert and key go together")
         for name in ("heartbeat_interval_s", "reference_bandwidth_bytes_per_s",
                      "reference_pull_time_s", "offer_timeout_s", "pull_timeout_s",
                      "resolve_timeout_s"):

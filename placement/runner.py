@@ -16,6 +16,7 @@ from aiohttp import web
 
 from imagecache.adapters.egress import Lookup
 from imagecache.resolver import ImageResolver
+from placement.adapters.admin import build_admin_app
 from placement.adapters.agents import AgentClient
 from placement.adapters.authn import Authenticator
 from placement.adapters.coordination import RedisCoordination
@@ -35,6 +36,8 @@ from thaw.appconfig import AppConfig
 from thaw.auth.aiohttp_glue import Signer
 from thaw.auth.signing import Verifier
 from thaw.registry import Registry
+from thaw.statefiles import private_dir
+from thaw.tlscontexts import server_context
 
 log = logging.getLogger("thaw.placement")
 
@@ -51,8 +54,10 @@ class PlacementRuntime:
         self.registry = registry
         self.lookup = lookup
         self.url = ""
+        self.admin_port = 0
         self.placement: Placement | None = None
         self._runner: web.AppRunner | None = None
+        self._admin: web.AppRunner | None = None
         self._store: SqlStore | None = None
         self._resolver: ImageResolver | None = None
         self._agents: AgentClient | None = None
@@ -62,9 +67,11 @@ class PlacementRuntime:
         self._index: FleetIndex | None = None
 
     async def start(self) -> str:
-        """Open the store, publish every stored app, serve HTTP; return the base URL."""
+        """Open the store, publish every stored app, serve HTTP(S) and the admin listener;
+        return the API's base URL."""
         config = self.config
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        tls = server_context(config.tls_cert, config.tls_key) if config.tls_cert else None
+        private_dir(config.state_dir)
         assert config.cluster_keys is not None  # checked by the config
         self._store = opened = await open_store(config.store, config.state_dir)
         store = opened.apps
@@ -110,10 +117,15 @@ class PlacementRuntime:
         auth = Authenticator(tokens.store, config.admin_token, verifier)
         self._runner = web.AppRunner(build_app(self.placement, metrics, auth), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, config.host, config.port).start()
+        await web.TCPSite(self._runner, config.host, config.port, ssl_context=tls).start()
         port = self._runner.addresses[0][1]
-        self.url = f"http://{config.host}:{port}"
-        log.info("placement serving %s (%d apps published)", self.url, published)
+        self.url = f"{'https' if tls else 'http'}://{config.host}:{port}"
+        self._admin = web.AppRunner(build_admin_app(self.placement, metrics), access_log=None)
+        await self._admin.setup()
+        await web.TCPSite(self._admin, config.admin_host, config.admin_port).start()
+        self.admin_port = self._admin.addresses[0][1]
+        log.info("placement serving %s (%d apps published), admin on %s:%d", self.url,
+                 published, config.admin_host, self.admin_port)
         if not config.admin_token and not await tokens.store.list():
             log.warning("no admin token and no stored token: the API refuses every call "
                         "(set THAW_ADMIN_TOKEN or --admin-token-file)")
@@ -139,8 +151,9 @@ class PlacementRuntime:
             await self.placement.fleet.shared.close()
             await self.placement.republisher.close()
             await self.placement.reconciler.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for runner in (self._runner, self._admin):
+            if runner is not None:
+                await runner.cleanup()
         if self._waker is not None:
             await self._waker.close()
         if self._placer is not None:

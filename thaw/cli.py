@@ -161,6 +161,14 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p = sub.add_parser("placement", help="run the placement service (apps API, market, wake)")
     p.add_argument("--host", default=e("PLACEMENT_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(e("PLACEMENT_PORT", "4280")))
+    p.add_argument("--tls-cert", default=e("PLACEMENT_TLS_CERT", ""),
+                   help="PEM certificate chain: serve the API over HTTPS only")
+    p.add_argument("--tls-key", default=e("PLACEMENT_TLS_KEY", ""),
+                   help="the private key of --tls-cert")
+    p.add_argument("--admin-host", default=e("PLACEMENT_ADMIN_HOST", "127.0.0.1"),
+                   help="the admin listener's address (/metrics, /healthz, /readyz)")
+    p.add_argument("--admin-port", type=int, default=int(e("PLACEMENT_ADMIN_PORT", "0")),
+                   help="the admin listener's port (0: any free port)")
     p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/placement")))
     add_registry_flags(p)
     p.add_argument("--domain", default=e("DOMAIN", "localhost"),
@@ -183,6 +191,9 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--port", type=int, default=int(e("EDGE_PORT", "8080")))
     p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
     p.add_argument("--placement", default=e("PLACEMENT_URL", "http://127.0.0.1:4280"))
+    p.add_argument("--cacert", default=e("CACERT", ""), metavar="PATH",
+                   help="the CA (PEM) an https --placement's certificate is checked against "
+                        "(default $THAW_CACERT, else the system's CAs)")
     p.add_argument("--domain", default=e("DOMAIN", "localhost"))
     p.add_argument("--region", default=e("REGION", "local"))
     add_registry_flags(p)
@@ -245,12 +256,15 @@ async def run_placement(args: argparse.Namespace) -> int:
         admin_token=admin_token(args.admin_token_file), domain=args.domain,
         secret_keys=secret_keys(args.secrets_key_file),
         egress=egress_policy(args), host=args.host, port=args.port, store=store_url(args),
+        tls_cert=args.tls_cert, tls_key=args.tls_key, admin_host=args.admin_host,
+        admin_port=args.admin_port,
     )
     registry = await registry_url(args, "placement")
     runtime = PlacementRuntime(config, open_registry(registry),
                                coordination=open_coordination(registry))
     url = await runtime.start()
-    print(f"thaw placement listening on {url}", flush=True)
+    print(f"thaw placement listening on {url} (admin {args.admin_host}:{runtime.admin_port})",
+          flush=True)
     await wait_for_signal()
     await runtime.stop()
     return 0
@@ -267,7 +281,8 @@ async def run_edge(args: argparse.Namespace) -> int:
     if args.tls_cert or args.tls_key or args.tls_cert_dir:
         tls = TlsConfig(cert=args.tls_cert or "", key=args.tls_key or "",
                         cert_dir=args.tls_cert_dir or "", port=args.tls_port)
-    config = EdgeConfig(placement_url=args.placement, domain=args.domain, host=args.host,
+    config = EdgeConfig(placement_url=args.placement, placement_cafile=args.cacert,
+                        domain=args.domain, host=args.host,
                         port=args.port, admin_port=args.admin_port, region=args.region,
                         max_held_total=args.max_held_total,
                         underscore_headers=args.underscore_headers,

@@ -2,7 +2,10 @@
 they make from them, thaw.toml, `--set` pairs.
 
 The token sent is `--token`, else $THAW_TOKEN, else the local platform's admin token
-(`./.thaw/admin.token`, written by `thaw up`) — only for an API on this host.
+(`./.thaw/admin.token`, written by `thaw up`) — only for an API on this host. An https
+API's certificate is checked against `--cacert`, else $THAW_CACERT, else (an API on this
+host) the local CA of `thaw up --tls` (`./.thaw/tls/ca.pem`) when there is one, else the
+system's CAs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from thaw.appconfig import InvalidConfig
 from thaw.client import ApiClient
 
 LOCAL_TOKEN = Path(".thaw") / "admin.token"
+LOCAL_CA = Path(".thaw") / "tls" / "ca.pem"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -26,8 +31,12 @@ if TYPE_CHECKING:
 def common_flags(env: Any) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
-                        metavar="[http://]HOST:PORT",
+                        metavar="[http[s]://]HOST:PORT",
                         help="placement's API (default $THAW_API_URL or 127.0.0.1:4280)")
+    common.add_argument("--cacert", default=env("CACERT", ""), metavar="PATH",
+                        help="the CA (PEM) an https API's certificate is checked against "
+                             f"(default $THAW_CACERT, else ./{LOCAL_CA} for a local API, "
+                             "else the system's CAs)")
     common.add_argument("--token", default=env("TOKEN", ""),
                         help=f"bearer token (default $THAW_TOKEN, else ./{LOCAL_TOKEN})")
     common.add_argument("--json", action="store_true",
@@ -40,7 +49,7 @@ def token_from(given: str, api: str) -> str:
     this host: a remote `--api` never receives it."""
     if given:
         return given
-    if urlsplit(api).hostname not in ("127.0.0.1", "localhost", "::1"):
+    if urlsplit(api).hostname not in LOOPBACK:
         return ""
     try:
         return LOCAL_TOKEN.read_text().strip()
@@ -48,13 +57,21 @@ def token_from(given: str, api: str) -> str:
         return ""
 
 
+def cafile_from(given: str, api: str) -> str:
+    """`--cacert`/THAW_CACERT, else the local CA of `thaw up --tls` for an API on this host
+    (if there is one), else "" (the system's CAs)."""
+    if given or urlsplit(api).hostname not in LOOPBACK or not LOCAL_CA.is_file():
+        return given
+    return str(LOCAL_CA)
+
+
 def api_url(given: str) -> str:
-    """`--api`: http://host:port, or host:port (http:// is assumed)."""
+    """`--api`: http(s)://host:port, or host:port (http:// is assumed)."""
     if "://" not in given:
         given = "http://" + given
     parts = urlsplit(given)
-    wrong = ValueError(f"--api: expected host:port or http://host:port, not {given!r}")
-    if parts.scheme != "http" or not parts.hostname:
+    wrong = ValueError(f"--api: expected host:port or http(s)://host:port, not {given!r}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise wrong
     try:
         parts.port  # noqa: B018 (a bad port raises here)
@@ -65,7 +82,7 @@ def api_url(given: str) -> str:
 
 def client_of(args: argparse.Namespace) -> ApiClient:
     api = api_url(args.api)
-    return ApiClient(api, token_from(args.token, api))
+    return ApiClient(api, token_from(args.token, api), cafile=cafile_from(args.cacert, api))
 
 
 def settings(pairs: list[str]) -> dict[str, Any]:

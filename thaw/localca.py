@@ -1,8 +1,10 @@
 """A local certificate authority for `thaw up --tls`: a CA kept in the state directory and
 certificates made for each name asked (local development only).
 
-The CA (ECDSA P-256, ten years) is made once as `<state>/tls/ca.pem` (+ `ca.key`, mode
-0600) and reused, so a browser or curl told to trust it once keeps trusting it. Leaf
+The CA (ECDSA P-256, ten years) is made once as `<state>/tls/ca.pem` (+ `ca.key`; both
+0600 in a 0700 dir) and reused, so a browser or curl told to trust it once keeps
+trusting it. Placement's API gets `api.pem` + `api.key` there, for 127.0.0.1, ::1 and
+`localhost`, made again at each start. Leaf
 certificates (one day... rather a year, ECDSA P-256) are made in memory for `localhost`
 (with `*.localhost` and 127.0.0.1) and for any name under the edge's domain a client
 asks for by SNI — curl with OpenSSL refuses a bare `*.localhost` wildcard, so each app's
@@ -13,13 +15,14 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from thaw.statefiles import private_dir, tighten, write_private
 
 _PEM = serialization.Encoding.PEM
 
@@ -30,7 +33,9 @@ class LocalCA:
         self.domain = domain.lower().rstrip(".")
         self.cert_path = directory / "ca.pem"
         key_path = directory / "ca.key"
+        private_dir(directory)
         if self.cert_path.exists() and key_path.exists():
+            tighten(self.cert_path, key_path)
             self.key = serialization.load_pem_private_key(key_path.read_bytes(), None)
             self.cert = x509.load_pem_x509_certificate(self.cert_path.read_bytes())
         else:
@@ -50,13 +55,10 @@ class LocalCA:
                     critical=True)
                 .sign(self.key, hashes.SHA256())
             )
-            directory.mkdir(parents=True, exist_ok=True)
             key_pem = self.key.private_bytes(_PEM, serialization.PrivateFormat.PKCS8,
                                              serialization.NoEncryption())
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(key_pem)
-            self.cert_path.write_bytes(self.cert.public_bytes(_PEM))
+            write_private(key_path, key_pem)
+            write_private(self.cert_path, self.cert.public_bytes(_PEM))
 
     def serves(self, name: str) -> bool:
         name = name.lower().rstrip(".")
@@ -71,6 +73,21 @@ class LocalCA:
         names: list[x509.GeneralName] = [x509.DNSName(name)]
         if name == self.domain:
             names += [x509.DNSName("*." + name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        return self._leaf(name, names)
+
+    def api_files(self) -> tuple[Path, Path]:
+        """(certificate chain file, key file) for an API on this host: 127.0.0.1, ::1 and
+        localhost, whatever the domain."""
+        names: list[x509.GeneralName] = [
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1"))]
+        chain, key = self._leaf("thaw API", names)
+        cert_path, key_path = self.directory / "api.pem", self.directory / "api.key"
+        write_private(key_path, key)
+        write_private(cert_path, chain)
+        return cert_path, key_path
+
+    def _leaf(self, name: str, names: list[x509.GeneralName]) -> tuple[bytes, bytes]:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         cert = (

@@ -5,13 +5,16 @@ other — signed with a cluster key made on first start (`<state>/cluster.key`) 
 and share the embedded (in-memory) registry. Nothing in the services knows it runs
 this way beyond the registry it was handed. An admin token is made on first start
 too (`<state>/admin.token`, mode 0600), which the CLI finds by itself, and the key
-that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600).
+that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600). The state dir
+is 0700 and every file the platform writes in it 0600 (thaw/statefiles.py). With
+`--tls` the API is HTTPS only, its certificate from the local CA the edge uses too
+(`<state>/tls/ca.pem`, which the CLI finds by itself as well).
 
 For operators it writes two files in the state directory: `access.log` (the
 edge's JSON access log, unless `--access-log` says otherwise) and
 `prometheus-targets.json`, every service's /metrics address with a `service`
-label in Prometheus' file_sd format (agents and the edge's admin port listen on
-ports chosen at start), which deploy/prometheus/prometheus.yml reads.
+label in Prometheus' file_sd format (agents and the edge's and placement's admin
+listeners are on ports chosen at start), which deploy/prometheus/prometheus.yml reads.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from thaw.auth.secrets_files import (
 from thaw.auth.signing import KeyRing
 from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
+from thaw.statefiles import private_dir, write_private
+from thaw.tlscontexts import client_context
 
 log = logging.getLogger("thaw.up")
 
@@ -77,7 +82,8 @@ class UpConfig:
     allow_registries: tuple[str, ...] = ()  # beyond public registries
     only_allowed_registries: bool = False
     allow_layouts: tuple[str, ...] = ()  # beyond <state>/images
-    tls: bool = False  # also HTTPS on tls_port, certificates from a local CA (thaw/localca.py)
+    tls: bool = False  # the edge also HTTPS on tls_port, the API HTTPS only; certificates
+    #                    from a local CA (thaw/localca.py)
     tls_port: int = 8443
     access_log: str = ""  # "": <state>/access.log; "off"; "stdout"; or a file path
     access_log_sample_rate: float = 1.0
@@ -98,8 +104,7 @@ class Platform:
         self.ca: Any = None  # thaw.localca.LocalCA with --tls
 
     async def start(self) -> None:
-        state = self.config.state_dir.resolve()
-        state.mkdir(parents=True, exist_ok=True)
+        state = private_dir(self.config.state_dir.resolve())
         keys = KeyRing.parse(ensure_secret(state / CLUSTER_KEY_FILE))
         self.admin_token = ensure_secret(state / ADMIN_TOKEN_FILE)
         # Images come from the layouts `thaw up` builds (and those allowed), or registries.
@@ -111,24 +116,26 @@ class Platform:
             runtime = AgentRuntime(self._agent_config(state, i, keys, egress), self.registry)
             self.agents.append(runtime)
             await runtime.start()
-        self.placement = PlacementRuntime(
-            PlacementConfig(state_dir=state / "placement", port=self.config.api_port,
-                            cluster_keys=keys, admin_token=self.admin_token,
-                            secret_keys=SecretKeys.parse(ensure_secret(state / SECRETS_KEY_FILE)),
-                            domain=self.config.domain, egress=egress,
-                            store=self.config.store),
-            self.registry,
-        )
-        self.api_url = await self.placement.start()
-        tls = None
+        tls, api_cert, api_key = None, "", ""
         if self.config.tls:
             from edge.config import TlsConfig
             from thaw.localca import LocalCA
 
             self.ca = LocalCA(state / "tls", self.config.domain)
             tls = TlsConfig(port=self.config.tls_port, issuer=self.ca.issue)
+            api_cert, api_key = map(str, self.ca.api_files())
+        self.placement = PlacementRuntime(
+            PlacementConfig(state_dir=state / "placement", port=self.config.api_port,
+                            cluster_keys=keys, admin_token=self.admin_token,
+                            secret_keys=SecretKeys.parse(ensure_secret(state / SECRETS_KEY_FILE)),
+                            domain=self.config.domain, egress=egress,
+                            store=self.config.store, tls_cert=api_cert, tls_key=api_key),
+            self.registry,
+        )
+        self.api_url = await self.placement.start()
         self.edge = EdgeRuntime(
-            EdgeConfig(placement_url=self.api_url, domain=self.config.domain,
+            EdgeConfig(placement_url=self.api_url, placement_cafile=self.cafile,
+                       domain=self.config.domain,
                        port=self.config.edge_port, admin_port=self.config.admin_port,
                        cluster_keys=keys, tls=tls, access_log=self.access_log_target(state),
                        access_log_sample_rate=self.config.access_log_sample_rate),
@@ -137,6 +144,11 @@ class Platform:
         await self.edge.start()
         write_targets(state / TARGETS_FILE, self.targets())
         await self._ensure_hello(state)
+
+    @property
+    def cafile(self) -> str:
+        """The local CA's certificate file with --tls, else ""."""
+        return str(self.ca.cert_path) if self.ca is not None else ""
 
     def access_log_target(self, state: Path) -> str:
         """The edge's access log: <state>/access.log unless told otherwise ("" is off)."""
@@ -147,11 +159,12 @@ class Platform:
 
     def targets(self) -> list[dict[str, Any]]:
         """Every service's metrics address, as Prometheus file_sd target groups."""
-        assert self.edge is not None
+        assert self.edge is not None and self.placement is not None
+        placement = f"{self.placement.config.admin_host}:{self.placement.admin_port}"
         groups = [
             {"targets": [f"{self.edge.config.admin_host}:{self.edge.admin_port}"],
              "labels": {"service": "edge"}},
-            {"targets": [_host_port(self.api_url)], "labels": {"service": "placement"}},
+            {"targets": [placement], "labels": {"service": "placement"}},
         ]
         for agent in self.agents:
             worker = agent.agent.worker_id if agent.agent is not None else ""
@@ -174,7 +187,8 @@ class Platform:
         await asyncio.to_thread(build_image, self.config.example, "hello:latest", layout=layout)
         body = {**HELLO_APP, "image": f"oci:{layout}:latest", **dict(self.config.hello_overrides)}
         auth = {"Authorization": f"Bearer {self.admin_token}"}
-        async with aiohttp.ClientSession(headers=auth) as session:
+        connector = aiohttp.TCPConnector(ssl=client_context(self.cafile) if self.ca else True)
+        async with aiohttp.ClientSession(headers=auth, connector=connector) as session:
             async with session.get(f"{self.api_url}/v1/apps/hello") as response:
                 if response.status == 200:
                     return
@@ -203,7 +217,7 @@ class Platform:
     def banner(self) -> str:
         from thaw.native import state as native_state
 
-        assert self.edge is not None
+        assert self.edge is not None and self.placement is not None
         port = self.edge.proxy_port
         native_on, native_why = native_state()
         token_file = self.config.state_dir / ADMIN_TOKEN_FILE
@@ -211,10 +225,14 @@ class Platform:
         token_hint = (f"the CLI uses the admin token in {token_file}" if local else
                       f"export THAW_TOKEN=$(cat {token_file})   # the admin token, for the CLI")
         access_log = self.access_log_target(self.config.state_dir)
+        # with --tls: the API's certificate is the local CA's (the CLI finds it in ./.thaw)
+        cacert = f"--cacert {self.ca.cert_path} " if self.ca else ""
+        cli_cacert = cacert if self.ca and not local else ""
         return "\n".join(
             [
                 f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
-                f"admin :{self.edge.admin_port}, {len(self.agents)} agents, "
+                f"admin :{self.edge.admin_port} (edge), :{self.placement.admin_port} "
+                f"(placement), {len(self.agents)} agents, "
                 f"state in {self.config.state_dir}",
                 f"native edge {'on' if native_on else 'off'} ({native_why})",
                 self.machines_line(),
@@ -224,8 +242,9 @@ class Platform:
                    f"https://hello.{self.config.domain}:{self.edge.tls_port}/"
                    "   # HTTP/2 by ALPN; --http1.1 for HTTP/1.1"] if self.ca else []),
                 "",
-                f"  thaw status --api {self.api_url}      # {token_hint}",
-                f"  curl -H \"Authorization: Bearer $(cat {token_file})\" {self.api_url}/v1/apps",
+                f"  thaw status --api {self.api_url} {cli_cacert}     # {token_hint}",
+                f"  curl {cacert}-H \"Authorization: Bearer $(cat {token_file})\" "
+                f"{self.api_url}/v1/apps",
                 "",
                 f"access log: {access_log or 'off'}; Prometheus targets (file_sd): "
                 f"{self.config.state_dir / TARGETS_FILE} (deploy/prometheus/prometheus.yml, "
@@ -242,6 +261,4 @@ def _host_port(url: str) -> str:
 
 def write_targets(path: Path, groups: list[dict[str, Any]]) -> None:
     """Replace `path` whole (Prometheus re-reads file_sd files when they change)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(groups, indent=2) + "\n")
-    tmp.replace(path)
+    write_private(path, (json.dumps(groups, indent=2) + "\n").encode())

@@ -11,7 +11,6 @@ On disk: `<machine dir>/slots.json` (its claims, so they survive the agent),
 from __future__ import annotations
 
 import json
-import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root, unw
 from agent.oci.rootfiles import read_in_root
 from agent.oci.runtime import RuntimeFailure
 from imagecache.adapters.trees import remove_tree_quietly
+from thaw.statefiles import private_dir, write_private
 
 ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
 ID_RANGE = 65536
@@ -107,9 +107,7 @@ class MachineFiles:
             "net": self.addresses.claim(machine_dir, recorded.get("net")),
         }
         if slots != recorded:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(slots))
-            tmp.replace(path)
+            write_private(path, json.dumps(slots).encode())
         return slots
 
     def root(self, machine_id: str, machine_dir: Path) -> MachineRoot:
@@ -153,13 +151,8 @@ def same_config(bundle: Path, config: dict[str, Any]) -> bool:
 def write_config(bundle: Path, config: dict[str, Any]) -> None:
     """config.json holds the machine's environment, the app's secrets in it (runc reads
     them there): 0600 in a 0700 dir, as Docker keeps its containers' configs."""
-    bundle.mkdir(mode=0o700, exist_ok=True)
-    tmp = bundle / "config.json.tmp"
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps(config, indent=1))
-    tmp.replace(bundle / "config.json")
+    private_dir(bundle)
+    write_private(bundle / "config.json", json.dumps(config, indent=1).encode())  # its env
 
 
 def _host_resolv_conf() -> str:

@@ -28,6 +28,7 @@ from functools import partial
 from edge.adapters.h2stream import H2Stream
 from edge.core.accesslog import CLIENT_GONE, line, logged, path_of
 from edge.exchange import Exchange
+from thaw.statefiles import FILE_MODE
 
 log = logging.getLogger("thaw.edge")
 
@@ -59,7 +60,7 @@ class LogFile:
             current = None
         if self.fd < 0 or current != self.inode:
             self.close()
-            self.fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            self.fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             st = os.fstat(self.fd)
             self.inode = (st.st_dev, st.st_ino)
         return self.fd

@@ -12,6 +12,7 @@ predicted) is read as before.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from placement.api import (
     WakeResponse,
 )
 from thaw.auth.aiohttp_glue import Signer
+from thaw.tlscontexts import client_context
 
 SUSPECT_TIMEOUT_S = 5.0
 
@@ -43,12 +45,15 @@ class PlacementClient:
         assert config.cluster_keys is not None  # checked by the config
         self.base_url = config.placement_url.rstrip("/")
         self.signer = Signer(config.cluster_keys)
+        # https: placement's certificate verified, always (checked here, at start)
+        self._tls: ssl.SSLContext | bool = client_context(config.placement_cafile) \
+            if self.base_url.startswith("https://") else True
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, force_close=False)
+                connector=aiohttp.TCPConnector(limit=256, force_close=False, ssl=self._tls)
             )
         return self._session
 

@@ -20,6 +20,7 @@ import msgspec
 from imagecache.adapters.blobstore import TEMP_PREFIX, hex_of
 from imagecache.api import Image
 from thaw.durable import fsync_dir
+from thaw.statefiles import open_private, private_dir
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class StoredImage:
 class ImageRecords:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
 
     def save(self, image: Image, usage_bytes: int) -> None:
         """The usage, then the record that makes the image complete."""
@@ -104,7 +105,7 @@ def _read_int(path: Path) -> int | None:
 def write_atomic(path: Path, data: bytes) -> None:
     temp = path.with_name(f"{TEMP_PREFIX}{path.name}-{secrets.token_hex(4)}")
     try:
-        with open(temp, "wb") as out:
+        with os.fdopen(open_private(temp), "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())

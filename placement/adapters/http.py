@@ -1,10 +1,11 @@
-"""Placement's HTTP API (aiohttp): public `/v1`, internal `/internal`, metrics, health.
+"""Placement's HTTP API (aiohttp): public `/v1`, internal `/internal`, health.
 
 Routes come from the table in routes.py; authentication and authorisation happen in
 authn.py's middleware before any handler runs. Errors become `{"error": code,
 "message": text}` in one middleware; a body that fails validation is 422 naming
 the field; a host name taken by another app is 409 `host_taken`, naming the
-holder only to a caller who may see it.
+holder only to a caller who may see it. Metrics are not here: they are on the admin
+listener (admin.py).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from placement.machinelogs import DEFAULT_TAIL, MAX_TAIL
 from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
-from placement.store import HostTaken, StoreUnavailable
+from placement.store import HostTaken
 from placement.wakeparts import predictions_to
 from thaw.appconfig import InvalidConfig
 from thaw.appconfig import decoded as body_as
@@ -308,13 +309,6 @@ class Routes:
         return json_response(await self.p.suspect(worker, report))
 
     # -- public ------------------------------------------------------------------------------
-
-    async def metrics_text(self, request: web.Request) -> web.Response:
-        try:
-            await self.p.apps()  # the per-app series are of the apps stored now
-        except StoreUnavailable as exc:  # metrics matter most then: of the apps last seen
-            log.warning("/metrics: %s", exc.message)
-        return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"ok": True})

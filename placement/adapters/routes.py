@@ -139,6 +139,5 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/readyz", "readyz", Access.PUBLIC,
           "Readiness: the registry answers and the apps are published to it (503 with the "
           "reason otherwise)", None, Readiness),
-    Route("GET", "/metrics", "metrics_text", Access.PUBLIC, "Prometheus metrics (text)"),
     Route("GET", "/openapi.json", "openapi", Access.PUBLIC, "This document"),
 )

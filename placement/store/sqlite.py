@@ -9,6 +9,7 @@ here: a constraint violation is a Conflict, an unusable file StoreUnavailable.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,7 @@ from typing import Any
 from placement.errors import Conflict
 from placement.store.database import Dialect, Row
 from placement.store.port import StoreUnavailable
+from thaw.statefiles import open_private, private_dir, tighten
 
 SQLITE = Dialect(name="sqlite", for_update="")
 _NUMBERED = re.compile(r"\$(\d+)")
@@ -51,7 +53,10 @@ class SQLiteDatabase:
     dialect = SQLITE
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        # SQLite makes -wal and -shm with the database's mode: 0600, made here first.
+        os.close(open_private(path, os.O_RDWR))
+        tighten(*(path.with_name(path.name + end) for end in ("-wal", "-shm")))
         with _translated():
             self._connection = sqlite3.connect(path, isolation_level=None,
                                                check_same_thread=False)

@@ -70,7 +70,7 @@ def reconciler_actions(services: Services, placement: int) -> dict[str, int]:
     name = "placement" if placement == 0 else f"placement-{placement}"
     if services.procs[name].poll() is not None:
         return {}
-    status, text = call("GET", f"{services.apis[placement]}/metrics")
+    status, text = call("GET", f"{services.placement_admins[placement]}/metrics")
     assert status == 200
     counts: dict[str, int] = {}
     for app, value in re.findall(r'^thaw_placement_reconciler_actions_total\{[^}]*app="([^"]+)"'

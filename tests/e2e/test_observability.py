@@ -207,15 +207,16 @@ def test_the_series_of_a_deleted_app_leave_the_edge_and_placement_metrics(up: Th
     assert edge_get(up, "gone.localhost") == 200
     edge = f"http://127.0.0.1:{up.admin_port}"
     labelled = re.compile(r'app="gone"')
+    [placement] = service_urls(up, "placement")  # its admin listener
     wait_until(lambda: labelled.search(metrics_text(edge)) is not None
-               and labelled.search(metrics_text(up.api)) is not None, 20, 0.2)
+               and labelled.search(metrics_text(placement)) is not None, 20, 0.2)
     assert 'thaw_edge_request_duration_seconds_count{app="gone",code_class="2xx"}' in \
         metrics_text(edge)
 
     status, body = call("DELETE", f"{up.api}/v1/apps/gone", token=up.token)
     assert status == 200, body
     wait_until(lambda: labelled.search(metrics_text(edge)) is None
-               and labelled.search(metrics_text(up.api)) is None, 20, 0.2)
+               and labelled.search(metrics_text(placement)) is None, 20, 0.2)
 
 
 def test_access_log_lines_of_a_cold_and_a_warm_request_carry_their_fields(up: ThawUp) -> None:
@@ -252,6 +253,16 @@ def test_readyz_answers_ready_on_the_edge_placement_and_every_agent(up: ThawUp) 
     assert services == {"edge", "placement", "agent"}
     agents = service_urls(up, "agent")
     assert len(agents) == 2
-    for url in [f"http://127.0.0.1:{up.admin_port}", up.api, *agents]:
+    for url in [f"http://127.0.0.1:{up.admin_port}", up.api, *service_urls(up, "placement"),
+                *agents]:
         status, body = call("GET", f"{url}/readyz", signed=False)
         assert (status, body) == (200, {"ready": True}), url
+
+
+def test_placements_metrics_are_not_on_its_public_api_port(up: ThawUp) -> None:
+    """They name every tenant's apps and count their machines: the admin listener only."""
+    for token in ("", up.token):
+        status, _ = call("GET", f"{up.api}/metrics", signed=False, token=token)
+        assert status == 404
+    [placement] = service_urls(up, "placement")
+    assert placement != up.api and "thaw_placement_apps " in metrics_text(placement)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fnmatch
 import hashlib
 import http.client
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -230,6 +233,60 @@ def test_an_app_listening_on_its_configured_port_9000_is_served_through_the_edge
     assert json.loads(body)["pid"] == "1"  # the probe, as its container's init
     assert [m["address"].endswith(":9000") for m in machines(up, "nine")] == [True]
     assert call("DELETE", f"{up.api}/v1/apps/nine", token=up.token)[0] == 200
+
+
+# What keeps modes of its own under a state dir, and why (docs/security.md, "State files"):
+# image content (modes from the image, which machines need), a machine's own writes
+# (its users' modes), and what runc writes (its state dir, 0711; its pid file and log).
+NOT_PRIVATE_DIRS = ("images", "agent-*/images/blobs", "agent-*/images/rootfs",
+                    "agent-*/machines/*/upper", "agent-*/machines/*/work", "agent-*/runtime/*")
+NOT_PRIVATE_FILES = ("agent-*/machines/*/bundle/runtime.log",
+                     "agent-*/machines/*/bundle/init.pid")
+
+
+def state_modes(state_dir: Path) -> dict[str, int]:
+    """Relative path -> permission bits of every dir and file under `state_dir` (itself
+    ".") but those of NOT_PRIVATE_*; what vanishes meanwhile is skipped."""
+    modes: dict[str, int] = {}
+    for root, dirs, files in os.walk(state_dir):
+        here = Path(root).relative_to(state_dir).as_posix()
+        dirs[:] = [d for d in dirs if not any(
+            fnmatch.fnmatch(f"{here}/{d}".removeprefix("./"), p) for p in NOT_PRIVATE_DIRS)]
+        for name in [".", *files]:
+            relative = f"{here}/{name}".removeprefix("./").removesuffix("/.") or "."
+            if any(fnmatch.fnmatch(relative, p) for p in NOT_PRIVATE_FILES):
+                continue
+            try:
+                modes[relative] = stat.S_IMODE(os.lstat(state_dir / relative).st_mode)
+            except FileNotFoundError:
+                continue
+    return modes
+
+
+def test_after_an_app_with_a_secret_in_its_env_ran_every_state_file_is_0600_in_0700_dirs(
+    up: ThawUp,
+) -> None:
+    _, hello = call("GET", f"{up.api}/v1/apps/hello", token=up.token)
+    secret = "s3cret-" + os.urandom(8).hex()
+    create_app(up, "secretive", hello["image"], env={"API_KEY": secret}, idle_timeout_s=60)
+    status, body, _ = edge_get(up, "secretive.localhost")
+    assert status == 200, body
+    modes = state_modes(up.state_dir)
+    holders = set()
+    for relative, mode in modes.items():
+        path = up.state_dir / relative
+        if path.is_dir():
+            assert mode == 0o700, (relative, oct(mode))
+        else:
+            assert mode == 0o600, (relative, oct(mode))
+            with contextlib.suppress(OSError):
+                if path.is_file() and secret.encode() in path.read_bytes():
+                    holders.add(path.name)
+    # the files the secret is in were among those walked
+    assert "oplog" in holders and holders & {"apps.sqlite3", "apps.sqlite3-wal"}, holders
+    if oci_driver_runs():
+        assert "config.json" in holders, holders
+    assert call("DELETE", f"{up.api}/v1/apps/secretive", token=up.token)[0] == 200
 
 
 def test_the_cli_finds_the_local_admin_token_and_the_edge_needs_none(tmp_path: Path) -> None:

@@ -1,16 +1,23 @@
 """`thaw up --tls` as a user would start it: HTTP/2 with prior knowledge on the plain port,
-h2 and HTTP/1.1 by ALPN over TLS with the local CA, and a WebSocket, to a cold app."""
+h2 and HTTP/1.1 by ALPN over TLS with the local CA, and a WebSocket, to a cold app; the
+API over HTTPS only with the same CA (the edge's wakes too), its metrics on the admin
+listener Prometheus is pointed at."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 
+from tests.support.agent_process import call
 from tests.support.platform import ThawUp
 from tests.support.ports import free_port
 
@@ -21,7 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration,
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThawUp, int]]:
     tls_port = free_port()
-    platform = ThawUp(tmp_path_factory.mktemp("thaw"),
+    # ./.thaw, as the quick start has it: the CLI finds the token and the CA there
+    platform = ThawUp(tmp_path_factory.mktemp("thaw") / ".thaw",
                       extra=["--tls", "--tls-port", str(tls_port), "--log-level", "info"]).start()
     try:
         yield platform, tls_port
@@ -87,3 +95,58 @@ def test_concurrent_handshakes_for_new_names_all_succeed(up: tuple[ThawUp, int])
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(20)]
     results = [proc.communicate(timeout=60) for proc in procs]
     assert [out for out, _ in results] == ["2"] * 20, (results, platform.more_output())
+
+
+def thaw(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("THAW_CACERT", "THAW_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "thaw", *args], capture_output=True,
+                          text=True, timeout=60, cwd=cwd, env=env, check=False)
+
+
+def test_the_api_is_https_only_with_the_local_ca_and_the_banner_says_how_to_curl_it(
+    up: tuple[ThawUp, int],
+) -> None:
+    platform, _ = up
+    ca = str(platform.state_dir / "tls" / "ca.pem")
+    assert platform.api.startswith("https://127.0.0.1:")
+    banner = platform.output.decode()
+    assert f"curl --cacert {ca} -H" in banner and f"{platform.api}/v1/apps" in banner
+    body, summary = curl("--cacert", ca, "-H", f"Authorization: Bearer {platform.token}",
+                         f"{platform.api}/v1/apps", platform=platform)
+    assert summary == "1.1 200" and "hello" in [app["name"] for app in json.loads(body)]
+    _, summary = curl("--cacert", ca, f"{platform.api}/metrics", platform=platform)
+    assert summary == "1.1 404"  # metrics are on the admin listener only
+    untrusted = subprocess.run(["curl", "-sS", "--max-time", "10", f"{platform.api}/healthz"],
+                               capture_output=True, text=True, timeout=30)
+    assert untrusted.returncode == 60, untrusted.stderr  # curl: peer certificate not trusted
+    plain = subprocess.run(["curl", "-sS", "--max-time", "10",
+                            platform.api.replace("https://", "http://") + "/healthz"],
+                           capture_output=True, text=True, timeout=30)
+    assert plain.returncode != 0  # no plain HTTP on the API port
+
+
+def test_the_cli_uses_the_local_ca_in_dot_thaw_and_elsewhere_needs_cacert(
+    up: tuple[ThawUp, int], tmp_path: Path,
+) -> None:
+    platform, _ = up
+    here = thaw("apps", "list", "--api", platform.api, "--json", cwd=platform.state_dir.parent)
+    assert here.returncode == 0, here.stderr
+    assert "hello" in [app["name"] for app in json.loads(here.stdout)]
+    elsewhere = thaw("apps", "list", "--api", platform.api, "--token", platform.token,
+                     cwd=tmp_path)
+    assert elsewhere.returncode == 1 and "certificate not trusted" in elsewhere.stderr
+    assert "Traceback" not in elsewhere.stderr
+    given = thaw("apps", "list", "--api", platform.api, "--token", platform.token, "--cacert",
+                 str(platform.state_dir / "tls" / "ca.pem"), cwd=tmp_path)
+    assert given.returncode == 0 and "hello" in given.stdout, given.stderr
+
+
+def test_prometheus_targets_name_placements_admin_listener_which_serves_its_metrics(
+    up: tuple[ThawUp, int],
+) -> None:
+    platform, _ = up
+    groups = json.loads((platform.state_dir / "prometheus-targets.json").read_text())
+    [target] = [g["targets"][0] for g in groups if g["labels"]["service"] == "placement"]
+    assert target.startswith("127.0.0.1:") and target != f"127.0.0.1:{platform.api_port}"
+    status, text = call("GET", f"http://{target}/metrics", signed=False)
+    assert status == 200 and "thaw_placement_apps " in str(text)

@@ -24,7 +24,9 @@ class ThawUp:
         self.edge_port = free_port()
         self.api_port = free_port()
         self.admin_port = free_port()
-        self.api = f"http://127.0.0.1:{self.api_port}"
+        # with --tls the API is HTTPS only (its CA: state_dir/tls/ca.pem)
+        scheme = "https" if "--tls" in (extra or []) else "http"
+        self.api = f"{scheme}://127.0.0.1:{self.api_port}"
         self.edge = f"http://127.0.0.1:{self.edge_port}"
         self.admin = f"http://127.0.0.1:{self.admin_port}"
         self.args = [

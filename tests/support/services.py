@@ -37,6 +37,7 @@ class Services:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
         self.api_ports = [free_port() for _ in range(placements)]
+        self.placement_admins = [f"http://127.0.0.1:{free_port()}" for _ in range(placements)]
         self.edge_ports = [free_port() for _ in range(edges)]
         self.admin_ports = [free_port() for _ in range(edges)]
         self.api_port, self.edge_port, self.admin_port = (
@@ -71,8 +72,9 @@ class Services:
         for i, port in enumerate(self.api_ports):
             name = "placement" if i == 0 else f"placement-{i}"
             self.spawn(name, "placement", "--port", str(port), "--state-dir",
-                       str(self.tmp / name), *store, *layouts, "--secrets-key-file",
-                       str(key_file), port=port)
+                       str(self.tmp / name), "--admin-port",
+                       self.placement_admins[i].rsplit(":", 1)[1], *store, *layouts,
+                       "--secrets-key-file", str(key_file), port=port)
         for i in range(self.agents):
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",

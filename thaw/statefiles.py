@@ -1,0 +1,65 @@
+"""State files that may hold secrets are the service user's alone: files 0600, dirs 0700.
+
+Apps' env (placement's SQLite and its -wal/-shm, the agent's op log, a machine's
+config.json), tokens, keys and machine logs live in state dirs. Each is created with
+its mode (never widened later by a rename or the umask) and a dir or file made by an
+older version is tightened when a service starts. No process-wide umask: the image
+trees machines run from keep the modes their images give them (a umask would close
+the dirs an unpack makes implicitly to a machine's own users), and they are reached
+only through the 0700 state dir above them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made 0700 (with its missing parents, 0700 too) or tightened to 0700;
+    returns it."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=DIR_MODE, exist_ok=True)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def tighten(*paths: Path) -> None:
+    """Files that exist made 0600 (those that do not are skipped)."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, FILE_MODE)
+
+
+def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """A file descriptor of `path`, created 0600 (and an existing file made 0600)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """`path` replaced whole by `data` through a 0600 temp file (durable: fsynced)."""
+    temp = path.with_name(f".{path.name}.tmp")
+    fd = open_private(temp)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
