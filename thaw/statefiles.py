@@ -13,38 +13,50 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
-def private_dir(path: Path) -> Path:
-    """`path` made 0700 (with its missing parents, 0700 too) or tightened to 0700;
-    returns it."""
+def make_dirs(path: Path, mode: int) -> None:
+    """`path` and its missing parents made with `mode` (whatever the umask)."""
     missing = []
     current = path
     while not current.exists():
         missing.append(current)
         current = current.parent
     for directory in reversed(missing):
-        directory.mkdir(mode=DIR_MODE, exist_ok=True)
+        directory.mkdir(mode=mode, exist_ok=True)
+        os.chmod(directory, mode)
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made 0700 (with its missing parents, 0700 too) or tightened to 0700;
+    returns it."""
+    make_dirs(path, DIR_MODE)
     os.chmod(path, DIR_MODE)
     return path
 
 
 def tighten(*paths: Path) -> None:
-    """Files that exist made 0600 (those that do not are skipped)."""
+    """Regular files that exist made 0600 (anything else — missing, a device, a symlink —
+    is left as it is)."""
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(path, FILE_MODE)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.chmod(path, FILE_MODE, follow_symlinks=False)
 
 
 def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
-    """A file descriptor of `path`, created 0600 (and an existing file made 0600)."""
+    """A file descriptor of `path`, created 0600 (and an existing regular file made 0600;
+    anything else — /dev/null, a FIFO the agent made — keeps its mode: tightening
+    /dev/null would break every other user of the host)."""
     fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
-        os.fchmod(fd, FILE_MODE)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, FILE_MODE)
     except BaseException:
         os.close(fd)
         raise

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from thaw.statefiles import make_dirs
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_OPEN_TREE = 428
 _SYS_MOVE_MOUNT = 429
@@ -123,14 +125,7 @@ def unwalkable_parent(path: Path) -> Path | None:
 
 def walkable_dir(path: Path) -> None:
     """Make `path` (and missing parents) a dir anyone may walk but not list (0711)."""
-    missing = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=0o711, exist_ok=True)
-        os.chmod(directory, 0o711)
+    make_dirs(path, 0o711)
 
 
 def is_mountpoint(path: Path) -> bool:
