@@ -37,6 +37,10 @@ class OfferRequest(msgspec.Struct, frozen=True):
     # the app's secrets, sealed by placement with the cluster key (thaw/auth/sealing.py):
     # kept so in the op log, opened only to build the machine's environment at a start
     sealed_env: Annotated[str, msgspec.Meta(max_length=MAX_SEALED_CHARS)] = ""
+    # the machine's id, chosen by placement ("": the agent makes one), and its route ticket
+    # for this worker (thaw/auth/tickets.py; "": its records are not sealed)
+    id: Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{8,32})?$")] = ""
+    ticket: Annotated[str, msgspec.Meta(max_length=64, pattern="^[A-Za-z0-9_-]*$")] = ""
 
 
 class EventView(msgspec.Struct, frozen=True):

@@ -14,10 +14,13 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable
 
+import msgspec
+
 from agent.api import EventView, MachineView, StatusView
 from agent.core.machine import MachineState
 from agent.core.state import Machine
 from agent.service import Agent
+from thaw.auth import tickets
 from thaw.registry import MachineRecord, Registry, WorkerStatus
 from thaw.registry.generation import GenerationWatch
 from thaw.registry.readiness import registry_answers
@@ -183,7 +186,8 @@ def machine_view(agent: Agent, machine: Machine) -> MachineView:
 
 
 def machine_record(agent: Agent, machine: Machine) -> MachineRecord:
-    return MachineRecord(
+    """The machine's registry record, sealed with its route ticket when it has one."""
+    record = MachineRecord(
         id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
         state=machine.state.value, image_digest=machine.image_digest,
         created_at=machine.created_at, updated_at=machine.updated_at,
@@ -191,3 +195,6 @@ def machine_record(agent: Agent, machine: Machine) -> MachineRecord:
         events=[RegistryEvent(e.state.value, e.at, e.reason) for e in machine.events],
         app_uid=machine.spec.app_uid, release=machine.spec.release,
     )
+    if not machine.spec.ticket:
+        return record
+    return msgspec.structs.replace(record, seal=tickets.seal_record(machine.spec.ticket, record))

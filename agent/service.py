@@ -52,11 +52,14 @@ class Agent(MachineTasks):
 
     # -- operations (API) -------------------------------------------------------
 
-    def offer(self, key: str, spec: MachineSpec, start: bool, spare: bool = False) -> Machine:
-        """A new machine (started at once when `start`). One offered to be started soon
-        needs room now; a `spare` (a standby) does not."""
-        decision = offers.decide_offer(self.state, self.capacity(), key, spec, machine_id(),
-                                self.draining, needs_room=start or not spare)
+    def offer(self, key: str, spec: MachineSpec, start: bool, spare: bool = False,
+              wanted_id: str = "") -> Machine:
+        """A new machine (started at once when `start`), named `wanted_id` when given (its
+        route ticket is for that id). One offered to be started soon needs room now; a
+        `spare` (a standby) does not."""
+        decision = offers.decide_offer(self.state, self.capacity(), key, spec,
+                                       wanted_id or machine_id(), self.draining,
+                                       needs_room=start or not spare)
         if isinstance(decision, Decline):
             self.metrics.offers.labels(decision.reason).inc()
             raise Declined(decision.message, code=decision.reason)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
+from thaw.auth.tickets import RouteKeys
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class EdgeConfig:
     h2_max_continuations: int = 16  # CONTINUATION frames in one header block
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
+    # machine records are routed by only when sealed (thaw/auth/tickets.py); None: all are
+    route_keys: RouteKeys | None = None
     tls: TlsConfig | None = None  # also serve HTTPS (HTTP/1.1 and h2 by ALPN) on tls.port
     # JSON lines, one per answer (edge/core/accesslog.py): "" off, "stdout" (or "-"), or a
     # file path (appended to; reopened when moved away)

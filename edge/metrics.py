@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from edge.config import EdgeConfig
 from edge.core.stats import AppStats, Histogram
+from edge.routeguard import RouteGuard
 from edge.view import AppEntry, View
 
 
@@ -65,6 +66,9 @@ class Observed(Protocol):
 
     @property
     def load_share(self) -> Rounds | None: ...
+
+    @property
+    def route_guard(self) -> RouteGuard: ...
 
 
 def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogram) -> None:
@@ -165,6 +169,13 @@ class EdgeCollector(Collector):
                                 value=edge.config.max_held_total)
         yield GaugeMetricFamily("thaw_edge_connections", "Client connections open now",
                                 value=len(edge.connections))
+        refused = CounterMetricFamily(
+            "thaw_edge_machine_records_refused",
+            "Distinct machine records not routed by: not sealed (no_seal) or not by a ticket "
+            "placement gave their worker (bad_seal)", labels=["reason"])
+        for reason, count in sorted(edge.route_guard.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
         load_share = edge.load_share
         if load_share is not None:
             yield CounterMetricFamily(

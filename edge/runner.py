@@ -68,6 +68,9 @@ class EdgeRuntime:
         loop = asyncio.get_running_loop()
         view = View(config.domain, loop.time)
         edge = Edge(config, view)
+        if config.route_keys is None:
+            log.warning("no route key: machine records are not verified (any agent's Redis "
+                        "user can route any app); docs/security.md")
         self.edge = edge
         self._feed = RegistryFeed(view, self.registry, config.resync_interval_s)
         try:

@@ -42,6 +42,7 @@ from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
 from edge.loadshare import LoadBoard, LoadShare
 from edge.metrics import EdgeMetrics
+from edge.routeguard import RouteGuard
 from edge.view import LOST, AppEntry, MachineSlot, View
 from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
 from thaw.logs import event
@@ -76,6 +77,8 @@ class Edge(Shell):
         self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
                                  config.autostop_interval_s, self._room)
         self.load_share: LoadShare | None = None  # shared with other edges (share_loads)
+        self.route_guard = RouteGuard(config.route_keys)
+        view.admit = self.route_guard
         self.metrics = EdgeMetrics(self)
         view.on_machine_removed = self._machine_removed
         view.on_machine_added = self._machine_added

@@ -96,6 +96,9 @@ class View:
         # a machine became routable through the registry (its boot ms from its events)
         self.on_machine_added: Callable[[MachineSlot, float], None] = lambda slot, ms: None
         self.on_app_removed: Callable[[str], None] = lambda name: None
+        # may a registry record be routed by (edge/routeguard.py): one that may not is
+        # ignored, as if never written
+        self.admit: Callable[[str, MachineRecord], bool] = lambda app, record: True
 
     def route(self, host: str) -> AppEntry | None:
         """The app serving `host` (lower-case, without port or trailing dot), or None."""
@@ -197,7 +200,7 @@ class View:
     def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
         """A registry record (None: deleted) for one machine, unless the edge knows better."""
         entry = self.apps.get(app)
-        if entry is None:
+        if entry is None or (record is not None and not self.admit(app, record)):
             return
         slot = entry.machines.get(machine_id)
         if slot is not None and record is not None and record.updated_at < slot.known_wall:

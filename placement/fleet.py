@@ -26,7 +26,8 @@ from placement.core.failures import WorkerFailures
 from placement.errors import AgentReplied, NotFound, PlacementError, Unavailable
 from placement.failuresync import FailureBook, FailureSync
 from thaw.appconfig import AppConfig, InvalidConfig
-from thaw.registry import Registry, WorkerStatus
+from thaw.auth.tickets import RecordCheck, RouteKeys
+from thaw.registry import MachineRecord, Registry, WorkerStatus
 
 REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
 MAX_IMAGES_KEPT = 4096
@@ -68,9 +69,13 @@ class Fleet:
         pull_timeout_s: float,
         clock: Callable[[], float] = time.time,
         failure_book: FailureBook | None = None,
+        route_keys: RouteKeys | None = None,
     ) -> None:
         """`failure_book`: edges' reports and failure marks shared with other placements
-        (placement/failuresync.py; None: this placement judges alone)."""
+        (placement/failuresync.py; None: this placement judges alone); `route_keys`: make
+        machines' tickets, and read only machine records sealed with one (None: every
+        record is taken, as before)."""
+        self.routes = RecordCheck(route_keys)
         self.registry = registry
         self.agents = agents
         self.resolver = resolver
@@ -126,8 +131,14 @@ class Fleet:
     def remember(self, app: str, view: dict[str, Any]) -> None:
         self.known[view["id"]] = (app, view["worker"], view.get("app_uid", ""))
 
+    async def sealed_machines(self, app: str) -> list[MachineRecord]:
+        """The app's machine records that are sealed by their worker's ticket (all of them
+        without route keys): a worker's agent can write any app's records, but seal only
+        those of machines placed on it (thaw/auth/tickets.py)."""
+        return [r for r in await self.registry.machines(app) if self.routes.admits(r)]
+
     async def app_workers(self, app: str) -> set[str]:
-        workers = {record.worker for record in await self.registry.machines(app)}
+        workers = {record.worker for record in await self.sealed_machines(app)}
         workers.update(w for a, w, _ in self.known.values() if a == app)
         return workers
 
@@ -137,7 +148,7 @@ class Fleet:
         return [
             {"id": r.id, "worker": r.worker, "state": r.state, "address": r.address,
              "created_at": r.created_at, "release": r.release, "image_digest": r.image_digest}
-            for r in await self.registry.machines(config.name) if r.app_uid == config.uid
+            for r in await self.sealed_machines(config.name) if r.app_uid == config.uid
         ]
 
     async def own_machines(self, config: AppConfig) -> list[dict[str, Any]]:
@@ -172,7 +183,7 @@ class Fleet:
         """The URL of the agent that owns `machine_id` of this app (this incarnation of
         the name); 404 for any other machine."""
         app = config.name
-        worker = next((r.worker for r in await self.registry.machines(app)
+        worker = next((r.worker for r in await self.sealed_machines(app)
                        if r.id == machine_id and r.app_uid == config.uid), None)
         known_app, known_worker, known_uid = self.known.get(machine_id, ("", "", ""))
         if worker is None and (known_app, known_uid) == (app, config.uid):
@@ -250,12 +261,14 @@ class Fleet:
 
     async def mark(self, app: str, mid: str, state: str, at: float) -> None:
         """Rewrite the registry's record of `mid` as `state` (no address) as of `at`, so
-        edges stop routing to it; advisory: a failure is logged, the caller goes on."""
+        edges stop routing to it; advisory: a failure is logged, the caller goes on. Only a
+        sealed record is rewritten (sealed again: placement holds the route keys)."""
         try:
-            for record in await self.registry.machines(app):
+            for record in await self.sealed_machines(app):
                 if record.id == mid:
+                    marked = replace_struct(record, state=state, address="", updated_at=at)
                     await self.registry.put_machine(
-                        replace_struct(record, state=state, address="", updated_at=at))
+                        replace_struct(marked, seal=self.routes.resealed(marked)))
         except Exception as exc:
             log.warning("could not mark machine %s %s in the registry: %s", mid, state, exc)
 

@@ -203,6 +203,10 @@ class Placer:
         self, rnd: Round, step: OfferTo, start: bool, spare: bool
     ) -> tuple[Answer, dict[str, Any] | None]:
         body = offer_body(rnd.config, step.key, start, spare, rnd.sealed_env)
+        if self.fleet.routes.keys is not None:  # the machine's id, and its ticket there
+            machine_id = secrets.token_hex(7)
+            body.update(id=machine_id, ticket=self.fleet.routes.ticket(
+                rnd.config.uid, machine_id, step.worker))
         try:
             status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
         except AgentUnreachable as exc:

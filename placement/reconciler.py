@@ -147,7 +147,7 @@ class Reconciler:
         known = {v["id"] for v in views}
         await self.acts.note_ends(config, work, views)
         fenced = await self.store.fenced(config.uid)
-        for record in await self.registry.machines(app):
+        for record in await self.fleet.sealed_machines(app):
             if record.app_uid == config.uid and record.id not in known \
                     and record.worker not in live:
                 seen.append(core.Seen(record.id, record.worker, record.state,

@@ -84,7 +84,7 @@ class PlacementRuntime:
         metrics = PlacementMetrics()
         fleet = Fleet(self.registry, self._agents, self._resolver, opened.images,
                       market.heartbeat_freshness_s, config.pull_timeout_s,
-                      failure_book=self.coordination)
+                      failure_book=self.coordination, route_keys=config.route_keys)
         self._index = FleetIndex(self.registry, hold_s=market.heartbeat_freshness_s)
         await self._index.start()  # every worker, then the feed: never read per decision
         vault = SecretVault(store, config.secret_keys, config.cluster_keys, time.time)

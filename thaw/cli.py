@@ -45,6 +45,13 @@ def add_cluster_key_flag(p: argparse.ArgumentParser) -> None:
                    help="the cluster key(s) that sign internal calls (else $THAW_CLUSTER_KEY)")
 
 
+def add_route_key_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--route-key-file", type=Path, default=None, metavar="PATH",
+                   help="the route key(s), newest first (0600; the same on every placement "
+                        "and edge, never on agents): only machine records sealed by a ticket "
+                        "placement gave their worker are routed (else $THAW_ROUTE_KEY_FILE)")
+
+
 def add_egress_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-registry", action="append", default=env_list("ALLOW_REGISTRIES"),
                    metavar="HOST[:PORT]",
@@ -180,6 +187,7 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                    help="keys that encrypt apps' secrets at rest, the newest first (0600; "
                         "without it secrets are refused); docs/security.md#secrets")
     add_cluster_key_flag(p)
+    add_route_key_flag(p)
     add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
@@ -215,6 +223,7 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    default=float(e("ACCESS_LOG_SAMPLE", "1")), metavar="RATE",
                    help="share of warm non-5xx answers logged, 0..1 (cold and 5xx: all)")
     add_cluster_key_flag(p)
+    add_route_key_flag(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
 
@@ -248,7 +257,7 @@ async def run_placement(args: argparse.Namespace) -> int:
     from placement.adapters.coordination import open_coordination
     from placement.config import PlacementConfig
     from placement.runner import PlacementRuntime
-    from thaw.auth.secrets_files import admin_token, cluster_keys, secret_keys
+    from thaw.auth.secrets_files import admin_token, cluster_keys, route_keys, secret_keys
     from thaw.registry.factory import open_registry
 
     config = PlacementConfig(
@@ -257,7 +266,7 @@ async def run_placement(args: argparse.Namespace) -> int:
         secret_keys=secret_keys(args.secrets_key_file),
         egress=egress_policy(args), host=args.host, port=args.port, store=store_url(args),
         tls_cert=args.tls_cert, tls_key=args.tls_key, admin_host=args.admin_host,
-        admin_port=args.admin_port,
+        admin_port=args.admin_port, route_keys=route_keys(args.route_key_file),
     )
     registry = await registry_url(args, "placement")
     runtime = PlacementRuntime(config, open_registry(registry),
@@ -274,7 +283,7 @@ async def run_edge(args: argparse.Namespace) -> int:
     from edge.adapters.loadboard import open_load_board
     from edge.config import EdgeConfig, TlsConfig
     from edge.runner import EdgeRuntime
-    from thaw.auth.secrets_files import cluster_keys
+    from thaw.auth.secrets_files import cluster_keys, route_keys
     from thaw.registry.factory import open_registry
 
     tls = None
@@ -288,7 +297,8 @@ async def run_edge(args: argparse.Namespace) -> int:
                         underscore_headers=args.underscore_headers,
                         cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
                         access_log="" if args.access_log == "off" else args.access_log,
-                        access_log_sample_rate=args.access_log_sample)
+                        access_log_sample_rate=args.access_log_sample,
+                        route_keys=route_keys(args.route_key_file))
     registry = await registry_url(args, "edge")
     runtime = EdgeRuntime(config, open_registry(registry), board=open_load_board(registry))
     await runtime.start()

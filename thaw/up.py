@@ -5,7 +5,9 @@ other — signed with a cluster key made on first start (`<state>/cluster.key`) 
 and share the embedded (in-memory) registry. Nothing in the services knows it runs
 this way beyond the registry it was handed. An admin token is made on first start
 too (`<state>/admin.token`, mode 0600), which the CLI finds by itself, and the key
-that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600). The state dir
+that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600), and the route
+key placement and the edge seal machines' routes with (`<state>/route.key`, 0600; the
+agents never get it: thaw/auth/tickets.py). The state dir
 is 0700 and every file the platform writes in it 0600 (thaw/statefiles.py). With
 `--tls` the API is HTTPS only, its certificate from the local CA the edge uses too
 (`<state>/tls/ca.pem`, which the CLI finds by itself as well).
@@ -40,10 +42,12 @@ from thaw.auth.sealing import SecretKeys
 from thaw.auth.secrets_files import (
     ADMIN_TOKEN_FILE,
     CLUSTER_KEY_FILE,
+    ROUTE_KEY_FILE,
     SECRETS_KEY_FILE,
     ensure_secret,
 )
 from thaw.auth.signing import KeyRing
+from thaw.auth.tickets import RouteKeys
 from thaw.imagebuild import build_image
 from thaw.registry.memory import MemoryRegistry
 from thaw.statefiles import private_dir, write_private
@@ -107,6 +111,7 @@ class Platform:
         state = private_dir(self.config.state_dir.resolve())
         keys = KeyRing.parse(ensure_secret(state / CLUSTER_KEY_FILE))
         self.admin_token = ensure_secret(state / ADMIN_TOKEN_FILE)
+        route_keys = RouteKeys.parse(ensure_secret(state / ROUTE_KEY_FILE))
         # Images come from the layouts `thaw up` builds (and those allowed), or registries.
         egress = EgressPolicy.build(
             self.config.allow_registries, listed_only=self.config.only_allowed_registries,
@@ -129,7 +134,8 @@ class Platform:
                             cluster_keys=keys, admin_token=self.admin_token,
                             secret_keys=SecretKeys.parse(ensure_secret(state / SECRETS_KEY_FILE)),
                             domain=self.config.domain, egress=egress,
-                            store=self.config.store, tls_cert=api_cert, tls_key=api_key),
+                            store=self.config.store, tls_cert=api_cert, tls_key=api_key,
+                            route_keys=route_keys),
             self.registry,
         )
         self.api_url = await self.placement.start()
@@ -138,7 +144,8 @@ class Platform:
                        domain=self.config.domain,
                        port=self.config.edge_port, admin_port=self.config.admin_port,
                        cluster_keys=keys, tls=tls, access_log=self.access_log_target(state),
-                       access_log_sample_rate=self.config.access_log_sample_rate),
+                       access_log_sample_rate=self.config.access_log_sample_rate,
+                       route_keys=route_keys),
             self.registry,
         )
         await self.edge.start()

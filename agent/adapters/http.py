@@ -136,7 +136,7 @@ class AgentRoutes:
         spec = spec_from_offer(offer)
         self._fenced(request, spec.app)
         known = offer.key in self.agent.state.offers
-        machine = self.agent.offer(offer.key, spec, offer.start, offer.spare)
+        machine = self.agent.offer(offer.key, spec, offer.start, offer.spare, offer.id)
         await self.agent.durable()  # answered once on disk: the offer holds after a crash
         return self._view(machine.id, 200 if known else 201)
 
@@ -280,4 +280,5 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
         app_uid=offer.app_uid, release=offer.release, port=offer.port,
         entrypoint=list(offer.entrypoint), cmd=list(offer.cmd), sealed_env=offer.sealed_env,
+        ticket=offer.ticket,
     )

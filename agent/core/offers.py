@@ -33,7 +33,7 @@ class Accept:
 
 @dataclass(frozen=True)
 class Decline:
-    reason: str  # "no_capacity" | "draining"
+    reason: str  # "no_capacity" | "draining" | "id_taken"
     message: str
 
 
@@ -52,6 +52,8 @@ def decide_offer(
         return Accept(state.offers[key], existing=True)
     if draining:
         return Decline("draining", "this worker is draining and takes no new machines")
+    if new_id in state.machines:  # an id placement chose, already another offer's
+        return Decline("id_taken", f"machine id {new_id} is taken on this worker")
     if needs_room:
         refused = _room(state, capacity, spec.guest.cpus, spec.guest.memory_mb)
         if refused is not None:

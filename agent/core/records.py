@@ -40,6 +40,9 @@ class MachineSpec(msgspec.Struct, frozen=True):
     entrypoint: list[str] = msgspec.field(default_factory=list)
     cmd: list[str] = msgspec.field(default_factory=list)
     sealed_env: str = ""  # the app's secrets, sealed (thaw/auth/sealing.py); never in clear
+    # placement's route ticket for this machine on this worker (thaw/auth/tickets.py): a
+    # secret that seals the machine's registry records; never published
+    ticket: str = ""
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):

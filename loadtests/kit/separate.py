@@ -27,7 +27,12 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.drivers import sweep
-from thaw.auth.secrets_files import ADMIN_TOKEN_FILE, CLUSTER_KEY_FILE, ensure_secret
+from thaw.auth.secrets_files import (
+    ADMIN_TOKEN_FILE,
+    CLUSTER_KEY_FILE,
+    ROUTE_KEY_FILE,
+    ensure_secret,
+)
 from thaw.auth.signing import KeyRing
 from thaw.client import ApiClient, ApiError
 from thaw.imagebuild import build_image
@@ -82,6 +87,7 @@ class SeparatePlatform:
     def start(self) -> SeparatePlatform:
         self.state.mkdir(parents=True, exist_ok=True)
         ensure_secret(self.state / CLUSTER_KEY_FILE)
+        ensure_secret(self.state / ROUTE_KEY_FILE)
         self.token = ensure_secret(self.state / ADMIN_TOKEN_FILE)
         redis_port = free_port()
         self.redis = f"redis://127.0.0.1:{redis_port}/0"
@@ -90,9 +96,10 @@ class SeparatePlatform:
                              "--save", "", "--appendonly", "no",
                              "--dir", str(self.state / "redis")], redis_port)
         layouts = ["--allow-layout", str(self.state / "images")]
+        routes = ["--route-key-file", str(self.state / ROUTE_KEY_FILE)]  # not the agents'
         self.thaw("placement", "placement", "--port", str(self.api_port), "--state-dir",
                   str(self.state / "placement"), "--admin-token-file",
-                  str(self.state / ADMIN_TOKEN_FILE), *layouts, port=self.api_port)
+                  str(self.state / ADMIN_TOKEN_FILE), *layouts, *routes, port=self.api_port)
         for i in range(self.agents):
             port = free_port()
             self.thaw(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
@@ -100,7 +107,7 @@ class SeparatePlatform:
                       "--memory-mb", "4096", "--heartbeat-s", "0.5",
                       "--stop-machines-on-exit", *layouts, port=port)
         self.thaw("edge", "edge", "--port", str(self.edge_port), "--placement", self.api,
-                  port=self.edge_port)
+                  *routes, port=self.edge_port)
         self.create_hello()
         return self
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
-from tests.support.credentials import ADMIN_TOKEN, ENV
+from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY
 from tests.support.hostnets import HostNets
 from tests.support.load import SteadyLoad
 from tests.support.machines import oci_driver_runs, sweep
@@ -57,15 +57,25 @@ class Cluster:
                     self.redis_port, thaw=False)
         self._spawn("placement", ["placement", "--host", root, "--port", str(self.api_port),
                                   "--state-dir", str(self.tmp / "placement"),
-                                  "--allow-layout", str(self.tmp)], root, self.api_port)
+                                  "--allow-layout", str(self.tmp), *self.routes()], root,
+                    self.api_port)
         for worker in WORKERS:
             self.start_agent(worker)
         edge = self.nets.addresses["edge"]
         for worker in WORKERS:
             self.nets.route("edge", self.subnets[worker], via=worker)
         self._spawn("edge", ["edge", "--host", edge, "--port", str(self.edge_port),
-                             "--placement", self.api], edge, self.edge_port, on="edge")
+                             "--placement", self.api, *self.routes()], edge, self.edge_port,
+                    on="edge")
         return self
+
+    def routes(self) -> list[str]:
+        """The route key's flag: placement's and the edge's, never an agent's."""
+        path = self.tmp / "route.key"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(ROUTE_KEY + "\n")
+        return ["--route-key-file", str(path)]
 
     def start_agent(self, worker: str) -> None:
         address, port = self.nets.addresses[worker], free_port()

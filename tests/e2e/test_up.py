@@ -297,6 +297,7 @@ def test_the_cli_finds_the_local_admin_token_and_the_edge_needs_none(tmp_path: P
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert (tmp_path / ".thaw" / "cluster.key").stat().st_mode & 0o777 == 0o600
         assert (tmp_path / ".thaw" / "secrets.key").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / ".thaw" / "route.key").stat().st_mode & 0o777 == 0o600
         assert "admin.token" in up.output.decode()
         env = {k: v for k, v in os.environ.items() if k != "THAW_TOKEN"}
         status = subprocess.run([sys.executable, "-m", "thaw", "status", "--api", up.api],

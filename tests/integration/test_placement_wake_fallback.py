@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 
+from tests.support.credentials import ROUTE_KEYS
 from tests.support.placement_helpers import Platform
+from thaw.auth import tickets
 from thaw.registry.types import MachineRecord, WorkerStatus
 
 pytestmark = pytest.mark.integration
@@ -191,9 +194,12 @@ async def test_a_wake_counts_the_new_machines_it_placed_before_replacing_a_decli
             await full.start(p, cpus=1)
             app = await p.create_app(name="x", image=hello_layout, guest=HALF, max_machines=2)
             now = time.time()
-            await p.registry.put_machine(MachineRecord(
+            record = MachineRecord(  # sealed as f0 would, placement having placed it there
                 id="f0-stopped", app="x", worker="f0", region="local", state="stopped",
-                image_digest="", created_at=now, updated_at=now, app_uid=app["uid"]))
+                image_digest="", created_at=now, updated_at=now, app_uid=app["uid"])
+            ticket = tickets.ticket(ROUTE_KEYS, app["uid"], "f0-stopped", "f0")
+            await p.registry.put_machine(msgspec.structs.replace(
+                record, seal=tickets.seal_record(ticket, record)))
             status, body = await wake(p, "x", count=2)
             assert status == 200, body
             assert [m["worker"] for m in body["machines"]] == ["w0"]

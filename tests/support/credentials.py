@@ -1,5 +1,5 @@
-"""The credentials test platforms run with: a cluster key, a bootstrap admin token and a
-secrets key."""
+"""The credentials test platforms run with: a cluster key, a bootstrap admin token, a
+secrets key and a route key."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import yarl
 from thaw.auth.aiohttp_glue import Signer
 from thaw.auth.sealing import SecretKeys
 from thaw.auth.signing import KeyRing
+from thaw.auth.tickets import RouteKeys
 
 CLUSTER_KEY = "test-cluster-key-" + "k" * 32
 ADMIN_TOKEN = "test-admin-token-" + "t" * 32
 RING = KeyRing.parse(CLUSTER_KEY)
 SECRETS_KEY = "test-secrets-key-" + "s" * 32  # encrypts apps' secrets at rest
 SECRETS_RING = SecretKeys.parse(SECRETS_KEY)
+ROUTE_KEY = "test-route-key-" + "r" * 32  # placement's and the edges' only, never agents'
+ROUTE_KEYS = RouteKeys.parse(ROUTE_KEY)
 SIGNER = Signer(RING)
 ENV = {"THAW_CLUSTER_KEY": CLUSTER_KEY, "THAW_ADMIN_TOKEN": ADMIN_TOKEN}
 

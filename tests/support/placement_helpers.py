@@ -20,9 +20,17 @@ from imagecache.adapters.egress import Lookup
 from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
 from placement.runner import PlacementRuntime
-from tests.support.credentials import ADMIN_TOKEN, RING, SECRETS_RING, bearer, signed_headers
+from tests.support.credentials import (
+    ADMIN_TOKEN,
+    RING,
+    ROUTE_KEYS,
+    SECRETS_RING,
+    bearer,
+    signed_headers,
+)
 from tests.support.machines import TEST_DRIVER
 from thaw.auth.sealing import SecretKeys
+from thaw.auth.tickets import RouteKeys
 from thaw.registry import Registry
 from thaw.registry.memory import MemoryRegistry
 
@@ -50,7 +58,8 @@ class Platform:
                  registry: Registry | None = None, offer_timeout_s: float = 5.0,
                  egress: EgressPolicy | None = None, domain: str = "localhost",
                  lookup: Lookup | None = None, agent_connections: int = 256,
-                 secret_keys: SecretKeys | None = SECRETS_RING) -> None:
+                 secret_keys: SecretKeys | None = SECRETS_RING,
+                 route_keys: RouteKeys | None = ROUTE_KEYS) -> None:
         self.root = root
         self.registry = registry or MemoryRegistry()
         egress = egress or EgressPolicy.build(layout_dirs=[str(root.parent.resolve())])
@@ -68,7 +77,8 @@ class Platform:
             PlacementConfig(state_dir=root / "placement", cluster_keys=RING,
                             admin_token=ADMIN_TOKEN, egress=egress, domain=domain, port=0,
                             heartbeat_interval_s=1.0, offer_timeout_s=offer_timeout_s,
-                            agent_connections=agent_connections, secret_keys=secret_keys),
+                            agent_connections=agent_connections, secret_keys=secret_keys,
+                            route_keys=route_keys),
             self.registry, lookup=lookup,
         )
         self.url = ""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.agent_process import call, find_machine_processes, kill_group
-from tests.support.credentials import ADMIN_TOKEN, ENV, SECRETS_KEY
+from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY, SECRETS_KEY
 from tests.support.machines import sweep
 from tests.support.ports import free_port, wait_for_port
 from tests.support.redis_server import RedisServer
@@ -69,12 +69,16 @@ class Services:
         key_file = self.tmp / "secrets.key"  # one for every placement: they share a store
         key_file.touch(mode=0o600)
         key_file.write_text(SECRETS_KEY + "\n")
+        route_file = self.tmp / "route.key"  # placements' and edges' only, never agents'
+        route_file.touch(mode=0o600)
+        route_file.write_text(ROUTE_KEY + "\n")
+        routes = ("--route-key-file", str(route_file))
         for i, port in enumerate(self.api_ports):
             name = "placement" if i == 0 else f"placement-{i}"
             self.spawn(name, "placement", "--port", str(port), "--state-dir",
                        str(self.tmp / name), "--admin-port",
                        self.placement_admins[i].rsplit(":", 1)[1], *store, *layouts,
-                       "--secrets-key-file", str(key_file), port=port)
+                       "--secrets-key-file", str(key_file), *routes, port=port)
         for i in range(self.agents):
             port = free_port()
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
@@ -85,7 +89,7 @@ class Services:
         for i, (port, admin) in enumerate(zip(self.edge_ports, self.admin_ports, strict=True)):
             self.spawn("edge" if i == 0 else f"edge-{i}", "edge", "--port", str(port),
                        "--admin-port", str(admin), "--placement",
-                       self.apis[i % len(self.apis)], port=port)
+                       self.apis[i % len(self.apis)], *routes, port=port)
         return self
 
     def kill_host(self, index: int) -> None:

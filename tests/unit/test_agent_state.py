@@ -116,6 +116,14 @@ def test_an_offer_that_fits_is_accepted_under_the_new_id() -> None:
     assert decision == Accept("new", existing=False)
 
 
+def test_an_offer_naming_an_id_another_offer_took_is_declined() -> None:
+    """Placement chooses ids (a machine's route ticket is for its id): never two machines
+    under one, whatever the offers say."""
+    state = replay([Created("m1", SPEC, "k1", 1.0)])
+    decision = decide_offer(state, Capacity(2, 1024), "k2", SPEC, "m1", draining=False)
+    assert isinstance(decision, Decline) and decision.reason == "id_taken"
+
+
 def running(mid: str, key: str) -> list[Record]:
     return [Created(mid, SPEC, key, 1.0), Transition(mid, "start", "starting", 2.0),
             Transition(mid, "ready", "started", 3.0)]

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edge.config import EdgeConfig
 from edge.core.stats import REQUEST_SECONDS, AppStats, Histogram, code_class
 from edge.metrics import EdgeMetrics
+from edge.routeguard import RouteGuard
 from edge.view import View
 from tests.support.credentials import RING
 from thaw.appconfig import parse
@@ -72,6 +73,7 @@ class FakeEdge:
     access_log: Any = None
     shed: dict[tuple[str, str], int] = field(default_factory=dict)
     load_share: Any = None
+    route_guard: RouteGuard = field(default_factory=lambda: RouteGuard(None))
 
 
 @dataclass
@@ -142,6 +144,16 @@ def test_other_edges_requests_and_failed_sharing_rounds_are_reported() -> None:
     got = samples(edge)
     assert got[("thaw_edge_other_edges_requests", frozenset({("app", "web")}))] == 5
     assert got[("thaw_edge_load_share_failures_total", frozenset())] == 4
+
+
+def test_machine_records_refused_are_counted_by_reason() -> None:
+    edge = edge_with("web")
+    edge.route_guard.refused.update({"bad_seal": 2, "no_seal": 1})
+    got = samples(edge)
+    assert got[("thaw_edge_machine_records_refused_total",
+                frozenset({("reason", "bad_seal")}))] == 2
+    assert got[("thaw_edge_machine_records_refused_total",
+                frozenset({("reason", "no_seal")}))] == 1
 
 
 def test_wakes_holds_phases_and_autostops_are_per_app() -> None:

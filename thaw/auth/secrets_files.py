@@ -14,6 +14,7 @@ from pathlib import Path
 
 from thaw.auth.sealing import SecretKeys
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
+from thaw.auth.tickets import RouteKeys
 from thaw.auth.tokens import MIN_BOOTSTRAP_CHARS
 
 CLUSTER_KEY_ENV = "THAW_CLUSTER_KEY"
@@ -21,6 +22,8 @@ ADMIN_TOKEN_ENV = "THAW_ADMIN_TOKEN"
 CLUSTER_KEY_FILE = "cluster.key"
 ADMIN_TOKEN_FILE = "admin.token"
 SECRETS_KEY_FILE = "secrets.key"
+ROUTE_KEY_FILE = "route.key"
+ROUTE_KEY_ENV = "THAW_ROUTE_KEY_FILE"
 
 
 def read_secret(path: Path) -> str:
@@ -45,6 +48,14 @@ def secret_keys(file: Path | None) -> SecretKeys | None:
     """The secrets key ring from `--secrets-key-file` (None without one: apps' secrets
     are refused)."""
     return None if file is None else SecretKeys.parse(read_secret(file))
+
+
+def route_keys(file: Path | None, env: Mapping[str, str] = os.environ) -> RouteKeys | None:
+    """The route key ring from `--route-key-file`, else the file THAW_ROUTE_KEY_FILE names;
+    None without either (machine records are then not verified)."""
+    if file is None and env.get(ROUTE_KEY_ENV, "").strip():
+        file = Path(env[ROUTE_KEY_ENV].strip())
+    return None if file is None else RouteKeys.parse(read_secret(file))
 
 
 def admin_token(file: Path | None, env: Mapping[str, str] = os.environ) -> str:

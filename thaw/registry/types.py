@@ -69,6 +69,9 @@ class MachineRecord(msgspec.Struct, frozen=True):
     events: list[MachineEvent] = msgspec.field(default_factory=list)
     app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
     release: int = 0  # the app's release the machine was made for
+    # its route seal (thaw/auth/tickets.py): made with the ticket placement gave the
+    # machine's worker, over state, address and updated_at ("": unsealed)
+    seal: str = ""
 
 
 class Change(msgspec.Struct, frozen=True):
