@@ -19,7 +19,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_process import call, find_machine_processes, kill_group, wait_until
+from tests.support.agent_process import (
+    call,
+    find_machine_processes,
+    kill_group,
+    terminate_all,
+    wait_until,
+)
 from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY
 from tests.support.hostnets import HostNets
 from tests.support.load import SteadyLoad
@@ -116,15 +122,7 @@ class Cluster:
         return body  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate_all(list(self.procs.values()))
         for worker in WORKERS:
             ids = {p.name for p in (self.tmp / worker).glob("machines/*")}
             for pid in find_machine_processes(ids):

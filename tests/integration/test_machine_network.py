@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 
 from tests.support.agent_process import AgentProcess, call
+from tests.support.credentials import ENV
 from tests.support.machines import oci_driver_runs
 from tests.support.ports import free_port, wait_for_port
+from tests.support.postgres import PostgresServer
 from thaw.imagebuild import build_image
 
 pytestmark = [
@@ -83,6 +85,39 @@ def host_redis() -> Iterator[int]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def host_services(tmp_path_factory: pytest.TempPathFactory, host_redis: int
+                  ) -> Iterator[dict[str, int]]:
+    """The control plane's services on every host address, as on a host that runs them
+    beside its machines: Redis, PostgreSQL, placement (API and admin listener), an edge
+    (proxy; its admin port binds loopback only, no flag widens it)."""
+    work = tmp_path_factory.mktemp("services")
+    ports = {"redis": host_redis, "placement": free_port(), "placement admin": free_port(),
+             "edge": free_port(), "edge admin": free_port()}
+    postgres = PostgresServer(listen="*")
+    postgres.start()
+    ports["postgresql"] = postgres.port
+    placement = [sys.executable, "-m", "thaw", "placement", "--host", "0.0.0.0", "--port",
+                 str(ports["placement"]), "--admin-host", "0.0.0.0", "--admin-port",
+                 str(ports["placement admin"]), "--state-dir", str(work / "placement"),
+                 "--registry", "memory", "--log-level", "warning"]
+    edge = [sys.executable, "-m", "thaw", "edge", "--host", "0.0.0.0", "--port",
+            str(ports["edge"]), "--admin-port", str(ports["edge admin"]), "--placement",
+            f"http://127.0.0.1:{ports['placement']}", "--registry", "memory",
+            "--log-level", "warning"]
+    procs = [subprocess.Popen(argv, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for argv in (placement, edge)]
+    try:
+        for name in ("placement", "placement admin", "edge", "edge admin"):
+            wait_for_port("127.0.0.1", ports[name], timeout_s=30)
+        yield ports
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+        postgres.stop()
 
 
 @pytest.fixture(scope="module")
@@ -151,19 +186,20 @@ def gateway(machine: dict[str, Any]) -> str:
 
 
 def test_a_machine_reaches_no_port_of_the_host_no_other_machine_and_no_private_address(
-    agent: AgentProcess, probe_image: str, host_redis: int
+    agent: AgentProcess, probe_image: str, host_services: dict[str, int]
 ) -> None:
     machine, other = started(agent, probe_image), started(agent, probe_image)
     own_host = gateway(machine)
-    services = {"agent": agent.port, "redis": host_redis}
+    services = {"agent": agent.port, **host_services}
     targets = {f"{name} at {host}": f"{host}:{port}" for name, port in services.items()
-               for host in [own_host, *host_addresses()]}
+               for host in [own_host, *host_addresses()]
+               if name != "edge admin" or host == own_host}
     targets["another machine"] = other["address"]
     targets["another machine's host end"] = f"{gateway(other)}:{agent.port}"
     targets["metadata"] = "169.254.169.254:80"
     targets["a private LAN address"] = "192.168.213.1:80"
     for name, target in targets.items():  # the control: from the host, these answer
-        if not name.startswith(("metadata", "a private")):
+        if not name.startswith(("metadata", "a private", "edge admin")):
             socket.create_connection(tuple(target.rsplit(":", 1)), timeout=2).close()  # type: ignore[arg-type]
 
     seen = connect_from(machine, list(targets.values()))

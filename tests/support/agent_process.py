@@ -140,6 +140,19 @@ def find_machine_processes(machine_ids: set[str]) -> list[int]:
     return found
 
 
+def terminate_all(procs: list[subprocess.Popen[bytes]], timeout_s: float = 20) -> None:
+    """SIGTERM to each (the last started first), then wait; kill what outstays."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def kill_group(pid: int) -> None:
     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:

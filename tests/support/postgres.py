@@ -40,7 +40,9 @@ def postgres_binary(name: str) -> str:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, listen: str = "127.0.0.1") -> None:
+        """`listen`: the addresses it listens on (listen_addresses; "*" for every one)."""
+        self.listen = listen
         self.dir = tempfile.mkdtemp(prefix="thaw-postgres-")
         self.data = os.path.join(self.dir, "data")
         self.sockets = os.path.join(self.dir, "sockets")
@@ -94,7 +96,7 @@ class PostgresServer:
     def _start_once(self) -> None:
         self._proc = subprocess.Popen(
             [*self._as_user, postgres_binary("postgres"), "-D", self.data, "-p",
-             str(self.port), "-k", self.sockets, "-c", "listen_addresses=127.0.0.1",
+             str(self.port), "-k", self.sockets, "-c", f"listen_addresses={self.listen}",
              "-c", "fsync=off", "-c", "max_connections=200"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         proc = self._proc

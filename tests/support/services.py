@@ -10,7 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent_process import call, find_machine_processes, kill_group
+from tests.support.agent_process import (
+    call,
+    find_machine_processes,
+    kill_group,
+    terminate_all,
+)
 from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY, SECRETS_KEY
 from tests.support.machines import sweep
 from tests.support.ports import free_port, wait_for_port
@@ -112,15 +117,7 @@ class Services:
         self.spawn(name, *args, port=port)
 
     def stop(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate_all(list(self.procs.values()))
         ids = {p.name for p in (self.tmp).glob("agent-*/machines/*")}
         for pid in find_machine_processes(ids):
             kill_group(pid)

@@ -20,7 +20,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
 
 import msgspec
@@ -29,11 +28,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from thaw.auth.signing import KeyRing
+from thaw.auth.signing import KeyRing, ring_keys
 
 NONCE_BYTES = 12
 DIGEST_CHARS = 12
-MIN_KEY_CHARS = 32
 MAX_KEYS = 4
 SEALED_VERSION = "v1"
 NO_SECRETS_KEY = ("secrets are not enabled: start placement with --secrets-key-file PATH "
@@ -57,16 +55,7 @@ class SecretKeys:
     @classmethod
     def parse(cls, text: str) -> SecretKeys:
         """One key per line (at least MIN_KEY_CHARS characters each), the newest first."""
-        keys = [k.strip() for k in re.split(r"[\n,]", text) if k.strip()]
-        if not keys:
-            raise ValueError("no secrets key given")
-        if len(keys) > MAX_KEYS:
-            raise ValueError(f"at most {MAX_KEYS} secrets keys (the newest first)")
-        if any(len(k) < MIN_KEY_CHARS for k in keys):
-            raise ValueError(f"a secrets key must have at least {MIN_KEY_CHARS} characters")
-        if len(set(keys)) != len(keys):
-            raise ValueError("a secrets key is listed twice")
-        return cls(tuple(k.encode() for k in keys))
+        return cls(ring_keys(text, "secrets key", MAX_KEYS))
 
     @property
     def primary_id(self) -> str:

@@ -42,6 +42,22 @@ _PARAM = re.compile(
     r"^kid=([0-9a-f]{12}),ts=(\d{1,12}),nonce=([0-9a-f]{16,64}),sig=([0-9a-f]{64})$")
 
 
+def ring_keys(text: str, what: str, max_keys: int) -> tuple[bytes, ...]:
+    """The keys of a ring given as text (newlines or commas between them, the newest
+    first), each at least MIN_KEY_CHARS characters, none twice; ValueError naming `what`
+    otherwise. The one parser of the cluster, route and secrets key rings."""
+    keys = [k.strip() for k in re.split(r"[\n,]", text) if k.strip()]
+    if not keys:
+        raise ValueError(f"no {what} given")
+    if len(keys) > max_keys:
+        raise ValueError(f"at most {max_keys} {what}s (the newest first)")
+    if any(len(k) < MIN_KEY_CHARS for k in keys):
+        raise ValueError(f"a {what} must have at least {MIN_KEY_CHARS} characters")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a {what} is listed twice")
+    return tuple(k.encode() for k in keys)
+
+
 @dataclass(frozen=True)
 class KeyRing:
     """Cluster keys: the first signs, every one verifies (at most two: rotation)."""
@@ -51,14 +67,7 @@ class KeyRing:
     @classmethod
     def parse(cls, text: str) -> KeyRing:
         """Keys separated by newlines or commas; each at least MIN_KEY_CHARS characters."""
-        keys = [k.strip() for k in re.split(r"[\n,]", text) if k.strip()]
-        if not keys:
-            raise ValueError("no cluster key given")
-        if len(keys) > MAX_KEYS:
-            raise ValueError(f"at most {MAX_KEYS} cluster keys (current, previous)")
-        if any(len(k) < MIN_KEY_CHARS for k in keys):
-            raise ValueError(f"a cluster key must have at least {MIN_KEY_CHARS} characters")
-        return cls(tuple(k.encode() for k in keys))
+        return cls(ring_keys(text, "cluster key", MAX_KEYS))
 
     def key_id(self, key: bytes) -> str:
         return hashlib.sha256(b"thaw-key-id:" + key).hexdigest()[:12]

@@ -29,15 +29,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
 
+from thaw.auth.signing import ring_keys
 from thaw.registry.types import MachineRecord
 
 TICKET_TAG = b"thaw-route-ticket-v1"
 SEAL_TAG = b"thaw-route-seal-v1"
 MAC_BYTES = 16
-MIN_KEY_CHARS = 32
 MAX_KEYS = 2
 MAX_TICKET_CHARS = 64  # what an offer may carry (a ticket is 22)
 NO_SEAL = "no_seal"
@@ -53,14 +52,7 @@ class RouteKeys:
     @classmethod
     def parse(cls, text: str) -> RouteKeys:
         """Keys separated by newlines or commas; each at least MIN_KEY_CHARS characters."""
-        keys = [k.strip() for k in re.split(r"[\n,]", text) if k.strip()]
-        if not keys:
-            raise ValueError("no route key given")
-        if len(keys) > MAX_KEYS:
-            raise ValueError(f"at most {MAX_KEYS} route keys (current, previous)")
-        if any(len(k) < MIN_KEY_CHARS for k in keys):
-            raise ValueError(f"a route key must have at least {MIN_KEY_CHARS} characters")
-        return cls(tuple(k.encode() for k in keys))
+        return cls(ring_keys(text, "route key", MAX_KEYS))
 
 
 def _fields(*values: str) -> bytes:
