@@ -138,7 +138,11 @@ class Fleet:
         return [r for r in await self.registry.machines(app) if self.routes.admits(r)]
 
     async def app_workers(self, app: str) -> set[str]:
-        workers = {record.worker for record in await self.sealed_machines(app)}
+        """The workers to ask about `app`'s machines: those named by any record of it,
+        sealed or not (a worker's answer is its own truth, so a forged record costs one
+        more question; an unsealed record of a machine made before the route key, or of
+        another incarnation of the name, still gets its machine found and destroyed)."""
+        workers = {record.worker for record in await self.registry.machines(app)}
         workers.update(w for a, w, _ in self.known.values() if a == app)
         return workers
 

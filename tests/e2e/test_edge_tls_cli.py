@@ -28,12 +28,16 @@ def test_thaw_edge_serves_https_with_the_certificate_it_is_given(tmp_path: Path)
     key_file = tmp_path / "cluster.key"
     key_file.touch(mode=0o600)
     key_file.write_bytes(b"tls-cli-test-key-" + b"k" * 32)
+    route_key = tmp_path / "route.key"  # as an operator runs it: records verified
+    route_key.touch(mode=0o600)
+    route_key.write_bytes(b"tls-cli-route-key-" + b"r" * 32)
     for _ in range(3):  # a free port may be taken by another process before the bind
         port, tls_port = free_port(), free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "thaw", "edge", "--port", str(port), "--tls-port",
              str(tls_port), "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key",
-             str(tmp_path / "key.pem"), "--cluster-key-file", str(key_file), "--placement",
+             str(tmp_path / "key.pem"), "--cluster-key-file", str(key_file),
+             "--route-key-file", str(route_key), "--placement",
              "http://127.0.0.1:9", "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
         assert proc.stdout is not None
