@@ -109,6 +109,9 @@ class OciDriver:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
                 await asyncio.wait([task])
+                if not task.cancelled() and task.exception() is not None:
+                    log.info("machine %s: %s (its caller had gone)", machine_id,
+                             task.exception())
                 raise
 
     async def _prepare(self, spec: LaunchSpec) -> Prepared:

@@ -152,7 +152,7 @@ class Edge(Shell):
         slot.last_start = self.loop.time()
         app.in_flight += 1
         exchange.slot = slot
-        conn = self.pool.acquire(slot.address)
+        conn = self.pool.acquire(slot.pool_key)
         if conn is not None:
             conn.send(exchange)
         else:
@@ -202,7 +202,7 @@ class Edge(Shell):
             self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")
             return
         if reused and slot is not None:
-            self.pool.close_address(slot.address)  # its idle siblings are likely stale too
+            self.pool.close_address(slot.pool_key)  # its idle siblings are likely stale too
         if counts:
             exchange.attempts += 1
         self._unslot(exchange)
@@ -290,9 +290,9 @@ class Edge(Shell):
 
     def _machine_removed(self, slot: MachineSlot) -> None:
         if slot.state == LOST:  # no answer will come: requests at it go out again
-            self.pool.sever_address(slot.address)
+            self.pool.sever_address(slot.pool_key)
         else:  # stopping: what is at it finishes
-            self.pool.close_address(slot.address)
+            self.pool.close_address(slot.pool_key)
         entry = self.view.apps.get(slot.app)
         if entry is not None and self.wakes.held(slot.app):
             self.run(self.wakes.on_machine_lost(slot.app, self.loop.time(), self.shape(entry)))

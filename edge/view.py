@@ -35,7 +35,7 @@ class MachineSlot:
     (by this edge)."""
 
     __slots__ = ("address", "app", "draining", "elsewhere", "host", "id", "in_flight",
-                 "known_wall", "last_start", "port", "seen", "state", "worker")
+                 "known_wall", "last_start", "pool_key", "port", "seen", "state", "worker")
 
     def __init__(self, app: str, machine_id: str, address: str, state: str, now: float,
                  worker: str = "") -> None:
@@ -46,6 +46,10 @@ class MachineSlot:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port) if port.isdigit() else 0
+        # Upstream connections are this machine's own: never shared with, nor cut for,
+        # another record that names the same address (a worker may route its own
+        # machines to any address; it must not reach another machine's connections).
+        self.pool_key = f"{machine_id}@{address}"
         self.state = state
         self.in_flight = 0  # requests at the machine: this edge's, plus `elsewhere`
         self.elsewhere = 0  # other edges' requests at it, as last shared (edge/loadshare)

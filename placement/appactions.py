@@ -53,6 +53,9 @@ class AppWork:
     lease: Lease | None = None  # the reconcile lease its actions run under
     no_room: core.NoRoom | None = None  # the last create that found no room (core)
     no_room_retry: asyncio.TimerHandle | None = None  # the pass asked for when it ends
+    # new machines that did not come up (start failed, pull failed): the next wait, as
+    # no room's; reset by one that came up
+    failing: core.NoRoom | None = None
     workers: frozenset[str] = frozenset()  # the region's live workers at the last pass
     ends_seen: dict[str, float] = field(default_factory=dict)  # machine -> last event noted
 
@@ -217,6 +220,8 @@ class AppActions:
                 await self.fleet.destroy(mid, url=placed.url)
                 return
             work.made.append(view)
+            work.failing = None if outcome == "ok" else core.found_no_room(
+                work.failing, work.workers, asyncio.get_running_loop().time())
             await self._event(config, _verb(action), action.reason + note, mid, outcome)
             if isinstance(action, core.Replace):
                 if outcome == "ok":

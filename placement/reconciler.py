@@ -191,15 +191,19 @@ class Reconciler:
     def _room_to_create(self, app: str, work: AppWork,
                         actions: list[core.Action]) -> list[core.Action]:
         """`actions` without its creates while the last create that found no room holds
-        them back (core.creates_held_back); a pass is asked for when that wait ends."""
-        now = asyncio.get_running_loop().time()
-        if not core.creates_held_back(work.no_room, work.workers, now):
+        them back, and without creates and replacements while new machines keep failing
+        to come up (core.creates_held_back: 1 s, doubling to 30 s; else a release that
+        cannot start, with nothing to roll back to, creates and fails machines as fast as
+        the host can); a pass is asked for when the wait ends."""
+        held = core.held_back(work.no_room, work.failing, work.workers,
+                              asyncio.get_running_loop().time())
+        if held is None:
             return actions
         if work.no_room_retry is None or work.no_room_retry.cancelled():
-            assert work.no_room is not None
             work.no_room_retry = asyncio.get_running_loop().call_at(
-                work.no_room.until, self._no_room_over, app, work)
-        return [a for a in actions if not isinstance(a, core.Create)]
+                held.until, self._no_room_over, app, work)
+        kinds = (core.Create, core.Replace) if held.replacements else (core.Create,)
+        return [a for a in actions if not isinstance(a, kinds)]
 
     def _no_room_over(self, app: str, work: AppWork) -> None:
         work.no_room_retry = None

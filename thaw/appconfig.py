@@ -25,7 +25,7 @@ APP_NAME_PATTERN = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"  # one DNS label: {app
 APP_NAME = re.compile(APP_NAME_PATTERN)
 T = TypeVar("T")
 MAX_ENV_BYTES = 64 * 1024
-RESERVED_ENV = frozenset({"PORT"})  # set by the agent; THAW_* too
+RESERVED_ENV = frozenset({"PORT", "HOSTNAME"})  # set by the agent; THAW_* too
 MAX_SECRETS = 100  # per app
 HOUR_S = 3600.0
 

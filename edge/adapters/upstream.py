@@ -268,15 +268,15 @@ class UpstreamPool:
 
     async def connect(self, slot: MachineSlot) -> UpstreamConnection:
         """A new connection to `slot`; OSError or TimeoutError when it cannot be made."""
-        conn = UpstreamConnection(self, slot.address)
+        conn = UpstreamConnection(self, slot.pool_key)
         async with asyncio.timeout(self.connect_timeout_s):
             await self.loop.create_connection(
                 lambda: cast(asyncio.Protocol, conn), slot.host, slot.port
             )
         if not conn.closed:
-            opened = self.open.get(slot.address)
+            opened = self.open.get(slot.pool_key)
             if opened is None:
-                opened = self.open[slot.address] = set()
+                opened = self.open[slot.pool_key] = set()
             opened.add(conn)
         return conn
 

@@ -306,3 +306,25 @@ def creates_held_back(stand: NoRoom | None, workers: frozenset[str], now: float)
     not passed (a worker that came or went may have room: no wait)."""
     return stand is not None and stand.workers == workers and now < stand.until
 
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """New machines wait until `until`: creates, and replacements too when the wait is
+    for machines that did not come up (a replacement would fail the same way)."""
+
+    until: float
+    replacements: bool
+
+
+def held_back(no_room: NoRoom | None, failing: NoRoom | None, workers: frozenset[str],
+              now: float) -> HeldBack | None:
+    """Whether new machines wait: after a create that found no room (creates only), or
+    after new machines that did not come up (creates and replacements: else a release
+    that cannot start, with nothing to roll back to, makes and fails machines as fast as
+    the host can). Both waits grow the same way (found_no_room)."""
+    waits = [(w.until, w is failing) for w in (no_room, failing)
+             if w is not None and creates_held_back(w, workers, now)]
+    if not waits:
+        return None
+    return HeldBack(max(until for until, _ in waits), any(f for _, f in waits))

@@ -59,9 +59,18 @@ def plan_secrets(current: Mapping[str, str], put: Mapping[str, str], unset: Sequ
                        drop=tuple(dict.fromkeys(unset)))
 
 
+# Names the loader and the runtime read before the app does: set as secrets (which a
+# rollback does not restore), a bad value makes every machine fail to start with no
+# release to go back to; they belong in env, versioned with releases.
+RUNTIME_NAMES = frozenset({"PATH", "HOME", "SHELL", "IFS"})
+
+
 def _check(name: str, value: str, env: Mapping[str, str]) -> None:
     if name in RESERVED_ENV or name.startswith("THAW_"):
         raise InvalidConfig("secrets", f"{name} is set by the platform")
+    if name in RUNTIME_NAMES or name.startswith(("LD_", "PYTHON")):
+        raise InvalidConfig("secrets", f"{name} is read by the runtime before the app: set "
+                                       f"it in env (a release restores it), not as a secret")
     if name in env:
         raise InvalidConfig("secrets", f"{name} is in the app's env: remove it there first "
                                        f"(one name, one source)")

@@ -245,3 +245,5 @@ async def test_a_create_that_finds_no_room_waits_before_trying_again(
         _, events = await p.call("GET", "/v1/apps/hello/events")
         no_room = [e for e in events if e["action"] == "create" and "no capacity" in e["outcome"]]
         assert 1 <= len(no_room) <= 4, [e["outcome"] for e in events]
+
+

@@ -182,3 +182,14 @@ def test_a_config_change_that_keeps_the_hosts_keeps_the_remembered_routes() -> N
     entry = view.route("www.web.test")
     view.set_app("web", msgspec.structs.replace(app_config("web", ["www.web.test"]), version=2))
     assert view.route("www.web.test") is entry and entry.config.version == 2
+
+
+def test_two_records_naming_one_address_never_share_or_cut_each_others_connections() -> None:
+    """A worker may route its own machine to any address, even another machine's: its
+    connections (pooled, or cut when it is lost) are that machine's own, keyed by it."""
+    from edge.view import MachineSlot
+
+    victim = MachineSlot("victim", "vvvv", "10.9.0.5:8080", "started", 0.0, worker="X")
+    evil = MachineSlot("evil", "mmmm", "10.9.0.5:8080", "started", 0.0, worker="W")
+    assert victim.pool_key != evil.pool_key
+    assert victim.pool_key.endswith("10.9.0.5:8080") and evil.pool_key.startswith("mmmm")

@@ -19,11 +19,13 @@ from placement.core.reconcile import (
     Destroy,
     FailRelease,
     Fence,
+    HeldBack,
     Replace,
     Seen,
     Start,
     creates_held_back,
     found_no_room,
+    held_back,
     reconcile,
 )
 
@@ -360,6 +362,19 @@ def test_creates_that_found_no_room_wait_doubling_until_the_workers_change() -> 
     assert not creates_held_back(stand, more, 200.5)  # a new worker may have room
     assert found_no_room(stand, more, now=300.0).wait_s == 1.0
     assert not creates_held_back(None, workers, 0.0)
+
+
+def test_machines_that_did_not_come_up_hold_back_replacements_too_no_room_only_creates() -> None:
+    """A release that cannot start, with nothing to roll back to (a rollback keeps
+    secrets), must not replace and fail machines as fast as the host can."""
+    workers = frozenset(W)
+    no_room = found_no_room(None, workers, now=100.0)
+    failing = found_no_room(found_no_room(None, workers, now=100.0), workers, now=100.0)
+    assert held_back(no_room, None, workers, 100.5) == HeldBack(101.0, replacements=False)
+    assert held_back(None, failing, workers, 100.5) == HeldBack(102.0, replacements=True)
+    assert held_back(no_room, failing, workers, 101.5) == HeldBack(102.0, replacements=True)
+    assert held_back(no_room, failing, workers, 102.0) is None  # both waits are over
+    assert held_back(None, None, workers, 0.0) is None
 
 
 

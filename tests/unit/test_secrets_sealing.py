@@ -103,6 +103,12 @@ def test_a_change_sets_new_or_changed_values_and_drops_unset_names_only() -> Non
 @pytest.mark.parametrize(("put", "unset", "field", "why"), [
     ({"PORT": "1"}, [], "secrets", "set by the platform"),
     ({"THAW_APP": "1"}, [], "secrets", "set by the platform"),
+    ({"HOSTNAME": "x"}, [], "secrets", "set by the platform"),
+    # read before the app: a bad one fails every start, and a rollback keeps secrets
+    ({"PATH": "/evil"}, [], "secrets", "read by the runtime"),
+    ({"HOME": "/evil"}, [], "secrets", "read by the runtime"),
+    ({"LD_PRELOAD": "/tmp/x"}, [], "secrets", "read by the runtime"),
+    ({"PYTHONPATH": "/tmp"}, [], "secrets", "read by the runtime"),
     ({"PLAIN": "1"}, [], "secrets", "in the app's env"),
     ({"A": "a\0b"}, [], "secrets", "NUL"),
     ({"A": "é" * MAX_SECRET_VALUE_BYTES}, [], "secrets", "at most"),
