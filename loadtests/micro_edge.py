@@ -116,7 +116,8 @@ async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
     client = ClientConnection(edge)
     client_tx = MemoryTransport()
     client.connection_made(client_tx)  # type: ignore[arg-type]
-    upstream = UpstreamConnection(edge.pool, "127.0.0.1:9999")
+    slot = view.apps["bench"].machines["m1"]  # its pool key: the machine's (id@address)
+    upstream = UpstreamConnection(edge.pool, getattr(slot, "pool_key", slot.address))
     upstream_tx = MemoryTransport()
     upstream.connection_made(upstream_tx)  # type: ignore[arg-type]
     edge.pool.release(upstream, True)

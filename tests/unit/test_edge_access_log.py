@@ -140,7 +140,7 @@ async def test_a_warm_request_through_the_edge_is_logged_with_its_machine_and_by
                            access_log=str(path), access_log_sample_rate=1.0), view)
     client = ClientConnection(edge)
     client.connection_made(MemoryTransport())  # type: ignore[arg-type]
-    upstream = UpstreamConnection(edge.pool, "127.0.0.1:9999")
+    upstream = UpstreamConnection(edge.pool, view.apps["web"].machines["m1"].pool_key)
     upstream.connection_made(MemoryTransport())  # type: ignore[arg-type]
     edge.pool.release(upstream, True)
 
