@@ -13,6 +13,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports, every socket held until all are chosen: services given
+    their ports up front (before any binds) never share one, as separate free_port()
+    calls may when a port handed out is not bound yet."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def wait_for_port(host: str, port: int, timeout_s: float = 10.0,
                   alive: Callable[[], bool] = lambda: True) -> None:
     """Block until a TCP connect to host:port succeeds, or raise TimeoutError (at once

@@ -18,7 +18,7 @@ from tests.support.agent_process import (
 )
 from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY, SECRETS_KEY
 from tests.support.machines import sweep
-from tests.support.ports import free_port, wait_for_port
+from tests.support.ports import free_ports, wait_for_port
 from tests.support.redis_server import RedisServer
 
 
@@ -41,10 +41,14 @@ class Services:
         self.locked = locked
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
-        self.api_ports = [free_port() for _ in range(placements)]
-        self.placement_admins = [f"http://127.0.0.1:{free_port()}" for _ in range(placements)]
-        self.edge_ports = [free_port() for _ in range(edges)]
-        self.admin_ports = [free_port() for _ in range(edges)]
+        # every port up front, distinct (an agent's, chosen later, could have been one
+        # given to an edge's admin listener that was not bound yet)
+        ports = iter(free_ports(2 * placements + 2 * edges + agents))
+        self.api_ports = [next(ports) for _ in range(placements)]
+        self.placement_admins = [f"http://127.0.0.1:{next(ports)}" for _ in range(placements)]
+        self.edge_ports = [next(ports) for _ in range(edges)]
+        self.admin_ports = [next(ports) for _ in range(edges)]
+        self.agent_ports = [next(ports) for _ in range(agents)]
         self.api_port, self.edge_port, self.admin_port = (
             self.api_ports[0], self.edge_ports[0], self.admin_ports[0])
         self.apis = [f"http://127.0.0.1:{port}" for port in self.api_ports]
@@ -85,7 +89,7 @@ class Services:
                        self.placement_admins[i].rsplit(":", 1)[1], *store, *layouts,
                        "--secrets-key-file", str(key_file), *routes, port=port)
         for i in range(self.agents):
-            port = free_port()
+            port = self.agent_ports[i]
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
                        "--state-dir", str(self.tmp / f"agent-{i}"), "--cpus", self.agent_size[0],
                        "--memory-mb", self.agent_size[1], "--heartbeat-s",
