@@ -34,7 +34,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent import ocidriver
-from agent.driverport import LaunchSpec
 from agent.oci import egress
 from agent.outputs import Outputs
 from loadtests.benchlib import (
@@ -49,6 +48,7 @@ from loadtests.benchlib import (
     write_section,
     wrk,
 )
+from loadtests.profile_oci_create import tiny_machine
 from tests.support.machines import app_rootfs
 
 NGINX = """
@@ -91,18 +91,12 @@ async def creates(rootfs: Path, work: Path, count: int) -> dict[str, dict[str, l
             current[0] = variant
             egress.allow, egress.drop = ((no_egress, no_egress) if variant == VARIANTS[0]
                                          else (real_allow, real_drop))
-            mid = f"net{n:011d}"
-            directory = state / "machines" / mid
-            directory.mkdir(mode=0o700)
-            outputs.ensure(mid, directory)
-            spec = LaunchSpec(mid, "net", ["tinyhttp"], {"PATH": "/usr/local/bin:/bin",
-                                                         "PORT": "8080"}, rootfs, "/", "",
-                              8080, 0.5, 64, directory)
+            spec = tiny_machine(state, outputs, f"net{n:011d}", rootfs)
             began = time.perf_counter()
             run = await driver.launch(spec)
             times[variant]["launch"].append((time.perf_counter() - began) * 1000)
             await driver.stop(run, signal.SIGKILL, 1)
-            await driver.destroy(mid, directory)
+            await driver.destroy(spec.machine_id, spec.machine_dir)
     finally:
         egress.allow, egress.drop = real_allow, real_drop
         await driver.sweep(state / "machines")

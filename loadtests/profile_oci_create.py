@@ -52,6 +52,16 @@ def timed(steps: Steps, name: str, call: Callable[..., Any]) -> Callable[..., An
     return wrapper
 
 
+def tiny_machine(state: Path, outputs: Outputs, mid: str, rootfs: Path) -> LaunchSpec:
+    """A machine of the static tinyhttp image, its directory and output made."""
+    directory = state / "machines" / mid
+    directory.mkdir(mode=0o700)
+    outputs.ensure(mid, directory)
+    return LaunchSpec(mid, "bench", ["tinyhttp"], {"PATH": "/usr/local/bin:/bin",
+                                                  "PORT": "8080"}, rootfs, "/", "", 8080,
+                      0.5, 64, directory)
+
+
 async def profile(rootfs: Path, work: Path, machines: int) -> Steps:
     state = work / "state"
     (state / "machines").mkdir(parents=True, mode=0o700)
@@ -67,16 +77,10 @@ async def profile(rootfs: Path, work: Path, machines: int) -> Steps:
     outputs = Outputs()
     try:
         for n in range(machines):
-            mid = f"prof{n:010d}"
-            directory = state / "machines" / mid
-            directory.mkdir(mode=0o700)
-            outputs.ensure(mid, directory)
-            spec = LaunchSpec(mid, "prof", ["tinyhttp"], {"PATH": "/usr/local/bin:/bin",
-                                                          "PORT": "8080"}, rootfs, "/", "",
-                              8080, 0.5, 64, directory)
+            spec = tiny_machine(state, outputs, f"prof{n:010d}", rootfs)
             run = await timed_async(steps, "launch, in all", driver.launch)(spec)
             await driver.stop(run, signal.SIGKILL, 1)
-            await driver.destroy(mid, directory)
+            await driver.destroy(spec.machine_id, spec.machine_dir)
     finally:
         await driver.sweep(state / "machines")
         outputs.close_all()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -63,9 +64,10 @@ def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     return fd
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """`path` replaced whole by `data` through a 0600 temp file (durable: fsynced)."""
-    temp = path.with_name(f".{path.name}.tmp")
+def write_private(path: Path, data: bytes, temp_prefix: str = ".") -> None:
+    """`path` replaced whole by `data` through a 0600 temp file of its own (durable:
+    fsynced; concurrent writers never share a temp file)."""
+    temp = path.with_name(f"{temp_prefix}{path.name}-{secrets.token_hex(4)}.tmp")
     fd = open_private(temp)
     try:
         with os.fdopen(fd, "wb") as out:

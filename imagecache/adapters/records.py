@@ -11,7 +11,6 @@ with `.tmp-` are unfinished and swept at start.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import msgspec
 from imagecache.adapters.blobstore import TEMP_PREFIX, hex_of
 from imagecache.api import Image
 from thaw.durable import fsync_dir
-from thaw.statefiles import open_private, private_dir
+from thaw.statefiles import private_dir, write_private
 
 
 @dataclass(frozen=True)
@@ -103,13 +102,5 @@ def _read_int(path: Path) -> int | None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    temp = path.with_name(f"{TEMP_PREFIX}{path.name}-{secrets.token_hex(4)}")
-    try:
-        with os.fdopen(open_private(temp), "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    write_private(path, data, temp_prefix=TEMP_PREFIX)
     fsync_dir(path.parent)
