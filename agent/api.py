@@ -6,9 +6,13 @@ from typing import Annotated
 
 import msgspec
 
-from agent.core.records import Guest, Health
+from agent.core.machine import MachineState
+from agent.core.records import Guest as Guest  # (re-exported: part of the wire types)
+from agent.core.records import Health as Health
 
 Text = Annotated[str, msgspec.Meta(max_length=1024)]
+# what `MachineView.state` may be (the agent's machine states, agent/core/machine.py)
+MACHINE_STATES = tuple(state.value for state in MachineState)
 MAX_SEALED_CHARS = 512 * 1024  # 64 KiB of secrets as JSON (escapes), encrypted, base64
 
 
@@ -33,6 +37,9 @@ class OfferRequest(msgspec.Struct, frozen=True):
     start: bool = True
     app_uid: Annotated[str, msgspec.Meta(max_length=64)] = ""  # the app's incarnation
     spare: bool = False  # a standby not to start now: accepted without room to run it
+    # made by the reconciler to keep the app's `spares` (trimmed when spares is lowered);
+    # a standby a wake or `POST .../machines {start: false}` made is not
+    for_spares: bool = False
     release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # the app's release it runs
     # the app's secrets, sealed by placement with the cluster key (thaw/auth/sealing.py):
     # kept so in the op log, opened only to build the machine's environment at a start
@@ -66,10 +73,51 @@ class MachineView(msgspec.Struct, frozen=True):
     events: list[EventView]
     app_uid: str = ""  # the incarnation of the app it belongs to
     release: int = 0  # the app's release it was made for
+    for_spares: bool = False  # made to keep the app's spares (see Offer)
 
 
 class PullRequest(msgspec.Struct, frozen=True):
     ref: str
+
+
+class MachineGone(msgspec.Struct, frozen=True):
+    """`GET /v1/machines/{id}/wait?state=destroyed`'s answer once the machine is gone (no
+    view is left to send)."""
+
+    id: str
+    state: str
+
+
+class PulledLayer(msgspec.Struct, frozen=True):
+    digest: str  # "sha256:<hex>" of the compressed blob
+    size: int
+
+
+class PulledImage(msgspec.Struct, frozen=True):
+    """`POST /v1/images/pull`'s answer as a caller reads it (the agent sends the whole
+    `imagecache.api.Image`; its config and rootfs are the worker's own business)."""
+
+    ref: str
+    digest: str
+    layers: list[PulledLayer]
+
+
+class HealthView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`GET /healthz`: the agent's process answers, under `epoch` (its op log's
+    incarnation); `ok` false (503) when its op log cannot be written."""
+
+    ok: bool
+    epoch: int = -1
+    error: str = ""
+    message: str = ""
+
+
+class ErrorView(msgspec.Struct, frozen=True):
+    """Every refusal the agent answers: a code (`no_capacity`, `stale_fence`, `timeout`,
+    `not_found`, ...) and a message."""
+
+    error: str = "agent_error"
+    message: str = ""
 
 
 class StatusView(msgspec.Struct, frozen=True):
@@ -87,3 +135,4 @@ class StatusView(msgspec.Struct, frozen=True):
     layers: int
     layer_bytes: int
     disk_full: bool = False  # the op log cannot be written now: offers and starts get 503
+    pull_blocked: str = ""  # why no image can be pulled now (disk below the cache's reserve)

@@ -37,6 +37,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 WRAPPER_EXE = "bwrap"
 
 _SANDBOX_PROBE_S = 5.0
+SUSPEND_WAIT_S = 1.0  # a suspend waits this long at most for its processes to stop
 _KILL_RETRY_S = 1.0
 
 
@@ -151,6 +152,20 @@ class ProcessDriver:
     def suspend(self, ident: ProcessIdentity) -> bool:
         """Freeze every process of the machine (SIGSTOP cannot be caught or ignored)."""
         return self.signal(ident, signals.SIGSTOP)
+
+    async def wait_stopped(self, ident: ProcessIdentity,
+                           timeout_s: float = SUSPEND_WAIT_S) -> bool:
+        """Until every live process of the machine is stopped, at most `timeout_s`: a
+        SIGSTOP takes effect when the process next runs, on a loaded host not at once,
+        and "suspended" must mean it no longer runs."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            members = [m for m in procfs.group_members(ident.pid) if not m.zombie]
+            if all(m.state in ("T", "t") for m in members):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.002)
 
     def resume(self, ident: ProcessIdentity) -> bool:
         return self.signal(ident, signals.SIGCONT)

@@ -71,6 +71,7 @@ class MachineTasks:
                                on_refused=self.metrics.log_failures.inc,
                                on_written=self._written)
         self.draining = False
+        self.stopping = False  # the agent stops: waits end (thaw/serving.py)
         self.on_change: Callable[[str], None] = lambda machine_id: None
         self._ops: dict[str, asyncio.Task[object]] = {}
         self._changed = asyncio.Event()
@@ -86,10 +87,19 @@ class MachineTasks:
                 self.metrics.transitions.labels(record.event, record.state).inc()
             elif isinstance(record, Gone) and record.reason:
                 self.metrics.exits.labels(record.reason.split("(")[0]).inc()
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._wake_waiters()
         for mid in record_ids(records):
             self.on_change(mid)
+
+    def end_waits(self) -> None:
+        """The agent stops: every wait answers now (503 shutting_down), none holds the
+        stop (thaw/serving.py)."""
+        self.stopping = True
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def transition(self, machine: Machine, event: MachineEvent, reason: str = "") -> None:
         self.journal.write(transition_record(machine, event, self.clock(), reason))

@@ -70,6 +70,7 @@ class Publisher:
             reserved_cpus=cpus, reserved_memory_mb=memory, machines=dict(counts),
             driver=agent.driver.name, isolated=agent.driver.isolated, layers=len(layers),
             layer_bytes=sum(layers.values()), disk_full=agent.disk_short(),
+            pull_blocked=agent.cache.pull_blocked(),
         )
 
     def worker_status(self) -> WorkerStatus:
@@ -83,11 +84,13 @@ class Publisher:
             reserved_memory_mb=view.reserved_memory_mb, machines_starting=starting,
             draining=self.agent.draining, layers=self.agent.cache.layers(),
             updated_at=self.agent.clock(), disk_full=view.disk_full,
+            pull_blocked=view.pull_blocked,
             machines_running=starting + view.machines.get(MachineState.STARTED.value, 0),
             machines=len(self.agent.state.machines),
             # Whole pulls' rate (bytes downloaded over resolve-to-unpacked time, an EWMA),
             # not the downloads' alone: what placement predicts a machine's pull by.
             pull_bytes_per_s=round(self.agent.cache.stats.bytes_per_s, 1),
+            generation=self.generation.known or "",
         )
 
     async def run(self) -> None:
@@ -163,9 +166,10 @@ class Publisher:
             except Exception:
                 self._dirty.add(mid)  # sent again at the next flush
                 raise
-        if self._republishing is not None:  # every record is out again
+        if self._republishing is not None:  # every record is out again: say so at once
             self.generation.published(self._republishing)
             self._republishing = None
+            await self._heartbeat(self.agent.config.heartbeat_interval_s)
 
     async def _guarded(self, work: Awaitable[None]) -> None:
         try:
@@ -182,6 +186,7 @@ def machine_view(agent: Agent, machine: Machine) -> MachineView:
         created_at=machine.created_at, updated_at=machine.updated_at, guest=machine.spec.guest,
         events=[EventView(e.state.value, e.event, e.at, e.reason) for e in machine.events],
         app_uid=machine.spec.app_uid, release=machine.spec.release,
+        for_spares=machine.spec.for_spares,
     )
 
 

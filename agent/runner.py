@@ -26,6 +26,7 @@ from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
 from thaw.auth.signing import Verifier
 from thaw.registry import Registry
+from thaw.serving import app_runner
 from thaw.statefiles import private_dir, write_private
 
 log = logging.getLogger("thaw.agent")
@@ -74,8 +75,7 @@ class AgentRuntime:
         epoch = agent.boot(repair=config.repair_log)
         assert config.cluster_keys is not None  # checked by the config
         verifier = Verifier(config.cluster_keys, not_before=time.time())
-        self._runner = web.AppRunner(build_app(agent, self._publisher_for(agent), verifier),
-                                     access_log=None)
+        self._runner = app_runner(build_app(agent, self._publisher_for(agent), verifier))
         await self._runner.setup()
         site = web.TCPSite(self._runner, config.host, config.port)
         await site.start()
@@ -107,6 +107,8 @@ class AgentRuntime:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.agent is not None:
+            self.agent.end_waits()  # a caller's long wait must not hold the stop
         if self._runner is not None:
             await self._runner.cleanup()
         if self.agent is not None:

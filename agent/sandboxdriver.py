@@ -61,7 +61,11 @@ class ProcessMachines:
         return self.processes.signal(_ident(run), sig)
 
     async def suspend(self, run: Running) -> bool:
-        return self.processes.suspend(_ident(run))
+        ident = _ident(run)
+        if not self.processes.suspend(ident):
+            return False
+        await self.processes.wait_stopped(ident)  # answered "suspended" once it is
+        return True
 
     async def resume(self, run: Running) -> bool:
         return self.processes.resume(_ident(run))

@@ -20,8 +20,9 @@ from agent.core.machine import MachineEvent, MachineState, next_state
 from agent.core.offers import Accept, Capacity, Decline
 from agent.core.records import Fenced, MachineSpec
 from agent.core.state import Machine, stale_fence
-from agent.errors import Conflict, Declined, WaitTimeout
+from agent.errors import Conflict, Declined, DiskFull, LogBroken, WaitTimeout
 from agent.machinetasks import MachineTasks
+from thaw.serving import ShuttingDown
 
 S = MachineState
 E = MachineEvent
@@ -37,6 +38,17 @@ class Agent(MachineTasks):
 
     def disk_short(self) -> bool:
         return self.journal.disk_short()
+
+    def _log_takes_changes(self) -> None:
+        """Refuse a start or stop while the op log is known to have no room (503): its
+        first record might still fit the log's last page, but what must follow it (the
+        exit, the state reached) would wait for room, and the machine with it, half-way
+        (a stop left it `stopping` until room returned; a start then got 409)."""
+        if self.journal.oplog.broken:
+            raise LogBroken(self.journal.oplog.broken)
+        if self.disk_short():
+            raise DiskFull("the op log cannot be written now (disk full); no change made "
+                           "until it can")
 
     def boot(self, repair: bool = False) -> int:
         """Replay the op log and write a boot record; the new epoch (see Journal.boot)."""
@@ -89,6 +101,7 @@ class Agent(MachineTasks):
 
     def start(self, mid: str) -> Machine:
         machine = self.machine(mid)
+        self._log_takes_changes()
         next_state(machine.state, E.START)  # 409 for an illegal start before room is judged
         refused = offers.decide_start(self.state, self.capacity(), machine)
         if refused is not None:
@@ -100,6 +113,7 @@ class Agent(MachineTasks):
 
     def stop(self, mid: str) -> Machine:
         machine = self.machine(mid)
+        self._log_takes_changes()
         self.transition(machine, E.STOP)  # written first: a refused stop cancels nothing
         self.run_op(mid, self.stop_task(mid))  # cancels a start in flight
         return machine
@@ -156,6 +170,9 @@ class Agent(MachineTasks):
             if machine.state is S.FAILED and target is not S.FAILED:
                 reason = machine.events[-1].reason if machine.events else ""
                 raise Conflict(f"machine {mid} failed: {reason}", code="machine_failed")
+            if self.stopping:
+                raise ShuttingDown(f"the agent is stopping; machine {mid} is "
+                                   f"{machine.state.value}, not {target.value}")
             await self._changed.wait()
 
     async def close(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from edge.core.forwarding import parse_networks
+from edge.core.placementorder import parse_urls
 from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 from thaw.auth.tickets import RouteKeys
 
@@ -18,6 +20,11 @@ class TlsConfig:
     cert_dir: str = ""  # more certificates, chosen by SNI (see the module's doc)
     port: int = 8443  # 0: any free port
     rotate_s: float = 3600.0  # contexts (ticket keys, certificate files) made again
+    # Strict-Transport-Security: max-age on answers over TLS (0: none), unless the machine
+    # sent its own
+    hsts_max_age_s: int = 0
+    handshake_timeout_s: float = 10.0  # a connection not through its handshake is closed
+    max_handshakes: int = 1000  # in progress at once; a connection past it is closed at once
     # local development only (`thaw up --tls`): makes a certificate for a name it was not
     # given, (cert PEM, key PEM) for that name, or None
     issuer: Callable[[str], tuple[bytes, bytes] | None] | None = None
@@ -29,15 +36,23 @@ class TlsConfig:
             raise ValueError("TLS needs a certificate (cert and key) or a certificate directory")
         if not 0 <= self.port < 65536:
             raise ValueError("tls port must be in 0..65535")
-        if self.rotate_s <= 0:
-            raise ValueError("tls rotate_s must be > 0")
+        for name in ("rotate_s", "handshake_timeout_s", "max_handshakes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"tls {name} must be > 0")
+        if not 0 <= self.hsts_max_age_s <= 2 ** 31:
+            raise ValueError("tls hsts_max_age_s must be in 0..2**31")
 
 
 @dataclass(frozen=True)
 class EdgeConfig:
-    placement_url: str  # e.g. http://127.0.0.1:4280, or https://
+    # e.g. http://127.0.0.1:4280, or https://; several, comma-separated: a wake one does
+    # not answer is asked of the next (edge/core/placementorder.py)
+    placement_url: str
     placement_cafile: str = ""  # the CA (PEM) an https placement is checked against ("":
     #                             the system's)
+    # also ask the placements that publish themselves in the registry (sealed with the
+    # route key: route_keys required, see docs/scaling-out.md)
+    discover_placements: bool = True
     domain: str = "localhost"  # Host "{app}.{domain}" routes to app
     host: str = "127.0.0.1"
     port: int = 8080  # proxy port; 0: any free port
@@ -50,6 +65,7 @@ class EdgeConfig:
     header_timeout_s: float = 10.0  # from the first byte of a request to the end of its head
     idle_timeout_s: float = 60.0  # keep-alive connection with no request in progress
     max_held_total: int = 10000
+    max_held_share: float = 0.1  # of max_held_total, what one app may hold (holdqueue)
     resync_interval_s: float = 30.0
     autostop_interval_s: float = 1.0
     load_share_interval_s: float = 0.25  # loads shared with other edges (edge/loadshare)
@@ -57,6 +73,9 @@ class EdgeConfig:
     upstream_idle_timeout_s: float = 30.0  # pooled idle connections older than this are closed
     response_timeout_s: float = 60.0  # forwarded request: longest time with no byte moving
     tunnel_idle_timeout_s: float = 300.0  # a WebSocket tunnel with no byte either way closes
+    # of a machine's hard_limit, what WebSocket tunnels may hold: the rest is for requests
+    # (edge/core/balance.py `tunnel_limit`)
+    tunnel_share: float = 0.8
     upstream_pool_per_machine: int = 256  # idle connections kept per machine
     upstream_quickack: bool = True  # ACK a response split across reads at once (see upstream)
     wake_grace_s: float = 2.0  # extra seconds the wake call may take past its deadline
@@ -75,7 +94,21 @@ class EdgeConfig:
     h2_resets_per_s: float = 100.0  # stream resets by the client (rapid reset), burst 2x
     h2_control_frames_per_s: float = 20.0  # SETTINGS and PING frames each, burst 2x
     h2_max_continuations: int = 16  # CONTINUATION frames in one header block
+    # per client (peer address; trusted proxies exempt), over all its connections
+    # (edge/core/clients.py): beyond, 429 / GOAWAY and close for that client alone
+    max_conns_per_client: int = 1024
+    new_conns_per_s: float = 500.0  # per client
+    # a client's burst of new connections past which they are spread at new_conns_per_s
+    new_conns_burst: int = 256
+    h2_client_resets_per_s: float = 200.0  # stream resets per client, bursts of twice that
+    # requests one client may have held (waiting for a machine) over all apps; beyond: 429
+    # too_many_held for it alone (edge/core/holdqueue.py). A client here is the address a
+    # trusted proxy names; a trusted proxy's own requests are not bounded
+    max_held_per_client: int = 256
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
+    # peers believed about the client (X-Forwarded-For): CIDRs of the proxies in front of
+    # the edge; none by default: every peer is the client (edge/core/forwarding.py)
+    trusted_proxies: tuple[str, ...] = ()
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
     # machine records are routed by only when sealed (thaw/auth/tickets.py); None: all are
     route_keys: RouteKeys | None = None
@@ -89,8 +122,9 @@ class EdgeConfig:
     def __post_init__(self) -> None:
         if self.cluster_keys is None:
             raise ValueError(NO_CLUSTER_KEY)
-        if not self.placement_url.startswith(("http://", "https://")):
-            raise ValueError("placement_url must be an http(s) URL")
+        if not self.placement_urls or not all(
+                u.startswith(("http://", "https://")) for u in self.placement_urls):
+            raise ValueError("placement_url must be one or more http(s) URLs, comma-separated")
         if not self.domain or self.domain.startswith("."):
             raise ValueError("domain must be a host name without a leading dot")
         for name in ("port", "admin_port"):
@@ -104,7 +138,9 @@ class EdgeConfig:
             "response_timeout_s", "tunnel_idle_timeout_s",
             "write_buffer_high_bytes", "max_connect_attempts", "h2_max_concurrent_streams",
             "h2_stream_window_bytes", "h2_stream_buffer_bytes", "h2_resets_per_s",
-            "h2_control_frames_per_s", "h2_max_continuations",
+            "h2_control_frames_per_s", "h2_max_continuations", "max_conns_per_client",
+            "new_conns_per_s", "new_conns_burst", "h2_client_resets_per_s",
+            "max_held_per_client",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -116,5 +152,15 @@ class EdgeConfig:
             raise ValueError("region must not be empty")
         if self.underscore_headers not in ("drop", "reject"):
             raise ValueError('underscore_headers must be "drop" or "reject"')
+        parse_networks(self.trusted_proxies)  # ValueError naming the one that is not
+        if not 0.0 < self.tunnel_share <= 1.0:
+            raise ValueError("tunnel_share must be in (0, 1]")
+        if not 0.0 < self.max_held_share <= 1.0:
+            raise ValueError("max_held_share must be in (0, 1]")
         if not 0.0 <= self.access_log_sample_rate <= 1.0:
             raise ValueError("access_log_sample_rate must be in [0, 1]")
+
+    @property
+    def placement_urls(self) -> tuple[str, ...]:
+        """The placements given, in the order given (the first is asked first)."""
+        return parse_urls(self.placement_url)

@@ -26,6 +26,8 @@ STATUS: dict[str, int] = {
     "not_found": 404,  # placement does not know the app
     "request_timeout": 408,
     "body_too_large": 413,
+    "too_many_requests": 429,  # a client over its own limits (edge/core/clients.py)
+    "too_many_held": 429,  # a client with as many requests held as it may (holdqueue)
     "headers_too_large": 431,
     "upgrade_not_supported": 501,
     "transfer_coding_not_supported": 501,
@@ -33,6 +35,7 @@ STATUS: dict[str, int] = {
     "bad_gateway": 502,
     "image_unavailable": 502,  # the app's image cannot be had: retrying will not help
     "queue_full": 503,
+    "tunnels_full": 503,
     "edge_full": 503,
     "no_capacity": 503,
     "start_failed": 503,
@@ -56,6 +59,8 @@ MESSAGES: dict[str, str] = {
     "not_found": "no such app",
     "request_timeout": "the request head was not received in time",
     "body_too_large": "the request body is too large",
+    "too_many_requests": "too many connections or requests from this client",
+    "too_many_held": "too many of this client's requests are waiting for an app to start",
     "headers_too_large": "the request headers are too large",
     "upgrade_not_supported": "protocol upgrades other than WebSocket are not supported",
     "transfer_coding_not_supported": "only the chunked transfer coding is supported",
@@ -63,6 +68,7 @@ MESSAGES: dict[str, str] = {
     "bad_gateway": "the app failed to answer the request",
     "image_unavailable": "the app's image is not available",
     "queue_full": "too many requests are waiting for this app",
+    "tunnels_full": "the app holds as many WebSocket connections as it may",
     "edge_full": "too many requests are waiting",
     "no_capacity": "no capacity to start the app",
     "start_failed": "the app failed to start",
@@ -75,8 +81,8 @@ MESSAGES: dict[str, str] = {
 }
 INTERNAL_ERROR = "internal error"  # the message of a code missing from MESSAGES
 RETRY_AFTER = frozenset(
-    {"queue_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
-     "shutting_down", "wake_failed"}
+    {"queue_full", "tunnels_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
+     "shutting_down", "wake_failed", "too_many_requests", "too_many_held"}
 )
 
 

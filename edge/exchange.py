@@ -38,6 +38,7 @@ from edge.core.exchange import (
     advance,
     resendable,
 )
+from edge.core.forwarding import TrustedProxies
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, RequestHead, ResponseHead
 from edge.core.wakeeffects import Wake, server_timing
 from edge.errors import status_of
@@ -63,6 +64,7 @@ class Downstream:
     """The client side of one exchange (an HTTP/1.x connection, or one HTTP/2 stream)."""
 
     peer: bytes  # the client's address, for X-Forwarded-For
+    trusted: bool  # the peer is a trusted proxy (edge/core/forwarding.py)
     scheme: bytes  # b"http" or b"https", for X-Forwarded-Proto
     write_paused: bool  # the client reads slower than the machine answers
 
@@ -121,7 +123,10 @@ class Upstream:
 
 
 class ClientSide(Protocol):
-    """A client connection, as the shell sees it when it stops."""
+    """A client connection, as the shell sees it: who it is, and how it stops."""
+
+    peer: bytes
+    trusted: bool
 
     def close_if_idle(self) -> bool: ...
     def abort_transport(self) -> None: ...
@@ -133,6 +138,8 @@ class Shell:
     config: EdgeConfig
     loop: asyncio.AbstractEventLoop
     closing: bool  # the edge is stopping: new requests get 503
+    trust: TrustedProxies  # peers believed about the client (edge/core/forwarding.py)
+    hsts: bytes  # the Strict-Transport-Security value of answers over TLS (b"": none)
 
     def dispatch(self, exchange: Exchange) -> None:
         raise NotImplementedError
@@ -149,7 +156,25 @@ class Shell:
     def count_rejected(self, code: str) -> None:
         raise NotImplementedError
 
-    def connection_opened(self, conn: ClientSide) -> None:
+    def connection_opened(self, conn: ClientSide, new: bool = True) -> str | None:
+        """None: the connection is taken; else why its client may not have it (the
+        connection is then refused and closed). `new=False`: handed over between
+        protocols, not a new connection."""
+        raise NotImplementedError
+
+    def client_arrives(self, peer: bytes) -> bool:
+        """A TLS connection from `peer`, before its handshake: whether it may go on (its
+        client is not barred nor over its new connections). Its protocol, once the
+        handshake is done, is counted with `connection_opened(new=False)`."""
+        raise NotImplementedError
+
+    def client_reset(self, conn: ClientSide) -> bool:
+        """A stream reset by or because of the connection's client: False when that goes
+        over the client's budget (the connection is then cut)."""
+        raise NotImplementedError
+
+    def client_struck(self, conn: ClientSide) -> None:
+        """The connection was cut for abuse (a budget spent): its client is barred."""
         raise NotImplementedError
 
     def connection_closed(self, conn: ClientSide) -> None:

@@ -24,6 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from edge.config import EdgeConfig
+from edge.core.clients import ClientTable
 from edge.core.stats import AppStats, Histogram
 from edge.routeguard import RouteGuard
 from edge.view import AppEntry, View
@@ -39,6 +40,9 @@ class HeldCounts(Protocol):
 class Dropped(Protocol):
     @property
     def dropped(self) -> int: ...
+
+    @property
+    def gone_unlogged(self) -> int: ...
 
 
 class Rounds(Protocol):
@@ -69,6 +73,9 @@ class Observed(Protocol):
 
     @property
     def route_guard(self) -> RouteGuard: ...
+
+    @property
+    def clients(self) -> ClientTable: ...
 
 
 def histogram(family: HistogramMetricFamily, labels: list[str], values: Histogram) -> None:
@@ -176,6 +183,20 @@ class EdgeCollector(Collector):
         for reason, count in sorted(edge.route_guard.refused.items()):
             refused.add_metric([reason], count)
         yield refused
+        clients = edge.clients
+        over = CounterMetricFamily(
+            "thaw_edge_client_connections_refused",
+            "Connections refused because their client was over its limits: barred (its "
+            "connections were cut for abuse), connections (open), new_connections (per "
+            "second)", labels=["reason"])
+        for reason, count in sorted(clients.refused.items()):
+            over.add_metric([reason], count)
+        yield over
+        yield CounterMetricFamily("thaw_edge_client_connections_cut",
+                                  "Client connections cut for abuse (an HTTP/2 budget spent)",
+                                  value=clients.struck)
+        yield GaugeMetricFamily("thaw_edge_clients_tracked",
+                                "Clients the edge keeps limits for now", value=len(clients))
         load_share = edge.load_share
         if load_share is not None:
             yield CounterMetricFamily(
@@ -187,6 +208,10 @@ class EdgeCollector(Collector):
             yield CounterMetricFamily("thaw_edge_access_log_dropped_lines",
                                       "Access-log lines dropped (the writer behind, or failing)",
                                       value=access_log.dropped)
+            yield CounterMetricFamily(
+                "thaw_edge_access_log_gone_unlogged",
+                "Requests whose client went away (499) beyond the lines logged for them "
+                "(10 a second)", value=access_log.gone_unlogged)
 
     def describe(self) -> Iterator[Any]:
         return iter(())  # families are made per scrape: nothing to check at register time

@@ -18,15 +18,18 @@ from edge.adapters.http1 import ClientConnection
 from edge.adapters.registry_feed import RegistryFeed
 from edge.adapters.tls import TlsDoor
 from edge.config import EdgeConfig
+from edge.core.placementorder import trusted_urls
 from edge.loadshare import LoadBoard, LoadShare
 from edge.service import Edge
 from edge.view import View
 from thaw.registry import Registry
 from thaw.registry.readiness import registry_answers
+from thaw.serving import app_runner
 
 log = logging.getLogger("thaw.edge")
 
 STALE_SWEEP_S = 5.0
+DISCOVER_INTERVAL_S = 5.0  # placements' adverts read again (they live 15 s)
 
 
 class EdgeRuntime:
@@ -46,6 +49,7 @@ class EdgeRuntime:
         self._proxy_port = 0
         self._admin_port = 0
         self._janitor: asyncio.Task[None] | None = None
+        self._discovery: asyncio.Task[None] | None = None
 
     @property
     def load_share(self) -> LoadShare | None:
@@ -86,7 +90,7 @@ class EdgeRuntime:
         if config.tls is not None:
             self._tls_door = TlsDoor(edge, config.tls, config.h2, config.host)
             self._tls_port = await self._tls_door.start()
-        self._admin = web.AppRunner(build_admin_app(edge, self.ready), access_log=None)
+        self._admin = app_runner(build_admin_app(edge, self.ready, self._feed.state))
         await self._admin.setup()
         site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
         await site.start()
@@ -95,6 +99,11 @@ class EdgeRuntime:
         if self.board is not None:
             edge.share_loads(self.board).start()
         self._janitor = asyncio.create_task(self._sweep_stale())
+        if config.discover_placements and config.route_keys is not None:
+            self._discovery = asyncio.create_task(self._discover(edge))
+        elif config.discover_placements:
+            log.info("no route key: placements are not discovered from the registry (only "
+                     "--placement URLs are asked)")
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
                  f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
                  self._admin_port)
@@ -107,6 +116,19 @@ class EdgeRuntime:
         if self._feed is None or not self._feed.loaded:
             return False, "the view is not loaded from the registry yet"
         return await registry_answers(self.registry.generation())
+
+    async def _discover(self, edge: Edge) -> None:
+        """Every DISCOVER_INTERVAL_S, the placements that advertise themselves in the
+        registry, sealed with the route key, join those wakes may go to; one whose advert
+        lapsed leaves (the given ones stay)."""
+        while True:
+            try:
+                adverts = await self.registry.placements()
+            except Exception as exc:  # the registry away: keep the last list
+                log.debug("placements not discovered now: %s", exc)
+            else:
+                edge.placement.set_discovered(trusted_urls(adverts, self.config.route_keys))
+            await asyncio.sleep(DISCOVER_INTERVAL_S)
 
     async def _sweep_stale(self) -> None:
         while True:
@@ -124,12 +146,13 @@ class EdgeRuntime:
             await edge.stop_serving()
             await self._drain(edge)
             await edge.close()
-        for task in [self._janitor, *(edge.tasks if edge else ())]:
+        for task in [self._janitor, self._discovery, *(edge.tasks if edge else ())]:
             if task is not None:
                 task.cancel()
-        if self._janitor is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
+        for own in (self._janitor, self._discovery):
+            if own is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await own
         if edge is not None and edge.tasks:
             await asyncio.gather(*edge.tasks, return_exceptions=True)
         if edge is not None and edge.load_share is not None:

@@ -32,8 +32,15 @@ from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
 from edge.core.appwake import AppWakes, Shape
+from edge.core.clients import ClientTable
 from edge.core.exchange import AGAIN, GIVE_UP, Event, after_connect_failure, after_loss
-from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
+from edge.core.forwarding import (
+    TrustedProxies,
+    forwarded_for,
+    forwarded_scheme_host,
+    parse_networks,
+)
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, hsts_value
 from edge.core.holdqueue import request_timeout_s
 from edge.core.stats import AppStats
 from edge.core.wakeeffects import ArmTimer, CallPlacement, Effect, Fail, Release, Shed
@@ -61,13 +68,20 @@ class Edge(Shell):
         if config.access_log:
             self.access_log = AccessLog(config.access_log, config.access_log_sample_rate,
                                         self.loop)
-        self.wakes: AppWakes[Exchange] = AppWakes(config.max_held_total)
+        self.wakes: AppWakes[Exchange] = AppWakes(
+            config.max_held_total, max_held_share=config.max_held_share,
+            max_held_per_client=config.max_held_per_client)
         self.shed: Counter[tuple[str, str]] = Counter()  # (app, reason) -> requests shed
         self.pool = UpstreamPool(self)
         self.connections: set[ClientSide] = set()
         self.random = random.Random()
         self.tasks: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.trust = TrustedProxies(parse_networks(config.trusted_proxies))
+        self.hsts = hsts_value(config.tls.hsts_max_age_s if config.tls is not None else 0)
+        self.clients = ClientTable(config.max_conns_per_client, config.new_conns_per_s,
+                                   config.h2_client_resets_per_s,
+                                   conns_burst=config.new_conns_burst)
         self._ids = itertools.count(1)
         self.instance_id = os.urandom(4).hex()  # names this edge (request ids, reports)
         self._id_prefix = self.instance_id.encode()
@@ -97,11 +111,31 @@ class Edge(Shell):
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def connection_opened(self, conn: ClientSide) -> None:
+    def connection_opened(self, conn: ClientSide, new: bool = True) -> str | None:
+        if not conn.trusted:
+            refused = self.clients.open(conn.peer, self.loop.time(), new)
+            if refused is not None:
+                return refused
         self.connections.add(conn)
+        return None
 
     def connection_closed(self, conn: ClientSide) -> None:
-        self.connections.discard(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if not conn.trusted:
+                self.clients.close(conn.peer)
+
+    def client_arrives(self, peer: bytes) -> bool:
+        return self.trust.trusts(peer) or self.clients.arrive(peer, self.loop.time()) is None
+
+    def client_reset(self, conn: ClientSide) -> bool:
+        return conn.trusted or self.clients.reset(conn.peer, self.loop.time())
+
+    def client_struck(self, conn: ClientSide) -> None:
+        if not conn.trusted:
+            bar = self.clients.strike(conn.peer, self.loop.time())
+            log.warning("client %s cut for abuse: barred %.0fs", conn.peer.decode("latin-1"),
+                        bar)
 
     # -- routing and dispatch ------------------------------------------------------------
 
@@ -119,6 +153,9 @@ class Edge(Shell):
                 return
             exchange.app = app
             exchange.upstream_head = self._upstream_head(exchange)
+        if exchange.upgrade:
+            self._dispatch_tunnel(exchange, app)
+            return
         config = app.config.concurrency
         slot = balance.pick(app.routable, config.soft_limit, config.hard_limit, self.random)
         if slot is None:
@@ -126,12 +163,37 @@ class Edge(Shell):
         else:
             self._forward(exchange, app, slot)
 
+    def _pick_tunnel(self, app: AppEntry) -> MachineSlot | None:
+        hard = app.config.concurrency.hard_limit
+        return balance.pick_tunnel(app.routable,
+                                   balance.tunnel_limit(hard, self.config.tunnel_share), hard)
+
+    def _dispatch_tunnel(self, exchange: Exchange, app: AppEntry) -> None:
+        """A WebSocket upgrade: to the machine with the fewest tunnels under its tunnel
+        limit. With every machine at that limit but with room for requests, 503
+        tunnels_full: idle tunnels never take a machine's last places from requests. With
+        no room at all, held as any request (its demand can wake a machine)."""
+        slot = self._pick_tunnel(app)
+        if slot is not None:
+            self._forward(exchange, app, slot)
+        elif any(m.in_flight < app.config.concurrency.hard_limit for m in app.routable):
+            self.fail(exchange, "tunnels_full",
+                      "every machine of the app holds its share of WebSocket tunnels")
+        else:
+            self._hold(exchange, app)
+
     def _upstream_head(self, exchange: Exchange) -> bytes:
         head = exchange.head
         request_id = head.request_id or b"%s-%x" % (self._id_prefix, next(self._ids))
         exchange.request_id = request_id
-        peer = exchange.client.peer
-        forwarded_for = head.forwarded_for + b", " + peer if head.forwarded_for else peer
+        client = exchange.client
+        peer, trusted = client.peer, client.trusted
+        chain = forwarded_for(head.forwarded_for, peer, trusted)
+        real_ip = self.trust.client(head.forwarded_for, peer, trusted)
+        scheme, host = client.scheme, head.authority
+        if trusted:  # what the proxy in front says, when it is a scheme and a host
+            scheme, host = forwarded_scheme_host(head.forwarded_proto, head.forwarded_host,
+                                                 scheme, host)
         if head.body == BODY_LENGTH:
             framing = b"Content-Length: %d\r\n" % head.content_length
         elif head.body == BODY_CHUNKED:
@@ -140,15 +202,17 @@ class Edge(Shell):
             framing = b""
         return b"".join((
             exchange.method, b" ", head.target, b" HTTP/1.1\r\nHost: ", head.authority,
-            b"\r\n", head.forward, b"X-Forwarded-For: ", forwarded_for,
-            b"\r\nX-Forwarded-Proto: ", exchange.client.scheme, b"\r\nX-Forwarded-Host: ",
-            head.authority, b"\r\nX-Request-Id: ", request_id, b"\r\n", framing,
+            b"\r\n", head.forward, b"X-Forwarded-For: ", chain, b"\r\nX-Real-IP: ", real_ip,
+            b"\r\nX-Forwarded-Proto: ", scheme, b"\r\nX-Forwarded-Host: ", host,
+            b"\r\nX-Request-Id: ", request_id, b"\r\n", framing,
             b"Connection: Upgrade\r\nUpgrade: websocket\r\n" if exchange.upgrade else b"",
             b"\r\n",
         ))
 
     def _forward(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
         slot.in_flight += 1
+        if exchange.upgrade:
+            slot.tunnels += 1
         slot.last_start = self.loop.time()
         app.in_flight += 1
         exchange.slot = slot
@@ -218,6 +282,8 @@ class Edge(Shell):
         if slot is not None:
             exchange.slot = None
             slot.in_flight -= 1
+            if exchange.upgrade:
+                slot.tunnels -= 1
             if exchange.app is not None:
                 exchange.app.in_flight -= 1
 
@@ -276,7 +342,16 @@ class Edge(Shell):
             exchange.held_at = now
         exchange.to(Event.HOLD)
         self.run(self.wakes.hold(app.name, exchange, now, self.shape(app), since,
-                                 client_timeout_s(exchange)))
+                                 client_timeout_s(exchange), self._held_by(exchange)))
+
+    def _held_by(self, exchange: Exchange) -> bytes | None:
+        """Whose a held request is, for the per-client bound: its peer, or the client a
+        trusted proxy names; None for a trusted proxy's own (it speaks for many)."""
+        client = exchange.client
+        if not client.trusted:
+            return client.peer
+        named = self.trust.client(exchange.head.forwarded_for, client.peer, True)
+        return None if self.trust.trusts(named) else named
 
     def _room(self, app: AppEntry) -> None:
         """The app's machines may take more now (a request ended, a machine was kept)."""
@@ -339,8 +414,8 @@ class Edge(Shell):
             if app is not None:  # (the core counted the room: a slot is there)
                 app.stats.hold.observe(released.hold_s)
                 concurrency = app.config.concurrency
-                slot = balance.pick(app.routable, concurrency.soft_limit,
-                                    concurrency.hard_limit, self.random)
+                slot = self._pick_tunnel(app) if exchange.upgrade else balance.pick(
+                    app.routable, concurrency.soft_limit, concurrency.hard_limit, self.random)
             if app is None or slot is None:
                 self.fail(exchange, "no_capacity", "no machine had room on release")
                 continue

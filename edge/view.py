@@ -35,7 +35,8 @@ class MachineSlot:
     (by this edge)."""
 
     __slots__ = ("address", "app", "draining", "elsewhere", "host", "id", "in_flight",
-                 "known_wall", "last_start", "pool_key", "port", "seen", "state", "worker")
+                 "known_wall", "last_start", "pool_key", "port", "seen", "state", "tunnels",
+                 "worker")
 
     def __init__(self, app: str, machine_id: str, address: str, state: str, now: float,
                  worker: str = "") -> None:
@@ -53,6 +54,7 @@ class MachineSlot:
         self.state = state
         self.in_flight = 0  # requests at the machine: this edge's, plus `elsewhere`
         self.elsewhere = 0  # other edges' requests at it, as last shared (edge/loadshare)
+        self.tunnels = 0  # of in_flight, this edge's WebSocket upgrades and tunnels
         self.last_start = now
         self.draining = False
         self.known_wall = 0.0  # wall time of the edge's own knowledge; older records lose

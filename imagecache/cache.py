@@ -36,7 +36,7 @@ from imagecache.adapters.sources import ImageSource, Resolved, read_config
 from imagecache.adapters.trees import remove_tree, remove_tree_quietly
 from imagecache.adapters.unpack import LayerFile, UnpackPlan, build_rootfs, plan_unpack
 from imagecache.api import Image, Layer, LayerChange
-from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s
+from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s, pull_blocked
 from imagecache.core.egress import EgressPolicy
 from imagecache.core.lru import Evictions, ImageUse, LayerUse, choose_evictions
 from imagecache.core.manifest import Descriptor, parse_config, parse_diff_ids
@@ -189,6 +189,19 @@ class ImageCache:
         room = self._standing()
         floor = self._choose(-1).total_bytes
         return room.largest_fit(floor), lambda need: room.refusal(need, floor)
+
+    def pull_blocked(self) -> str:
+        """Why no pull can write a byte now ("" when one can: core.budget.pull_blocked).
+        Cheap while the disk is above its reserve (what is evictable is worked out only
+        below it)."""
+        reserve = self._downloads.disk_reserve_bytes
+        try:
+            free = self._disk_free(self.root)
+        except OSError as exc:
+            return f"its free disk cannot be read: {exc}"
+        if free > reserve:
+            return ""
+        return pull_blocked(free, self.used_bytes() - self._choose(-1).total_bytes, reserve)
 
     @contextmanager
     def _room_for(self, need: int, what: str) -> Iterator[None]:

@@ -16,6 +16,10 @@ a real Redis (placement, 3 agents, edge), as an operator runs them.
 2. Rolling deploy: `--rolls` deploys of a new image to an app of 3 started machines
    under the same load: duration (deploy call to every machine on the new release) and
    failed requests.
+3. `--faults` (instead of 1 and 2): the control plane's bad day, loadtests/faults.py —
+   Redis stalled 10 s, Redis restarted empty, a placement killed, PostgreSQL stopped
+   20 s, a rolling deploy — `--fault-trials` each, interleaved, with `--apps` idle apps
+   present: one table (failed/total, recovery, machines destroyed/duplicated/leaked).
 Loopback only; bounded (each wait has a deadline); every process started is stopped.
 """
 
@@ -33,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtests.benchlib import machine_line, median, percentile, write_section
+from loadtests.faults import run_faults
 from tests.support.agent_process import call, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.load import SteadyLoad
@@ -143,6 +148,12 @@ def main() -> None:
     parser.add_argument("--rolls", type=int, default=3)
     parser.add_argument("--rate", type=float, default=40.0)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--faults", nargs="?", const="all", default="",
+                        help="the fault table instead (all, or a comma list of: redis-stall, "
+                        "redis-restart, placement-kill, pg-stop, deploy)")
+    parser.add_argument("--fault-trials", type=int, default=3)
+    parser.add_argument("--apps", type=int, default=2000,
+                        help="idle apps present during the faults")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work dir (every service's log) when a trial fails")
     args = parser.parse_args()
@@ -159,6 +170,9 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
+    if args.faults:
+        faults(args, work)
+        return
     with start_redis_server() as redis:
         build_image(HELLO, "hello:v1", layout=work / "v1")
         build_image(HELLO, "hello:v2", layout=work / "v2",
@@ -210,6 +224,36 @@ def run(args: argparse.Namespace, work: Path) -> None:
     print(body)
     if not args.no_write:
         write_section("failover", body)
+
+
+def faults(args: argparse.Namespace, work: Path) -> None:
+    build_image(HELLO, "hello:v1", layout=work / "v1")
+    build_image(HELLO, "hello:v2", layout=work / "v2",
+                overrides=BuildOverrides(env={"GREETING": "hi"}))
+    images = {"v1": f"oci:{work / 'v1'}:v1", "v2": f"oci:{work / 'v2'}:v2"}
+    only = set() if args.faults == "all" else set(args.faults.split(","))
+    lines = run_faults(work, images, args.fault_trials, args.apps, args.rate, only,
+                       lambda line: print(line, flush=True))
+    command = (f"{COMMAND} --faults {args.faults} --fault-trials {args.fault_trials} "
+               f"--apps {args.apps} --rate {args.rate:g}")
+    body = (f"## The control plane's bad day (issue 25)\n\n`{command}`, {machine_line()}.\n\n"
+            "Two placements on one PostgreSQL, two edges (each knowing both placements), "
+            "three agents (heartbeat 1 s), one Redis, all separate processes; "
+            f"{args.apps} idle apps present; {args.rate:g} GET/s of steady load on three "
+            "warm apps (one machine each) during the Redis faults and on the deployed app. "
+            "*failed*: requests not answered 200 (for redis-restart also each look at an "
+            "edge's view that lacked an existing app); *recovery*: redis-stall from SIGCONT "
+            "until placement lists every warm app's machine again, redis-restart until both "
+            "edges' views and the registry hold every app again, placement-kill the two "
+            "cold wakes' wall time, pg-stop how long the held create waited past the 20 s "
+            "outage, deploy the whole rolling deploy; *fenced*: warm machines the "
+            "reconciler fenced (app events); *destroyed*: warm machines gone after "
+            "the fault; *duplicated*: machines beyond an app's shape (a deploy: new machines "
+            "beyond one per old one); *leaked*: machines at an agent that placement does not "
+            "list.\n\n" + "\n".join(lines) + "\n")
+    print(body)
+    if not args.no_write:
+        write_section("faults", body)
 
 
 if __name__ == "__main__":

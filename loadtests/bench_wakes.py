@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,17 +139,45 @@ def herd(services: Services, image: str, apps: int) -> list[str]:
     for name in names:
         for machine in live(services, name):
             per_worker[machine["worker"]] += 1
+    spread = " / ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
+    line = herd_line(answers, f"{apps} | ", f" {spread} |", took_s)
+    print(line, flush=True)
+    return ["| apps | answers 200 | machines per worker | hold minus boot p50 ms | p99 ms | "
+            "burst took s |", "|---|---|---|---|---|---|", line]
+
+
+def herd_line(answers: list[tuple[int, str, str]], first: str, middle: str,
+              took_s: float) -> str:
+    """A herd's table row: `first` cells, answers 200 of all, `middle` cells, hold minus
+    boot p50/p99 (from Server-Timing) and the burst's time; what was not 200 is printed."""
     waits = [timing(st, "hold") - timing(st, "boot") for status, _, st in answers
              if status == 200 and "hold" in st]
-    spread = " / ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
     ok = sum(1 for status, _, _ in answers if status == 200)
     others = Counter(f"{status} {body[:60]}" for status, body, _ in answers if status != 200)
     if others:
         print("not 200:", dict(others), flush=True)
-    line = (f"| {apps} | {ok} / {apps} | {spread} | {percentile(waits, 50):.0f} | "
-            f"{percentile(waits, 99):.0f} | {took_s:.1f} |" if waits else "| no answers |")
+    if not waits:
+        return "| no answers |"
+    return (f"| {first}{ok} / {len(answers)} |{middle} {percentile(waits, 50):.0f} | "
+            f"{percentile(waits, 99):.0f} | {took_s:.1f} |")
+
+
+def herd_among(services: Services, image: str, apps: int, present: int) -> list[str]:
+    """`apps` cold apps woken at once through both edges (half each) of the two-placement
+    platform, with `present` idle apps configured (created through both placements)."""
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: create(services, i % 2, f"idle{i}", image), range(present)))
+    names = [f"among{i}" for i in range(apps)]
+    for i, name in enumerate(names):
+        create(services, i % 2, name, image)
+    wait_until(lambda: all(known(services, e, n) for e in (0, 1) for n in names[-5:]), 30, 0.1)
+    began = time.monotonic()
+    answers = asyncio.run(get_all([(services.edge_ports[i % 2], f"{n}.localhost", "/")
+                                   for i, n in enumerate(names)]))
+    took_s = time.monotonic() - began
+    line = herd_line(answers, f"{present} | {apps} | ", "", took_s)
     print(line, flush=True)
-    return ["| apps | answers 200 | machines per worker | hold minus boot p50 ms | p99 ms | "
+    return ["| apps present | herd | answers 200 | hold minus boot p50 ms | p99 ms | "
             "burst took s |", "|---|---|---|---|---|---|", line]
 
 
@@ -158,6 +187,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--herd", type=int, default=200)
+    parser.add_argument("--among", type=int, default=0,
+                        help="also: a herd of --among-herd cold apps through both edges of the "
+                        "two-placement platform with this many idle apps present (issue 25)")
+    parser.add_argument("--among-herd", type=int, default=100)
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the services' directories")
     args = parser.parse_args()
@@ -171,6 +204,7 @@ def main() -> None:
         # on this machine's 2 cores would measure CPU starvation instead of the platform
         herd_image = build_tiny_image(work / "herd" / "layout")
         bursts: list[str] = []
+        among: list[str] = []
         with start_redis_server() as redis, running_postgres() as postgres:
             services = Services(work / "two", redis.url, agents=3, placements=2, edges=2,
                                 store=postgres.url(), agent_cpus=8, agent_memory_mb=8192)
@@ -181,6 +215,13 @@ def main() -> None:
                                                 token=ADMIN_TOKEN)[1]) == 3, 20)
                 bursts = two_edges(services, f"oci:{work / 'two' / 'layout'}:slowboot", args.rounds,
                                    args.burst)
+                if args.among:
+                    if not args.rounds:
+                        services.start()
+                        wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",
+                                                    token=ADMIN_TOKEN)[1]) == 3, 20)
+                    tiny = build_tiny_image(work / "two" / "tiny")
+                    among = herd_among(services, tiny, args.among_herd, args.among)
             finally:
                 services.stop()
         with start_redis_server() as redis, herd_platform(work / "herd", redis.url) as services:
@@ -194,7 +235,9 @@ def main() -> None:
         "## Wakes across two edges and two placements; a herd of cold apps", "",
         f"Machine: {machine_line()}", "",
         "Command: `.venv/bin/python loadtests/bench_wakes.py "
-        f"--rounds {args.rounds} --burst {args.burst} --herd {args.herd}`", "",
+        f"--rounds {args.rounds} --burst {args.burst} --herd {args.herd}"
+        + (f" --among {args.among} --among-herd {args.among_herd}" if args.among else "")
+        + "`", "",
         f"Two placements and two edges on one Redis and one PostgreSQL, three agents; each "
         f"round a new app (soft_limit {SOFT_LIMIT}, max 20, 1 s boot) gets a burst of "
         f"{args.burst} cold requests split across the edges:", "", *bursts, "",
@@ -202,6 +245,10 @@ def main() -> None:
         "boot costs ~1 ms of CPU, so that 200 boots do not starve this 2-core machine) woken "
         "at once through one edge, one placement, three workers (8 cpus each); machines per "
         "worker as listed at the end:", "", *herded, "",
+        *(["A herd among many apps (issue 25): on the two-placement platform above, "
+           f"`--among {args.among} --among-herd {args.among_herd}`: that many idle apps "
+           "configured, then the herd's cold apps (the tiny C server) woken at once "
+           "through both edges:", "", *among, ""] if among else []),
         "Machines started equal machines needed only because each wake says its edge's "
         "demand and placement sums it (docs/scaling-out.md); before that, in this test's "
         "e2e twin, 5 to 7 of 8. The herd's spread comes from the ledger counting offers "

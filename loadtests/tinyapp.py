@@ -2,8 +2,9 @@
 of CPU, for benchmarks where many machines boot at once on a small host (a Python app's
 interpreter start-up would measure the host's CPU starvation instead of the platform).
 
-The binary is linked dynamically against the host's libc: the machine sandbox binds the
-host's /usr and /lib read-only, and without the sandbox it runs on the host itself.
+The binary is linked statically: a machine is an OCI container with the image's own
+rootfs, which has no libc (linked against the host's, it failed with "exec ./tinyhttp:
+no such file or directory" — its loader is not there).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def build_tiny_image(layout: Path, tag: str = "tiny:v1") -> str:
     with tempfile.TemporaryDirectory(prefix="thaw-tiny-") as temp:
         root = Path(temp) / "image"
         root.mkdir()
-        subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-o", str(root / BINARY),
+        subprocess.run(["gcc", "-O2", "-static", "-Wall", "-Wextra", "-o", str(root / BINARY),
                         str(SOURCE)], check=True, timeout=60)
         # Relative to the working directory, the image's root (as `python3 app.py` is):
         # /app in the sandbox, the unpacked rootfs without it.

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from agent.api import MachineView
-from thaw.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary
+from thaw.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
 
 MAX_DEADLINE_MS = 3_600_000
 MAX_DEMAND = 1_000_000
@@ -145,7 +145,6 @@ class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 ReleaseStatus = Literal["pending", "rolling", "complete", "failed", "rolled_back"]
-Strategy = Literal["rolling", "immediate", "canary"]
 
 
 class Release(msgspec.Struct, frozen=True):
@@ -231,6 +230,7 @@ class WorkerView(msgspec.Struct, frozen=True):
     updated_at: float
     healthy: bool
     disk_full: bool = False
+    pull_blocked: str = ""  # why it cannot pull an image now ("": it can)
     machines_running: int = 0  # starting or started: what reserved_* are held for
     machines: int = 0
     failed: str = ""  # why placement counts it failed although it heartbeats ("": it does not)

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from agent.api import MachineView
 from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
@@ -30,6 +31,7 @@ from placement.leases import Lease
 from placement.metrics import outcome_class
 from placement.placer import NewMachine, Placer, Round
 from placement.store import AppStore
+from placement.workers import Refused, Unreachable
 from thaw.appconfig import ROLLBACK_FIELDS, AppConfig
 from thaw.registry import Registry
 
@@ -44,7 +46,7 @@ Spawn = Callable[[str, "AppWork", Coroutine[Any, Any, None]], None]
 class AppWork:
     """What the reconciler is doing for one app."""
 
-    busy: dict[str, str] = field(default_factory=dict)  # machine -> start|destroy|replace
+    busy: dict[str, str] = field(default_factory=dict)  # machine -> start|destroy|replace|create
     creating: Counter[bool] = field(default_factory=Counter)  # start? -> new machines
     declined: dict[str, float] = field(default_factory=dict)  # machine -> until (monotonic)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -53,11 +55,12 @@ class AppWork:
     lease: Lease | None = None  # the reconcile lease its actions run under
     no_room: core.NoRoom | None = None  # the last create that found no room (core)
     no_room_retry: asyncio.TimerHandle | None = None  # the pass asked for when it ends
-    # new machines that did not come up (start failed, pull failed): the next wait, as
-    # no room's; reset by one that came up
+    # new machines that did not come up (start failed, pull failed) or failed later
+    # (destroyed): the next wait, as no room's; reset by one that came up
     failing: core.NoRoom | None = None
     workers: frozenset[str] = frozenset()  # the region's live workers at the last pass
     ends_seen: dict[str, float] = field(default_factory=dict)  # machine -> last event noted
+    unsettled: bool = False  # the last pass found something to do (it looks again soon)
 
 
 class AppActions:
@@ -83,6 +86,12 @@ class AppActions:
         work.no_room = None if found else core.found_no_room(
             work.no_room, work.workers, asyncio.get_running_loop().time())
 
+    def _came_up(self, work: AppWork, up: bool) -> None:
+        """A new machine came up (new ones go ahead) or did not: a failed one destroyed, a
+        pull or start that failed (new ones wait, doubling while they keep failing)."""
+        work.failing = None if up else core.found_no_room(
+            work.failing, work.workers, asyncio.get_running_loop().time())
+
     async def launch(self, config: AppConfig, views: list[dict[str, Any]],
                 actions: list[core.Action], work: AppWork) -> None:
         creates: list[core.Create | core.Replace] = []
@@ -90,7 +99,13 @@ class AppActions:
             if isinstance(action, core.Fence):
                 await self.store.fence(config.uid, action.machine, self.clock())
                 await self._event(config, "fence", action.reason, action.machine)
-                self._spawn(config.name, work, self._publish_lost(config, action.machine))
+                self._spawn(config.name, work, self.publish_lost(config, action.machine))
+            elif isinstance(action, core.Unfence):
+                await self.store.unfence(action.machine)
+                await self._event(config, "unfence", action.reason, action.machine)
+                view = next((v for v in views if v["id"] == action.machine), None)
+                if view is not None:
+                    self._spawn(config.name, work, self.fleet.restore(config.name, view))
             elif isinstance(action, core.CompleteRelease):
                 await self.store.set_release_status(config.uid, action.release, "complete",
                                                     action.reason)
@@ -102,6 +117,8 @@ class AppActions:
                 self._spawn(config.name, work, self._start(config, views, action))
             elif isinstance(action, core.Destroy):
                 work.busy[action.machine] = "destroy"
+                if action.failed:  # its replacement waits, longer while machines keep failing
+                    self._came_up(work, False)
                 self._spawn(config.name, work, self._destroy(config, views, action))
             else:
                 if isinstance(action, core.Replace):
@@ -123,34 +140,37 @@ class AppActions:
         work = self.work[config.name]
         try:
             url = await self.fleet.worker_url(_worker_of(views, action.machine))
-            status, body = await self._start_call(config, url, action.machine)
-            if status == 409 and _code(body) == "no_capacity":
+            answer = await self._start_call(config, url, action.machine)
+            if isinstance(answer, Refused) and answer.declined():
                 work.declined[action.machine] = asyncio.get_running_loop().time() \
                     + DECLINED_FOR_S
             await self._event(config, "start", action.reason, action.machine,
-                              _outcome(status, body))
+                              _outcome(answer))
         except PlacementError as exc:
             await self._event(config, "start", action.reason, action.machine, exc.message)
         finally:
             work.busy.pop(action.machine, None)
 
-    async def _start_call(self, config: AppConfig, url: str, mid: str) -> tuple[int, Any]:
+    async def _start_call(self, config: AppConfig, url: str, mid: str
+                          ) -> MachineView | Refused | Unreachable:
         return await self.fleet.start(url, mid, config.health.timeout_s, slack_s=5.0)
 
     async def _destroy(self, config: AppConfig, views: list[dict[str, Any]],
                        action: core.Destroy) -> None:
         work = self.work[config.name]
         try:
-            status, body = await self.fleet.destroy(action.machine,
-                                                    worker=_worker_of(views, action.machine))
-            if status < 300 or status == 404:
+            answer = await self.fleet.destroy(action.machine,
+                                              worker=_worker_of(views, action.machine))
+            # (an unreachable worker's machine is unfenced too, as before the Workers port;
+            # whether it should stay fenced until its worker answers is issue 27's question)
+            if not isinstance(answer, Refused) or answer.gone():
                 await self.store.unfence(action.machine)
             await self._event(config, "destroy", action.reason, action.machine,
-                              _outcome(status, body))
+                              _outcome(answer))
         finally:
             work.busy.pop(action.machine, None)
 
-    async def _publish_lost(self, config: AppConfig, mid: str) -> None:
+    async def publish_lost(self, config: AppConfig, mid: str) -> None:
         """Edges stop routing to a lost machine: its registry record says `lost`, and
         outranks anything its agent may still publish, until the machine is destroyed
         (its record deleted) when the worker comes back."""
@@ -181,7 +201,8 @@ class AppActions:
             if rnd is not None:
                 avoid = frozenset(action.avoid | placed_on)
                 placed = await self.placer.place(rnd, start=False, avoid=avoid,
-                                                 spare=not action.start)
+                                                 spare=not action.start,
+                                                 for_spares=not action.start)
             if not isinstance(placed, NewMachine):
                 reason = placed.reason if isinstance(placed, NoCapacity) else work.shortfall
                 work.shortfall = reason
@@ -192,6 +213,8 @@ class AppActions:
                                   f"no capacity: {reason}")
                 continue
             placed_on.add(placed.worker)
+            # until it is up, it is no standby to start, trim or count twice as a spare
+            work.busy[placed.view["id"]] = "create"
             self._room_found(work, True)
             note = (f"; shares worker {placed.worker}: no other worker fits"
                     if placed.worker in action.avoid else "")
@@ -213,15 +236,16 @@ class AppActions:
             except PlacementError as exc:
                 outcome = f"pull failed: {exc.message}"
             if outcome == "ok" and action.start:
-                status, body = await self._start_call(config, placed.url, mid)
-                outcome = _outcome(status, body)
-                view = body if outcome == "ok" and isinstance(body, dict) else view
+                answer = await self._start_call(config, placed.url, mid)
+                outcome = _outcome(answer)
+                if isinstance(answer, MachineView):
+                    view = msgspec.to_builtins(answer)
             if not await self.store.is_current(config):  # deleted (or made again) meanwhile
                 await self.fleet.destroy(mid, url=placed.url)
                 return
             work.made.append(view)
-            work.failing = None if outcome == "ok" else core.found_no_room(
-                work.failing, work.workers, asyncio.get_running_loop().time())
+            if action.start or outcome != "ok":  # a spare pulled has not come up yet
+                self._came_up(work, outcome == "ok")
             await self._event(config, _verb(action), action.reason + note, mid, outcome)
             if isinstance(action, core.Replace):
                 if outcome == "ok":
@@ -234,6 +258,7 @@ class AppActions:
                     await self._fail_release(config, f"replacement {mid} of {action.machine}:"
                                                      f" {outcome}")
         finally:
+            work.busy.pop(mid, None)
             self._done_creating(work, action)
 
     def _done_creating(self, work: AppWork, action: core.Create | core.Replace) -> None:
@@ -297,12 +322,9 @@ def _old(action: core.Create | core.Replace) -> str:
     return action.machine if isinstance(action, core.Replace) else ""
 
 
-def _code(body: Any) -> str:
-    return str(body.get("error", "")) if isinstance(body, dict) else ""
-
-
-def _outcome(status: int, body: Any) -> str:
-    if 200 <= status < 300:
+def _outcome(answer: MachineView | Refused | Unreachable) -> str:
+    if isinstance(answer, MachineView):
         return "ok"
-    message = body.get("message", body) if isinstance(body, dict) else body
-    return f"{status or 'unreachable'}: {message}"
+    if isinstance(answer, Refused):
+        return f"{answer.status}: {answer.message}"
+    return f"unreachable: {answer.message}"

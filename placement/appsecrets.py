@@ -24,7 +24,7 @@ from placement.applocks import AppLocks
 from placement.core.secrets import UnknownSecret, plan_secrets
 from placement.errors import Conflict, NotFound, Unavailable
 from placement.store import AppStore, SecretWrites, StoredSecret
-from thaw.appconfig import AppConfig
+from thaw.appconfig import AppConfig, Strategy
 from thaw.auth.sealing import (
     NO_SECRETS_KEY,
     NONCE_BYTES,
@@ -39,7 +39,7 @@ from thaw.auth.signing import KeyRing
 from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
-StoreChange = Callable[[AppConfig, AppConfig, str, str | None, SecretWrites],
+StoreChange = Callable[[AppConfig, AppConfig, str, Strategy | None, SecretWrites],
                        Awaitable[tuple[AppConfig, Release | None]]]
 
 

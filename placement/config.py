@@ -31,10 +31,19 @@ class PlacementConfig:
     # health are then served over TLS only
     tls_cert: str = ""
     tls_key: str = ""
+    # the URL edges reach this placement's API at, advertised in the registry (sealed with
+    # the route key; edges discover it); "": http(s)://HOST:PORT as served, unless HOST
+    # is a wildcard (then none is advertised)
+    advertise_url: str = ""
+    advertise_ttl_s: float = 15.0  # the advert lapses this long after placement stops
+    store_pool_size: int = 32  # connections to a PostgreSQL store (callers beyond wait)
     admin_host: str = "127.0.0.1"  # /metrics /healthz /readyz: loopback unless told
     admin_port: int = 0  # 0: any free port
     heartbeat_interval_s: float = 1.0  # the agents'; a worker is healthy for 3 of them
     heartbeats_fresh: int = 3
+    # a worker failed on evidence beyond its heartbeat (edges' reports, a failed probe)
+    # stays failed this long unless it comes back under a new epoch (core/failures.py)
+    failed_mark_s: float = 30.0
     reference_bandwidth_bytes_per_s: float = 100e6
     reference_pull_time_s: float = 2.0
     utility_points: UtilityPoints = DEFAULT_UTILITY
@@ -62,11 +71,11 @@ class PlacementConfig:
             raise ValueError("tls cert and key go together")
         for name in ("heartbeat_interval_s", "reference_bandwidth_bytes_per_s",
                      "reference_pull_time_s", "offer_timeout_s", "pull_timeout_s",
-                     "resolve_timeout_s"):
+                     "resolve_timeout_s", "advertise_ttl_s", "failed_mark_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("heartbeats_fresh", "candidate_threshold", "max_offers", "decisions_kept",
-                     "agent_connections"):
+                     "agent_connections", "store_pool_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.wake_margin_ms < 0:

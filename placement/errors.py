@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from placement.workers import Refused, Unreachable
 from thaw.errors import ServiceError
 
 
@@ -46,3 +47,17 @@ class AgentReplied(PlacementError):
         if isinstance(self.reply, dict):
             return self.reply
         return super().body()
+
+    @classmethod
+    def of(cls, refused: Refused) -> AgentReplied:
+        """A worker's refusal (placement/workers.py), passed through as it said it."""
+        return cls(refused.status, {"error": refused.code, "message": refused.message})
+
+
+def worker_said(answer: Refused | Unreachable) -> PlacementError:
+    """A worker's no (placement/workers.py) as placement's error: its refusal passed
+    through (its status, code and message); no answer at all, 503
+    `worker_unreachable`."""
+    if isinstance(answer, Refused):
+        return AgentReplied.of(answer)
+    return Unavailable(answer.message, code="worker_unreachable")

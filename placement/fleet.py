@@ -17,16 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import msgspec
 from msgspec.structs import replace as replace_struct
 
+from agent.api import HealthView, MachineView
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
-from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.core.failures import WorkerFailures
-from placement.errors import AgentReplied, NotFound, PlacementError, Unavailable
+from placement.core.liveness import Beat, Judgement, Liveness
+from placement.errors import NotFound, PlacementError, Unavailable, worker_said
 from placement.failuresync import FailureBook, FailureSync
+from placement.workers import Refused, Unreachable, Workers
 from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.auth.tickets import RecordCheck, RouteKeys
+from thaw.periodic import Periodic
 from thaw.registry import MachineRecord, Registry, WorkerStatus
 
 REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
@@ -62,7 +66,7 @@ class Fleet:
     def __init__(
         self,
         registry: Registry,
-        agents: AgentClient,
+        workers: Workers,
         resolver: ImageResolver,
         pinned: PinnedImages,
         freshness_s: float,
@@ -70,14 +74,16 @@ class Fleet:
         clock: Callable[[], float] = time.time,
         failure_book: FailureBook | None = None,
         route_keys: RouteKeys | None = None,
+        failed_mark_s: float = 30.0,
     ) -> None:
         """`failure_book`: edges' reports and failure marks shared with other placements
         (placement/failuresync.py; None: this placement judges alone); `route_keys`: make
         machines' tickets, and read only machine records sealed with one (None: every
-        record is taken, as before)."""
+        record is taken, as before); `failed_mark_s`: how long a failure mark holds
+        (core/failures.py)."""
         self.routes = RecordCheck(route_keys)
         self.registry = registry
-        self.agents = agents
+        self.agents = workers  # the Workers port (placement/workers.py)
         self.resolver = resolver
         self.pinned = pinned
         self.freshness_s = freshness_s
@@ -86,46 +92,115 @@ class Fleet:
         # machine id -> (app, worker id, app uid): machines this placement made or saw
         self.known: dict[str, tuple[str, str, str]] = {}
         self._images: dict[tuple[str, str], ImageInfo] = {}  # bounded: MAX_IMAGES_KEPT
-        self.failures = WorkerFailures(time.monotonic)
+        self.failures = WorkerFailures(time.monotonic, failed_for_s=failed_mark_s)
         self.shared = FailureSync(self.failures, failure_book)
+        # Heartbeats judged on evidence that the registry answered (core/liveness): its
+        # reads are timed on placement's own clock, and read every half heartbeat.
+        self.liveness = Liveness(freshness_s, max_gap_s=freshness_s / 2)
+        self.statuses: dict[str, WorkerStatus] = {}  # every known worker, as last read
+        self._answers: dict[str, tuple[int, float]] = {}  # worker -> (epoch, at) of probes
+        self._watch = Periodic("registry not answering", self._look, freshness_s / 6, log)
+
+    def watch(self) -> None:
+        """Read the workers' heartbeats every half heartbeat: the registry's run of
+        answers is the evidence a lapsed heartbeat is judged on."""
+        self._watch.start()
+
+    async def close(self) -> None:
+        await self._watch.close()
+
+    async def _look(self) -> None:
+        await self.workers()
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
-        return await self.registry.workers(region)
+        """The workers in the registry now (a read timed for `liveness`)."""
+        started = time.monotonic()
+        try:
+            found = await self.registry.workers()
+        except Exception:
+            self.liveness.unanswered()
+            raise
+        self.liveness.answered((Beat(w.id, w.epoch, w.updated_at) for w in found),
+                               started, time.monotonic())
+        self.statuses.update((w.id, w) for w in found)
+        return [w for w in found if region is None or w.region == region]
+
+    async def judged(self) -> Judgement:
+        """Every known worker live, in doubt or failed (core/liveness), read now."""
+        await self.workers()
+        judgement = self.liveness.judge(time.monotonic())
+        for worker in set(self.statuses) - set(self.liveness.known):
+            del self.statuses[worker]
+        return judgement
 
     async def live_workers(self, region: str | None = None) -> dict[str, WorkerStatus]:
-        """Workers with a fresh heartbeat, not draining, not failed, by id."""
-        return {w.id: w for w in await self.registry.workers(region) if self._live(w)}
+        """Workers where new machines may go: a fresh heartbeat, not draining, not failed,
+        by id."""
+        judgement = await self.judged()
+        return {w: s for w in judgement.live if self._usable(s := self.statuses[w])
+                and (region is None or s.region == region)}
 
-    def _live(self, w: WorkerStatus) -> bool:
-        return (self.clock() - w.updated_at <= self.freshness_s and not w.draining
-                and self.failures.failed(w.id, w.epoch) is None)
+    async def standing_workers(self) -> tuple[dict[str, WorkerStatus], dict[str, WorkerStatus]]:
+        """(live, standing): the live workers, and those whose machines still count as they
+        were last seen — live, in doubt (lapsed while the registry did not answer, or with
+        many others at once), or lapsed while it answered but whose agent answers a probe
+        under the same epoch. Only machines on a worker not standing are fenced."""
+        judgement = await self.judged()
+        live = {w: s for w in judgement.live if self._usable(s := self.statuses[w])}
+        standing = {w: s for w in judgement.live | judgement.doubt
+                    if self._usable(s := self.statuses[w])}
+        lapsed = [self.statuses[w] for w in sorted(judgement.failed)
+                  if self._usable(self.statuses[w])]
+        answers = await asyncio.gather(*(self._answers_under(s) for s in lapsed))
+        standing.update((s.id, s) for s, same in zip(lapsed, answers, strict=True) if same)
+        return live, standing
+
+    def _usable(self, w: WorkerStatus) -> bool:
+        return not w.draining and self.failures.failed(w.id, w.epoch) is None
+
+    async def _answers_under(self, status: WorkerStatus) -> bool:
+        """Whether `status`'s agent answers /healthz under the epoch it had (asked at most
+        once every `freshness_s`: a dead worker costs a pass no more than one timeout)."""
+        epoch, at = self._answers.get(status.id, (-1, -self.freshness_s))
+        if time.monotonic() - at >= self.freshness_s:
+            health = await self.agents.health(status.url, PROBE_TIMEOUT_S)
+            epoch = health.epoch if isinstance(health, HealthView) and health.ok else -1
+            self._answers[status.id] = (epoch, time.monotonic())
+            for worker in set(self._answers) - set(self.statuses):
+                del self._answers[worker]
+        return epoch == status.epoch
 
     async def suspect(self, worker_id: str, reporter: str,
                       machine: str) -> tuple[bool, bool, str]:
         """An edge could not connect to `machine` on `worker_id`: (failed, newly, why).
-        Placement's own probe of the agent failing, or two edges' reports about two
-        machines (heard by any placement), confirm it (core/failures, failuresync)."""
-        status = next((w for w in await self.registry.workers() if w.id == worker_id), None)
-        if status is None or self.clock() - status.updated_at > self.freshness_s:
+        Its heartbeat lapsed while the registry answered (core/liveness), placement's own
+        probe of the agent failing, or two edges' reports about two machines (heard by
+        any placement), confirm it (core/failures, failuresync)."""
+        judgement = await self.judged()
+        status = self.statuses.get(worker_id)
+        if status is None or worker_id in judgement.failed:
             return True, False, "its heartbeat lapsed"
         mark = self.failures.failed(status.id, status.epoch)
         if mark is not None:
             return True, False, mark.reason
-        try:
-            code, _ = await self.agents.call("GET", status.url, "/healthz",
-                                             timeout_s=PROBE_TIMEOUT_S)
-        except AgentUnreachable as exc:
-            reason = f"its agent does not answer either: {exc.message}"
+        health = await self.agents.health(status.url, PROBE_TIMEOUT_S)
+        if isinstance(health, Unreachable):
+            reason = f"its agent does not answer either: {health.message}"
         else:
             if not await self.shared.report(worker_id, status.epoch, reporter, machine):
+                code = health.status if isinstance(health, Refused) else (
+                    200 if health.ok else 503)
                 return False, False, f"its agent answers ({code})"
             reason = "two edges could not connect to two of its machines"
         return True, await self.shared.fail(status.id, status.epoch, reason), reason
 
     async def worker_url(self, worker_id: str) -> str:
-        for worker in await self.registry.workers():
+        """The worker's agent, as the registry last said (one in doubt is still asked)."""
+        for worker in await self.workers():
             if worker.id == worker_id:
                 return worker.url
+        if worker_id in self.statuses:
+            return self.statuses[worker_id].url
         raise Unavailable(f"worker {worker_id} is not available", code="worker_unavailable")
 
     def remember(self, app: str, view: dict[str, Any]) -> None:
@@ -166,7 +241,7 @@ class Fleet:
         """Every machine named for `app` as their agents report them (machine views,
         JSON), whatever incarnation of the name made them (see `own_machines`)."""
         if workers is None:
-            workers = {w.id: w for w in await self.registry.workers()}
+            workers = {w.id: w for w in await self.workers()}
         asked = [workers[w] for w in sorted(await self.app_workers(app)) if w in workers]
         replies = await asyncio.gather(
             *(self._machines_on(w.url, app) for w in asked), return_exceptions=True
@@ -180,8 +255,9 @@ class Fleet:
         return views
 
     async def _machines_on(self, url: str, app: str) -> list[dict[str, Any]]:
-        status, body = await self.agents.call("GET", url, "/v1/machines", params={"app": app})
-        return body if status == 200 and isinstance(body, list) else []
+        answer = await self.agents.machines(url, app)
+        return [msgspec.to_builtins(view) for view in answer] if isinstance(answer, list) \
+            else []
 
     async def locate(self, config: AppConfig, machine_id: str) -> str:
         """The URL of the agent that owns `machine_id` of this app (this incarnation of
@@ -242,26 +318,21 @@ class Fleet:
             self._images.pop(next(iter(self._images)))  # the oldest
         self._images[key] = info
 
-    async def destroy(self, mid: str, *, worker: str = "", url: str = "") -> tuple[int, Any]:
-        """DELETE machine `mid` at its agent (by `url`, or the live `worker`'s): the agent's
-        (status, body), or (0, {"message": ...}) when no agent answers."""
+    async def destroy(self, mid: str, *, worker: str = "", url: str = ""
+                      ) -> MachineView | Refused | Unreachable:
+        """Destroy machine `mid` at its worker (by `url`, or the live `worker`'s); a worker
+        not live now is Unreachable too."""
         try:
             url = url or await self.worker_url(worker)
-            return await self.agents.call("DELETE", url, f"/v1/machines/{mid}")
-        except (AgentUnreachable, Unavailable) as exc:
-            return 0, {"message": exc.message}
+        except Unavailable as exc:
+            return Unreachable(exc.message)
+        return await self.agents.destroy(url, mid)
 
     async def start(self, url: str, mid: str, wait_s: float,
-                    slack_s: float = 1.0) -> tuple[int, Any]:
-        """Start machine `mid` at its agent and wait (at most `wait_s`) until it is started
-        — one round trip: the agent answers once it is (or 408/409). The agent's
-        (status, body), or (0, {"message": ...}) when no agent answers in time."""
-        try:
-            return await self.agents.call("POST", url, f"/v1/machines/{mid}/start",
-                                          params={"wait_s": f"{min(wait_s, 300.0):.3f}"},
-                                          timeout_s=wait_s + slack_s)
-        except AgentUnreachable as exc:
-            return 0, {"message": exc.message}
+                    slack_s: float = 1.0) -> MachineView | Refused | Unreachable:
+        """Start machine `mid` at its worker and wait (at most `wait_s`) until it is
+        started — one round trip: the worker answers once it is (or Refused `timeout`)."""
+        return await self.agents.start(url, mid, wait_s, wait_s + slack_s)
 
     async def mark(self, app: str, mid: str, state: str, at: float) -> None:
         """Rewrite the registry's record of `mid` as `state` (no address) as of `at`, so
@@ -276,17 +347,28 @@ class Fleet:
         except Exception as exc:
             log.warning("could not mark machine %s %s in the registry: %s", mid, state, exc)
 
-    async def pull(self, url: str, ref: str) -> ImageInfo:
+    async def restore(self, app: str, view: dict[str, Any]) -> None:
+        """A fenced machine taken back: its `lost` record (which outranks anything its
+        agent publishes) replaced by what its agent says, so edges route to it again.
+        Advisory like `mark`: the agent's next resync would not get past `lost`."""
         try:
-            status, body = await self.agents.call(
-                "POST", url, "/v1/images/pull", {"ref": ref}, timeout_s=self.pull_timeout_s
-            )
-        except AgentUnreachable as exc:
-            raise Unavailable(exc.message, code="worker_unreachable") from None
-        if status != 200:
-            raise AgentReplied(status, body)
-        layers = {layer["digest"]: int(layer["size"]) for layer in body.get("layers", [])}
-        return ImageInfo(ref=ref, digest=body["digest"], layers=layers)
+            for record in await self.sealed_machines(app):
+                if record.id == view["id"]:
+                    back = replace_struct(record, state=view["state"],
+                                          address=view.get("address", ""),
+                                          updated_at=float(view["updated_at"]))
+                    await self.registry.delete_machine(app, record.id)
+                    await self.registry.put_machine(
+                        replace_struct(back, seal=self.routes.resealed(back)))
+        except Exception as exc:
+            log.warning("could not restore machine %s in the registry: %s", view["id"], exc)
+
+    async def pull(self, url: str, ref: str) -> ImageInfo:
+        answer = await self.agents.pull(url, ref, self.pull_timeout_s)
+        if isinstance(answer, (Refused, Unreachable)):
+            raise worker_said(answer)
+        return ImageInfo(ref=ref, digest=answer.digest,
+                         layers={layer.digest: layer.size for layer in answer.layers})
 
     async def held_bytes(self, image: ImageInfo) -> dict[str, int]:
         """worker id -> bytes of this image's layers it holds (the inverted index)."""

@@ -58,6 +58,10 @@ class LeaseStore(Protocol):
 
     async def release(self, name: str, holder: str, token: int) -> None: ...
 
+    async def held(self, names: list[str]) -> list[bool]:
+        """Whether each name is held by anyone now (one call for them all)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -98,6 +102,10 @@ class MemoryLeaseStore:
         if current is not None and current[:2] == (holder, token):
             del self._held[name]
 
+    async def held(self, names: list[str]) -> list[bool]:
+        now = self._clock()
+        return [name in self._held and self._held[name][2] > now for name in names]
+
     async def close(self) -> None:
         return None
 
@@ -130,6 +138,11 @@ class LeaseKeeper:
         self.held[name] = lease
         self._ensure_renewer()
         return lease
+
+    async def free(self, names: list[str]) -> list[str]:
+        """Those of `names` nobody holds now (one call: a dead holder's, once they lapse)."""
+        held = await self.store.held(names)
+        return [name for name, taken in zip(names, held, strict=True) if not taken]
 
     def valid(self, lease: Lease) -> bool:
         """`lease` is still ours: the same token held and not past its trusted end."""

@@ -10,13 +10,12 @@ keeps their place.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from placement.adapters.agents import AgentClient, AgentUnreachable
 from placement.api import LogsAnswer, MachineLog
 from placement.core.logs import MAX_CURSOR_MACHINES, format_cursor, lines, parse_cursor, whole_lines
 from placement.core.wake import GONE
 from placement.fleet import Fleet
+from placement.workers import LogChunk, Workers
 from thaw.appconfig import AppConfig
 
 FOLLOW_CHUNK = 64 * 1024  # bytes per machine per read when following
@@ -25,7 +24,7 @@ DEFAULT_TAIL = 16 * 1024  # bytes of each log's tail on a first read
 MAX_ANSWER = 4 << 20  # bytes of logs in one answer, shared by its machines
 
 
-async def app_logs(fleet: Fleet, agents: AgentClient, config: AppConfig, cursor: str,
+async def app_logs(fleet: Fleet, config: AppConfig, cursor: str,
                    tail_bytes: int, machine: str = "") -> LogsAnswer:
     """The newest MAX_CURSOR_MACHINES machines' logs (or only `machine`'s)."""
     offsets = parse_cursor(cursor)
@@ -35,7 +34,7 @@ async def app_logs(fleet: Fleet, agents: AgentClient, config: AppConfig, cursor:
     urls = {w.id: w.url for w in await fleet.workers()}
     share = MAX_ANSWER // max(len(views), 1)
     reads = await asyncio.gather(*(
-        _read(agents, urls.get(v["worker"], ""), v["id"], offsets.get(v["id"], -1),
+        _read(fleet.agents, urls.get(v["worker"], ""), v["id"], offsets.get(v["id"], -1),
               min(tail_bytes if v["id"] not in offsets else FOLLOW_CHUNK, share))
         for v in views
     ))
@@ -53,19 +52,12 @@ async def app_logs(fleet: Fleet, agents: AgentClient, config: AppConfig, cursor:
                       cursor=format_cursor({m: o for m, o in after.items() if m in live}))
 
 
-async def _read(agents: AgentClient, url: str, mid: str, offset: int, max_bytes: int
+async def _read(agents: Workers, url: str, mid: str, offset: int, max_bytes: int
                 ) -> tuple[int, bytes] | None:
     """(where the chunk starts, its whole lines), or None if the worker did not answer."""
     if not url:
         return None
-    params: dict[str, Any] = {"offset": str(offset), "tail_bytes": str(max_bytes)}
-    try:
-        status, headers, body = await agents.read("GET", url, f"/v1/machines/{mid}/logs",
-                                                  params=params)
-    except AgentUnreachable:
+    chunk = await agents.logs(url, mid, offset, max_bytes)
+    if not isinstance(chunk, LogChunk):
         return None
-    if status != 200:
-        return None
-    offset_header = headers.get("X-Log-Offset", "")
-    start = int(offset_header) if offset_header.isdigit() else 0
-    return start, whole_lines(body, full=len(body) >= max_bytes)
+    return chunk.start, whole_lines(chunk.data, full=len(chunk.data) >= max_bytes)

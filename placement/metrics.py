@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from placement.core.reconcile import Seen
+from thaw.registry.redis import PoolWaits
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -55,6 +56,17 @@ class PlacementMetrics:
             "thaw_placement_requests", "API requests by route and status", ["route", "status"],
             registry=r,
         )
+        self.waits = Counter(
+            "thaw_placement_waits", "Times a wake or a call waited for something that was "
+            "busy or down instead of failing: store (the store unavailable, retried), "
+            "store_pool (every database connection in use); Redis: "
+            "thaw_placement_redis_pool_waits",
+            ["on"], registry=r,
+        )
+        self.waits_seconds = Counter(
+            "thaw_placement_waits_seconds", "Seconds spent in those waits", ["on"], registry=r,
+        )
+        r.register(RedisPoolWaits())
         self.decisions: dict[str, dict[str, int]] = {}  # app -> outcome -> decisions
         self.apps: Callable[[], set[str]] = set  # the apps that exist (set by `watch`)
         self.reconciler: Observations | None = None
@@ -70,11 +82,31 @@ class PlacementMetrics:
         counts = self.decisions.setdefault(app, {})
         counts[outcome] = counts.get(outcome, 0) + 1
 
+    def waited(self, on: str, seconds: float) -> None:
+        self.waits.labels(on).inc()
+        self.waits_seconds.labels(on).inc(seconds)
+
     def forget(self, app: str) -> None:
         self.decisions.pop(app, None)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RedisPoolWaits(Collector):
+    """The calls of this process that waited for a Redis connection (thaw/registry/redis.py
+    PoolWaits: every client's pool, counted where the pool is)."""
+
+    def collect(self) -> Iterator[Metric]:
+        count = CounterMetricFamily("thaw_placement_redis_pool_waits",
+                                    "Redis calls that found their pool's connections all "
+                                    "in use and waited for one")
+        count.add_metric([], PoolWaits.count)
+        yield count
+        seconds = CounterMetricFamily("thaw_placement_redis_pool_waits_seconds",
+                                      "Seconds Redis calls waited for a connection")
+        seconds.add_metric([], PoolWaits.seconds)
+        yield seconds
 
 
 class AppCollector(Collector):

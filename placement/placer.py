@@ -21,12 +21,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.adapters.agents import AgentClient, AgentUnreachable
+import msgspec
+
+from agent.api import Guest, Health, MachineView, OfferRequest
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
 from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
+from placement.workers import Unreachable, Workers
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 
@@ -60,7 +63,7 @@ class Placer:
     def __init__(
         self,
         fleet: Fleet,
-        agents: AgentClient,
+        agents: Workers,
         params: MarketParams,
         metrics: PlacementMetrics,
         *,
@@ -136,10 +139,11 @@ class Placer:
 
     async def place(
         self, rnd: Round, *, start: bool, avoid: frozenset[str] = frozenset(),
-        spare: bool = False,
+        spare: bool = False, for_spares: bool = False,
     ) -> NewMachine | NoCapacity:
         """Offer one machine down the ranking; `avoid` is a preference (spares elsewhere);
-        a `spare` is a standby that needs no room until it starts."""
+        a `spare` is a standby that needs no room until it starts; `for_spares`: made to
+        keep the app's spares (the reconciler trims such standbys when spares is lowered)."""
         decision = self.decide(rnd, avoid)
         if not decision.ranked and avoid:
             decision = self.decide(rnd)
@@ -153,7 +157,7 @@ class Placer:
                 held = None if spare else self.index.ledger.reserve(
                     step.worker, rnd.config.guest.cpus, rnd.config.guest.memory_mb,
                     self.fleet.clock())
-                answer, view = await self._offer(rnd, step, start, spare)
+                answer, view = await self._offer(rnd, step, start, spare, for_spares)
                 answers.append(answer)
                 if answer.reply is not Reply.ACCEPTED and held is not None:
                     self.index.ledger.cancel(held)
@@ -170,27 +174,26 @@ class Placer:
                 self.record(decision, answers)
                 return step
 
-    def _release_later(self, url: str, body: dict[str, Any]) -> None:
-        task = asyncio.create_task(self._release(url, body))
+    def _release_later(self, url: str, offer: OfferRequest) -> None:
+        task = asyncio.create_task(self._release(url, offer))
         self.releases.add(task)
         task.add_done_callback(self.releases.discard)
 
-    async def _release(self, url: str, body: dict[str, Any]) -> None:
-        """An offer that timed out may have been accepted all the same (the agent was only
-        slow): send it again with the same key — the agent answers with the machine it
+    async def _release(self, url: str, offer: OfferRequest) -> None:
+        """An offer that timed out may have been accepted all the same (the worker was only
+        slow): send it again with the same key — the worker answers with the machine it
         made, or makes it now, never a second one — and destroy what comes back."""
-        again = {**body, "start": False}
+        again = msgspec.structs.replace(offer, start=False)
         for delay_s in RELEASE_DELAYS_S:
             await asyncio.sleep(delay_s)
-            try:
-                status, reply = await self.agents.call("POST", url, "/v1/offers", again)
-                if status in (200, 201) and isinstance(reply, dict):
-                    await self.agents.call("DELETE", url, f"/v1/machines/{reply['id']}")
-                    log.info("released machine %s of a timed-out offer", reply["id"])
-                return  # destroyed, or declined: nothing of ours is left there
-            except AgentUnreachable:
+            answer = await self.agents.offer(url, again)
+            if isinstance(answer, Unreachable):
                 continue
-        log.warning("offer %s to %s timed out and could not be released", body["key"], url)
+            if isinstance(answer, MachineView):
+                await self.agents.destroy(url, answer.id)
+                log.info("released machine %s of a timed-out offer", answer.id)
+            return  # destroyed, or declined: nothing of ours is left there
+        log.warning("offer %s to %s timed out and could not be released", offer.key, url)
 
     async def close(self) -> None:
         if self.owns_index:
@@ -200,29 +203,27 @@ class Placer:
         await asyncio.gather(*self.releases, return_exceptions=True)
 
     async def _offer(
-        self, rnd: Round, step: OfferTo, start: bool, spare: bool
+        self, rnd: Round, step: OfferTo, start: bool, spare: bool, for_spares: bool = False
     ) -> tuple[Answer, dict[str, Any] | None]:
-        body = offer_body(rnd.config, step.key, start, spare, rnd.sealed_env)
+        offer = offer_request(rnd.config, step.key, start, spare, rnd.sealed_env)
+        if for_spares:
+            offer = msgspec.structs.replace(offer, for_spares=True)
         if self.fleet.routes.keys is not None:  # the machine's id, and its ticket there
             machine_id = secrets.token_hex(7)
-            body.update(id=machine_id, ticket=self.fleet.routes.ticket(
+            offer = msgspec.structs.replace(offer, id=machine_id, ticket=self.fleet.routes.ticket(
                 rnd.config.uid, machine_id, step.worker))
-        try:
-            status, reply = await self.agents.call("POST", step.url, "/v1/offers", body)
-        except AgentUnreachable as exc:
+        answer = await self.agents.offer(step.url, offer)
+        if isinstance(answer, Unreachable):
             self.metrics.offers.labels(Reply.UNREACHABLE.value).inc()
-            self._release_later(step.url, body)
-            return Answer(step.worker, Reply.UNREACHABLE, message=exc.message), None
-        if status in (200, 201) and isinstance(reply, dict):
+            self._release_later(step.url, offer)
+            return Answer(step.worker, Reply.UNREACHABLE, message=answer.message), None
+        if isinstance(answer, MachineView):
             self.metrics.offers.labels(Reply.ACCEPTED.value).inc()
-            return Answer(step.worker, Reply.ACCEPTED, machine_id=reply["id"]), reply
-        code = reply.get("error", "") if isinstance(reply, dict) else ""
-        result = {"no_capacity": Reply.NO_CAPACITY, "disk_full": Reply.NO_CAPACITY,
-                  "draining": Reply.DRAINING,
-                  "stale_fence": Reply.STALE_FENCE}.get(code, Reply.UNREACHABLE)
+            return Answer(step.worker, Reply.ACCEPTED, machine_id=answer.id), \
+                msgspec.to_builtins(answer)
+        result = OFFER_REFUSALS.get(answer.code, Reply.UNREACHABLE)
         self.metrics.offers.labels(result.value).inc()
-        message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
-        return Answer(step.worker, result, message=f"{status} {message}"), None
+        return Answer(step.worker, result, message=f"{answer.status} {answer.message}"), None
 
     def forget(self, app: str) -> None:
         """The app is deleted: its decisions are not a new app of the same name's."""
@@ -245,21 +246,25 @@ class Placer:
               fleet=decision.fleet, filtered=len(decision.filtered), offers=len(answers))
 
 
-def offer_body(config: AppConfig, key: str, start: bool, spare: bool = False,
-               sealed_env: str = "") -> dict[str, Any]:
+# what a worker's refusal of an offer is to the market (anything else: as if unreachable)
+OFFER_REFUSALS = {"no_capacity": Reply.NO_CAPACITY, "disk_full": Reply.NO_CAPACITY,
+                  "draining": Reply.DRAINING, "stale_fence": Reply.STALE_FENCE}
+
+
+def offer_request(config: AppConfig, key: str, start: bool, spare: bool = False,
+                  sealed_env: str = "") -> OfferRequest:
     """The offer of one machine: `start` it at once, or not; a `spare` (a standby) needs
     no room on the worker until it starts, any other must fit now. `sealed_env`: the
-    app's secrets, sealed (never in clear) for the agent."""
-    return {
-        "key": key, "app": config.name, "app_uid": config.uid, "image": offer_ref(config),
-        "guest": {"cpus": config.guest.cpus, "memory_mb": config.guest.memory_mb},
-        "env": config.env, "port": config.port, "entrypoint": config.entrypoint,
-        "cmd": config.cmd,
-        "health": {"path": config.health.path, "timeout_s": config.health.timeout_s},
-        "kill_signal": config.kill_signal, "kill_timeout_s": config.kill_timeout_s,
-        "start": start, "spare": spare, "release": config.release,
-        **({"sealed_env": sealed_env} if sealed_env else {}),
-    }
+    app's secrets, sealed (never in clear) for the worker."""
+    return OfferRequest(
+        key=key, app=config.name, app_uid=config.uid, image=offer_ref(config),
+        guest=Guest(cpus=config.guest.cpus, memory_mb=config.guest.memory_mb),
+        env=dict(config.env), port=config.port, entrypoint=list(config.entrypoint),
+        cmd=list(config.cmd),
+        health=Health(path=config.health.path, timeout_s=config.health.timeout_s),
+        kill_signal=config.kill_signal, kill_timeout_s=config.kill_timeout_s,
+        start=start, spare=spare, release=config.release, sealed_env=sealed_env,
+    )
 
 
 def decision_view(decision: Decision, answers: list[Answer], at: float) -> dict[str, Any]:

@@ -2,13 +2,14 @@
 out (placement/appactions.py).
 
 One entry point per app, `reconcile_app(app, lease)`, run by `placement/passes.py`
-(when, and only under the app's reconcile lease: one placement at a time acts on an
-app). A pass observes (the app's config and current release from the store, its
-machines from the agents of live workers, the registry's records of machines on
-workers that are gone), decides, and launches the actions as tasks; what they work
-on is busy until they end, so a pass never issues an action twice, and an action
-whose lease was lost meanwhile is not carried out. Every action ends by asking for
-another pass: the loop is level-triggered and converges.
+only (when, one pass at a time per app whatever asked — `pass_now` waits for one — and
+only under the app's reconcile lease: one placement at a time acts on an app). A pass
+observes (the app's config and current release from the store, its machines from the
+agents of live workers, the registry's records of machines on workers that are gone),
+decides, and launches the actions as tasks; what they work on is busy until they end,
+so a pass never issues an action twice, and an action whose lease was lost meanwhile
+is not carried out. Every action ends by asking for another pass, and a pass that
+found something to do asks for another soon: the loop is level-triggered and converges.
 
 What each pass observed (the app's machines by worker and state) and the actions
 it took (by action and outcome) are kept as plain counts for /metrics
@@ -26,15 +27,16 @@ from typing import Any
 
 import msgspec
 
-from placement.adapters.agents import AgentClient, fenced_by
+from placement.adapters.agents import fenced_by
 from placement.appactions import ROLLING_OUT, AppActions, AppWork
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
+from placement.core import sweep
 from placement.core.wake import machine_release
 from placement.fleet import Fleet
-from placement.leases import Lease, LeaseKeeper, LeaseStore, MemoryLeaseStore, Taken
+from placement.leases import Lease, LeaseKeeper, LeaseStore, MemoryLeaseStore
 from placement.metrics import machine_counts
-from placement.passes import Passes, lease_name
+from placement.passes import Passes
 from placement.placer import Placer
 from placement.republish import Republisher
 from placement.store import AppStore
@@ -47,12 +49,12 @@ LEASE_TTL_S = 5.0  # an app's reconcile lease: a dead holder's apps are taken ov
 
 class Reconciler:
     def __init__(
-        self, store: AppStore, fleet: Fleet, agents: AgentClient, placer: Placer,
+        self, store: AppStore, fleet: Fleet, placer: Placer,
         waker: Waker, locks: AppLocks, registry: Registry, republisher: Republisher, *,
         leases: LeaseStore | None = None, period_s: float = 5.0, drain_s: float = 1.0,
         lease_ttl_s: float = LEASE_TTL_S, clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store, self.fleet, self.agents, self.placer = store, fleet, agents, placer
+        self.store, self.fleet, self.placer = store, fleet, placer
         self.waker, self.locks, self.registry = waker, locks, registry
         self.republisher = republisher
         self.period_s = period_s
@@ -67,10 +69,12 @@ class Reconciler:
                                drain_s=drain_s)
         self.actions = self.acts.counts
         self._workers_seen: set[str] = set()  # live at the last pass: a new one asks for all
+        self._workers_watched: set[str] = set()  # live at the last look for gone ones
         self.keeper = LeaseKeeper(leases or MemoryLeaseStore(), lease_ttl_s)
-        self.passes = Passes(self.reconcile_app, self._app_names, registry, self.keeper,
+        self.passes = Passes(self._pass, self._app_names, registry, self.keeper,
                              period_s=period_s, forget=self.forget,
-                             new_worker=lambda w: w not in self._workers_seen)
+                             new_worker=lambda w: w not in self._workers_seen,
+                             gone_workers=self._apps_on_gone_workers, busy=self._busy)
 
     # -- triggers (placement/passes.py) ------------------------------------------------
 
@@ -91,13 +95,10 @@ class Reconciler:
         self.passes.poke(app)
 
     async def pass_now(self, app: str) -> bool:
-        """A pass over `app` now, if this placement holds (or can take) its lease; False
-        when another does (it sees the change in the registry's feed)."""
-        lease = await self.keeper.acquire(lease_name(app))
-        if isinstance(lease, Taken):
-            return False
-        await self.reconcile_app(app, lease)
-        return True
+        """Wait for a pass over `app` that begins now or after the one running, through the
+        same one-at-a-time guard as every other pass: True if this placement held (or
+        took) the lease, False when another does (it sees the change in the feed)."""
+        return await self.passes.pass_now(app)
 
     def forget(self, app: str) -> None:
         """`app` is gone: nothing of it is kept (work, observations, counts)."""
@@ -107,6 +108,29 @@ class Reconciler:
 
     async def _app_names(self) -> list[str]:
         return [config.name for config in await self.store.list()]
+
+    async def _pass(self, app: str, lease: Lease) -> bool:
+        """One pass (Passes runs it); True: look again soon even if nothing changes (it
+        found something to do, maybe held back, or machines declined for a while)."""
+        await self.reconcile_app(app, lease)
+        work = self.work.get(app)
+        return work is not None and (work.unsettled or bool(work.declined))
+
+    def _busy(self, app: str) -> bool:
+        """Actions of the app's under way, or a wait for room that will ask again."""
+        work = self.work.get(app)
+        return work is not None and (bool(work.tasks) or work.no_room_retry is not None)
+
+    async def _apps_on_gone_workers(self) -> list[str]:
+        """The apps with machines (at their last pass) on workers live at the last call
+        that are no longer: a dead host's heartbeats just stop."""
+        live = await self.fleet.live_workers()
+        gone, apps = sweep.on_gone_workers(self.observed, self._workers_watched, live)
+        self._workers_watched = set(live)
+        if gone:
+            log.info("workers %s no longer live: %d apps looked at", ", ".join(sorted(gone)),
+                     len(apps))
+        return apps
 
     @property
     def live_workers(self) -> int:
@@ -133,28 +157,46 @@ class Reconciler:
     async def reconcile_app(self, app: str, lease: Lease) -> list[core.Action]:
         """Observe `app`, decide, and launch the actions (not waiting for them), under
         `lease` (this placement's reconcile lease of the app)."""
+        if self.republisher.refill is not None:
+            # The registry is being filled again: what a pass would observe may lack
+            # workers not back yet, and it would act on nothing (not even cost the
+            # registry a read: 2,000 apps' passes at once ran its pool dry). The timer's
+            # pass over every app comes after the refill.
+            return []
+        refills = self.republisher.refills
         config = await self.store.get(app)
         work = self.work.setdefault(app, AppWork())
         work.lease = lease
         release = await self.store.release(config.uid, config.release) if config.release else None
-        live = await self.fleet.live_workers()
+        live, standing = await self.fleet.standing_workers()
         self._workers_seen = set(live)
-        views = [v for v in await self.fleet.app_machines(app, live)
+        views = [v for v in await self.fleet.app_machines(app, standing)
                  if v.get("app_uid", "") == config.uid]
+        records = [r for r in await self.fleet.sealed_machines(app) if r.app_uid == config.uid]
+        fenced = await self.store.fenced(config.uid)
+        # a fenced machine's `lost` record keeps the epoch its worker had when it was lost
+        lost_under = {r.id: r.epoch for r in records if r.state == "lost"}
+        epochs = {w: s.epoch for w, s in standing.items()}
         seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config),
-                          reason=last_reason(v))
+                          reason=last_reason(v), same_epoch=v["id"] in fenced
+                          and lost_under.get(v["id"], -1) == epochs.get(v["worker"]),
+                          for_spares=bool(v.get("for_spares")))
                 for v in views]
         known = {v["id"] for v in views}
         await self.acts.note_ends(config, work, views)
-        fenced = await self.store.fenced(config.uid)
-        for record in await self.fleet.sealed_machines(app):
-            if record.app_uid == config.uid and record.id not in known \
-                    and record.worker not in live:
-                seen.append(core.Seen(record.id, record.worker, record.state,
-                                      machine_release(msgspec.to_builtins(record), config),
-                                      live=False))
-                if record.id in fenced and record.state != "lost":  # a write that failed,
-                    self._spawn(app, work, self._publish_lost(config, record.id))  # or lost
+        for record in records:
+            # a machine its agent did not report: on a standing worker (in doubt, its agent
+            # silent) as last seen, unless fenced or lost; elsewhere, lost with its worker
+            standing_worker = record.worker in standing
+            if record.id in known or (standing_worker and (record.id in fenced
+                                                           or record.state == "lost")):
+                continue
+            seen.append(core.Seen(record.id, record.worker, record.state,
+                                  machine_release(msgspec.to_builtins(record), config),
+                                  live=standing_worker))
+            if not standing_worker and record.id in fenced and record.state != "lost":
+                # a write that failed, or lost
+                self._spawn(app, work, self.acts.publish_lost(config, record.id))
         self.observed[app] = machine_counts(seen)
         now = asyncio.get_running_loop().time()
         work.declined = {m: t for m, t in work.declined.items() if t > now}
@@ -179,10 +221,15 @@ class Reconciler:
         )
         region_workers = [w for w, s in live.items() if s.region == region]
         work.workers = frozenset(region_workers)
-        actions = self._room_to_create(app, work, core.reconcile(
-            declared, seen, busy, fenced, region_workers))
+        decided = core.reconcile(declared, seen, busy, fenced, region_workers)
+        work.unsettled = bool(decided)
+        actions = self._room_to_create(app, work, decided)
         if actions and not await self.republisher.trusted():
-            log.info("reconcile %s: the registry was just lost; waiting for the agents", app)
+            log.info("reconcile %s: the registry was lost; waiting for the workers to "
+                     "publish again", app)
+            return []
+        if actions and self.republisher.refills != refills:
+            self.poke(app)  # it observed before a refill (maybe half a view): look again
             return []
         if actions:
             await self.acts.launch(config, views, actions, work)

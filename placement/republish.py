@@ -2,10 +2,18 @@
 
 The apps' truth is placement's store; the registry holds copies. When the registry
 answers a generation other than the one placement last published under (Redis came
-back empty, or was flushed), every stored app is published again, and the reconciler
-holds off acting for `grace_s`: until the agents, which notice the same change on
-their next heartbeat, have published their workers and machines again, an empty view
-would look like lost machines to replace.
+back empty, or was flushed), every stored app is published again: one read of the
+store, written in batches (`Registry.put_apps`, a few round trips for thousands of
+apps), then checked against a second read (an app deleted or made again meanwhile is
+put right one by one, under its lock).
+
+The reconciler, meanwhile, holds off acting (`trusted()`), and wakes are held: until
+the agents, which notice the same change on their next heartbeat, have published their
+workers and machines again, an empty view would look like lost machines to replace. It
+waits for every worker live before the loss to say, in its heartbeat, that it has
+published under the new generation, or for `bound_s` (placement/core/refill.py). Then
+the view is whole again and placement marks it so (`mark_republished`): the edges keep
+their view, adding and never removing, until that marker names the current generation.
 """
 
 from __future__ import annotations
@@ -14,27 +22,46 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from placement.applocks import AppLocks
+from placement.core import refill as rule
 from placement.errors import NotFound
 from placement.store import AppStore
+from thaw.appconfig import AppConfig
 from thaw.registry import Registry
 from thaw.registry.generation import GenerationWatch
 
 log = logging.getLogger("thaw.placement")
 
 CHECK_EVERY_S = 1.0
+REFILL_POLL_S = 0.1  # how often, during a refill, the workers' heartbeats are read
+REMEMBERED_S = 30.0  # a worker seen live this recently is awaited after a loss
+PUBLISH_BATCH = 500  # apps handed to one put_apps (it splits them in round trips itself)
 
 
 class Republisher:
-    def __init__(self, registry: Registry, store: AppStore, locks: AppLocks, grace_s: float,
+    def __init__(self, registry: Registry, store: AppStore, locks: AppLocks, bound_s: float,
+                 live_workers: Callable[[], Awaitable[Iterable[str]]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.registry, self.store, self.locks = registry, store, locks
-        self.grace_s = grace_s
+        """`bound_s`: the longest the reconciler waits for the agents after a loss;
+        `live_workers`: the workers live now (their ids), remembered every second so
+        that a loss knows whom to wait for (None: wait for nobody but the bound)."""
+        # on connections of its own: a refill must not wait behind every app's pass for
+        # one (at 2,000 apps they ran the shared pool dry for 30 s after a restart)
+        self.registry = registry.with_own_connections()
+        self._own_registry = self.registry is not registry
+        self.store, self.locks = store, locks
+        self.bound_s = bound_s
+        self.live_workers = live_workers
         self.clock = clock
         self.watch = GenerationWatch()
-        self.held_until = 0.0
+        self.seen_live: dict[str, float] = {}  # worker -> when last seen live (clock)
+        self.refill: rule.Refill | None = None  # a loss whose agents are awaited
+        self.refills = 0  # refills begun: a pass that observed before one must not act
+        self.whole = asyncio.Event()  # set while no refill is under way
+        self.whole.set()
+        self.owed: set[str] = set()  # apps stored whose copy could not be published yet
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -45,30 +72,126 @@ class Republisher:
             if token == self.watch.known:
                 return 0
             if self.watch.lost(token):
+                live_before = self.live_before()
                 log.warning("the registry was lost (new generation): publishing every app "
-                            "again; the reconciler waits %.1f s for the agents", self.grace_s)
-                self.held_until = self.clock() + self.grace_s
+                            "again; the reconciler waits for %d workers (at most %.0f s)",
+                            len(live_before), self.bound_s)
+                self.refill = rule.begin(token, self.clock(), live_before)
+                self.refills += 1
+                self.whole.clear()
+            began = time.perf_counter()
             published = await self._publish_all()
+            if self.refill is None:  # (a failed mark publishes again at the next check)
+                await self.registry.mark_republished(token)
             self.watch.published(token)
+            if self.refill is not None:
+                log.warning("%d apps published again in %.2f s", published,
+                            time.perf_counter() - began)
             return published
 
     async def trusted(self) -> bool:
-        """Whether the registry's view may be acted on now (not lost, or lost long enough
-        ago that the agents have published theirs again)."""
+        """Whether the registry's view may be acted on now: not lost, or lost and filled
+        again (every worker live before the loss republished, or the bound passed)."""
         await self.check()
-        return self.clock() >= self.held_until
+        refill = self.refill
+        if refill is None:
+            return True
+        published = {w.id: w.generation for w in await self.registry.workers()}
+        if not rule.over(refill, published, self.clock(), self.bound_s):
+            return False
+        if self.refill is not refill:  # another caller ended it meanwhile
+            return True
+        self.refill = None
+        try:
+            await self.registry.mark_republished(refill.generation)
+        except Exception:
+            self.refill = refill  # marked at a later call
+            raise
+        self.whole.set()
+        missing = rule.still_awaited(refill, published)
+        if missing:
+            log.warning("registry refill: acting again without workers %s (not back after "
+                        "%.0f s)", ", ".join(sorted(missing)), self.bound_s)
+        else:
+            log.warning("registry refill: every worker is back after %.2f s",
+                        self.clock() - refill.began)
+        return True
+
+    async def wait_trusted(self, until: float) -> bool:
+        """Wait until no refill is under way, at most until `until` (loop time); whether
+        none is. What a wake does during a refill: held within its budget, not answered
+        `no_capacity` because the workers and machines it would start are not back in
+        the view yet. (A refill is ended by the check loop, not by its waiters.)"""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(until):
+                await self.check()
+                await self.whole.wait()
+                return True
+        return False
+
+    async def _remember_live(self) -> None:
+        """Note the workers live now: those a loss will wait for."""
+        if self.refill is None and self.live_workers is not None \
+                and self.watch.known == await self.registry.generation():
+            now = self.clock()
+            for worker in await self.live_workers():
+                self.seen_live[worker] = now
+
+    def live_before(self) -> list[str]:
+        """The workers seen live in the last `REMEMBERED_S` (one that looked stale at the
+        very last look is still awaited; one gone for long is not)."""
+        since = self.clock() - REMEMBERED_S
+        self.seen_live = {w: at for w, at in self.seen_live.items() if at >= since}
+        return list(self.seen_live)
 
     async def _publish_all(self) -> int:
-        published = 0
-        for name in [config.name for config in await self.store.list()]:
-            async with self.locks.hold(name):  # not racing a delete: read under its lock
-                try:
-                    config = await self.store.get(name)
-                except NotFound:
-                    continue
-                await self.registry.put_app(config)
-                published += 1
-        return published
+        """Every stored app, in batches; then what changed meanwhile, one by one."""
+        configs = await self.store.list()
+        for start in range(0, len(configs), PUBLISH_BATCH):
+            await self.registry.put_apps(configs[start:start + PUBLISH_BATCH])
+        published = {config.name: config for config in configs}
+        now = {config.name: config for config in await self.store.list()}
+        for name in published.keys() | now.keys():
+            if not same(published.get(name), now.get(name)):
+                await self._publish_one(name)
+        return len(now)
+
+    async def publish(self, config: AppConfig) -> None:
+        """Publish an app just stored (its lock held by the caller). The store is the
+        truth and has it: a registry that does not answer (away, or its pool dry) does
+        not fail the owner's call, which would be told "unavailable" about an app that
+        exists (and get 409 on a retry), and leave it unknown to every edge until the
+        next loss. The app is owed instead, published again every check until it is."""
+        try:
+            await self.registry.put_app(config)
+        except Exception as exc:
+            log.warning("app %s stored but not published yet (tried again): %s",
+                        config.name, exc)
+            self.owed.add(config.name)
+        else:
+            self.owed.discard(config.name)
+
+    async def _pay_owed(self) -> None:
+        """Publish the apps owed, as the store holds them now (one at a time, each under
+        its lock); one that fails again stays owed."""
+        for name in sorted(self.owed):
+            await self._publish_one(name)
+            self.owed.discard(name)
+
+    async def _publish_one(self, name: str) -> None:
+        """`name` as the store holds it now, under its lock (not racing a delete or an
+        update); an app made again under its name may have a lower version than the copy
+        just written: that copy goes first."""
+        async with self.locks.hold(name):
+            try:
+                current: AppConfig | None = await self.store.get(name)
+            except NotFound:
+                current = None
+            copy = await self.registry.app(name)
+            if copy is not None and (current is None or copy.uid != current.uid):
+                await self.registry.delete_app(name)
+            if current is not None:
+                await self.registry.put_app(current)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -78,13 +201,24 @@ class Republisher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._own_registry:
+            await self.registry.close()
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(CHECK_EVERY_S)
+            await asyncio.sleep(CHECK_EVERY_S if self.refill is None else REFILL_POLL_S)
             try:
+                if self.refill is not None:
+                    await self.trusted()  # marks the refill done once it is
                 await self.check()
+                await self._pay_owed()
+                await self._remember_live()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the registry is away: try at the next check
                 log.debug("registry generation check failed: %s", exc)
+
+
+def same(a: AppConfig | None, b: AppConfig | None) -> bool:
+    return (a is None and b is None) or (
+        a is not None and b is not None and a.uid == b.uid and a.version == b.version)

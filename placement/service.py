@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from placement.adapters.agents import AgentClient, AgentUnreachable
+from agent.api import MachineGone, MachineView
 from placement.api import (
     AppDeleted,
     AppEvent,
@@ -37,20 +37,26 @@ from placement.applocks import AppLocks, TooMany
 from placement.appsecrets import AppSecrets, SecretVault
 from placement.core.offers import NoCapacity
 from placement.core.wake import GONE
-from placement.errors import AgentReplied, Conflict, NotFound, Unavailable
+from placement.errors import (
+    Conflict,
+    NotFound,
+    Unavailable,
+    worker_said,
+)
 from placement.fleet import Fleet
 from placement.leases import LeaseStore
 from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
-from placement.store import AppStore, SecretWrites
+from placement.store import AppStore, SecretWrites, StoreUnavailable
 from placement.tokens import Tokens
 from placement.waker import Waker
 from thaw.appconfig import (
     ROLLBACK_FIELDS,
     AppConfig,
     InvalidConfig,
+    Strategy,
     check,
     machine_spec,
     parse,
@@ -64,6 +70,9 @@ log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release", "secrets")  # placement's
 DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
 MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
+# A wake asks the store for its app's config this long at most before it takes the shared
+# view's (a store stopped, not refusing, would otherwise hold every wake until its timeout)
+WAKE_STORE_WAIT_S = 1.0
 
 
 class Placement:
@@ -73,30 +82,32 @@ class Placement:
         store: AppStore,
         tokens: Tokens,
         fleet: Fleet,
-        agents: AgentClient,
         placer: Placer,
         waker: Waker,
         domain: str,
         vault: SecretVault,
         *,
-        registry_grace_s: float = 6.0,
+        refill_bound_s: float = 30.0,
         leases: LeaseStore | None = None,
     ) -> None:
         """`vault`: apps' secrets; `leases`: where the reconcile leases live (Redis when
-        placements are many)."""
+        placements are many); `refill_bound_s`: after a registry loss, the longest the
+        reconciler waits for the workers to publish again (placement/republish.py)."""
         self.registry = registry
         self.store = store
         self.tokens = tokens
         self.fleet = fleet
-        self.agents = agents
         self.placer = placer
         self.waker = waker
         self.domain = domain
         self.locks = AppLocks()
         self._waits: Counter[str] = Counter()
         self.app_names: set[str] = set()  # the apps stored at the last look (`apps`)
-        self.republisher = Republisher(registry, store, self.locks, registry_grace_s)
-        self.reconciler = Reconciler(store, fleet, agents, placer, waker, self.locks, registry,
+        self._woken: dict[str, AppConfig] = {}  # each app's config its last wake here read
+        self.republisher = Republisher(registry, store, self.locks, refill_bound_s,
+                                       live_workers=fleet.live_workers)
+        waker.view_whole = self.republisher.wait_trusted
+        self.reconciler = Reconciler(store, fleet, placer, waker, self.locks, registry,
                                      self.republisher, leases=leases)
         self.secrets = AppSecrets(vault, store, self.locks, registry, self._store_change,
                                   self.reconciler.poke)
@@ -114,19 +125,19 @@ class Placement:
                 msgspec.structs.replace(config, uid=secrets.token_hex(8), release=1))
             config = await self.store.create(config, self._release(config, 1, "created"))
             self.app_names.add(config.name)
-            await self.registry.put_app(config)
+            await self.republisher.publish(config)
         self.reconciler.poke(config.name)
         return config
 
     def _release(self, config: AppConfig, version: int, reason: str,
-                 strategy: str | None = None) -> Release:
+                 strategy: Strategy | None = None) -> Release:
         return Release(app=config.name, version=version, image=config.image,
                        image_digest=config.image_digest, config=config,
-                       strategy=strategy or config.deploy.strategy,  # type: ignore[arg-type]
+                       strategy=strategy or config.deploy.strategy,
                        status="pending", created_at=self.fleet.clock(), reason=reason)
 
     async def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
-                            strategy: str | None = None, secrets: SecretWrites | None = None
+                            strategy: Strategy | None = None, secrets: SecretWrites | None = None
                             ) -> tuple[AppConfig, Release | None]:
         """Store `config` (and `secrets`) over `current`; a change of what machines are
         made from is a new release (the next version), made in the same transaction."""
@@ -171,7 +182,7 @@ class Placement:
             if config == current:
                 return current  # nothing changed: no version, no release
             config, _ = await self._store_change(current, config, "updated")
-            await self.registry.put_app(config)
+            await self.republisher.publish(config)
         self.reconciler.poke(name)
         return config
 
@@ -198,6 +209,7 @@ class Placement:
             # app gone and destroys it; one placed before is among the machines listed next.
             await self.store.delete(name)
             self.app_names.discard(name)
+            self._woken.pop(name, None)
             await self.tokens.app_deleted(name)
             self.placer.forget(name)
             self.waker.boots.forget(name)  # a new app of this name is not judged by its boots
@@ -209,12 +221,12 @@ class Placement:
         return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
     async def _destroy(self, app: str, view: dict[str, Any]) -> str:
-        status, _ = await self.fleet.destroy(view["id"], worker=view["worker"])
-        return view["id"] if status in (200, 202) else ""
+        answer = await self.fleet.destroy(view["id"], worker=view["worker"])
+        return view["id"] if isinstance(answer, MachineView) else ""
 
     # -- deploy ----------------------------------------------------------------
 
-    async def deploy(self, name: str, image: str | None, strategy: str | None = None,
+    async def deploy(self, name: str, image: str | None, strategy: Strategy | None = None,
                      patch: dict[str, Any] | None = None) -> dict[str, Any]:
         """Apply `patch` (the owner's fields, as update_app takes them), resolve the image
         (it may have moved) and pin it: a change of what machines are made from is one new
@@ -232,7 +244,7 @@ class Placement:
             if config != current or not current.release:
                 config, release = await self._store_change(current, config, "deployed",
                                                            strategy)
-                await self.registry.put_app(config)
+                await self.republisher.publish(config)
             region = config.regions[0]
             if not await self.fleet.live_workers(region):
                 raise Unavailable(f"no live worker in region {region}", code="no_capacity")
@@ -259,7 +271,7 @@ class Placement:
             if was is not None and was.status != "failed":
                 await self.store.set_release_status(current.uid, was.version, "rolled_back",
                                                     f"rolled back to {version}")
-            await self.registry.put_app(stored)
+            await self.republisher.publish(stored)
         self.reconciler.poke(name)
         return release
 
@@ -301,35 +313,74 @@ class Placement:
             raise Unavailable(placed.reason, code="no_capacity")
         return placed.view
 
-    async def machine(
-        self, app: str, mid: str, method: str = "GET", action: str = "",
-        params: dict[str, str] | None = None, timeout_s: float | None = None,
-    ) -> tuple[int, Any]:
-        """Forward one machine call to its agent; agent errors pass through. A wait is a
-        long poll: on its own connections, at most MAX_WAITS_PER_APP per app."""
+    async def machine(self, app: str, mid: str, action: str = "") -> MachineView:
+        """One call on a machine at its worker: "" reads it, else "destroy", "start",
+        "stop" or "suspend"; the worker's refusal passes through as it said it."""
         url = await self.fleet.locate(await self.store.get(app), mid)
-        path = f"/v1/machines/{mid}" + (f"/{action}" if action else "")
-        long_poll = action == "wait"
-        if long_poll and self._waits[app] >= MAX_WAITS_PER_APP:
+        agents = self.fleet.agents
+        if action == "destroy":
+            answer = await agents.destroy(url, mid)
+        elif action == "start":
+            answer = await agents.start(url, mid, 0.0)
+        elif action == "stop":
+            answer = await agents.stop(url, mid)
+        elif action == "suspend":
+            answer = await agents.suspend(url, mid)
+        else:
+            answer = await agents.machine(url, mid)
+        if isinstance(answer, MachineView):
+            return answer
+        raise worker_said(answer)
+
+    async def wait_machine(self, app: str, mid: str, state: str, timeout_s: float
+                           ) -> MachineView | MachineGone:
+        """Answer once the machine is in `state`: a long poll, at most MAX_WAITS_PER_APP
+        of an app's at once."""
+        url = await self.fleet.locate(await self.store.get(app), mid)
+        if self._waits[app] >= MAX_WAITS_PER_APP:
             raise TooMany(f"too many waits on machines of app {app} at once")
-        self._waits[app] += long_poll
+        self._waits[app] += 1
         try:
-            status, body = await self.agents.call(method, url, path, params=params,
-                                                  timeout_s=timeout_s, long_poll=long_poll)
-        except AgentUnreachable as exc:
-            raise Unavailable(exc.message, code="worker_unreachable") from None
+            answer = await self.fleet.agents.wait(url, mid, state, timeout_s)
         finally:
-            self._waits[app] -= long_poll
+            self._waits[app] -= 1
             if not self._waits[app]:
                 del self._waits[app]
-        if status >= 400:
-            raise AgentReplied(status, body)
-        return status, body
+        if isinstance(answer, (MachineView, MachineGone)):
+            return answer
+        raise worker_said(answer)
 
     # -- wake, autostop, introspection ------------------------------------------
 
     async def wake(self, app: str, request: WakeRequest) -> WakeResponse:
-        return await self.waker.wake(await self.store.get(app), request)
+        return await self.waker.wake(await self._wake_config(app), request)
+
+    async def _wake_config(self, name: str) -> AppConfig:
+        """The app's config from the store (the truth); with the store down or not
+        answering within WAKE_STORE_WAIT_S, the one in the shared view (the registry,
+        which every placement publishes to), else the one the last wake here read. That
+        is enough to start a stopped machine or a spare; a new machine waits for the
+        store in the wake (placement/wakeparts.py store_retried). A stored app not known
+        either way: StoreUnavailable (the edge may ask another placement)."""
+        try:
+            async with asyncio.timeout(WAKE_STORE_WAIT_S):
+                config = await self.store.get(name)
+        except (StoreUnavailable, TimeoutError) as exc:
+            try:
+                known = await self.registry.app(name)
+            except Exception as registry_exc:  # Redis down too: memory's
+                log.debug("app %s: registry unavailable too: %r", name, registry_exc)
+                known = None
+            known = known or self._woken.get(name)
+            if known is None:
+                raise exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
+                    f"no answer within {WAKE_STORE_WAIT_S}s") from None
+            log.warning("app %s woken without the store (%s): its config from %s", name,
+                        exc.message if isinstance(exc, StoreUnavailable) else "slow",
+                        "memory" if known is self._woken.get(name) else "the registry")
+            return known
+        self._woken[name] = config
+        return config
 
     async def autostop(self, app: str, mid: str) -> dict[str, Any]:
         return await self.waker.autostop(await self.store.get(app), mid)
@@ -367,7 +418,7 @@ class Placement:
 
     async def logs(self, app: str, cursor: str, tail_bytes: int, machine: str = ""
                    ) -> LogsAnswer:
-        return await app_logs(self.fleet, self.agents, await self.store.get(app), cursor,
+        return await app_logs(self.fleet, await self.store.get(app), cursor,
                               tail_bytes, machine)
 
     async def placements(self, app: str) -> list[dict[str, Any]]:
@@ -375,18 +426,24 @@ class Placement:
         return list(reversed(self.placer.decisions.get(app, [])))
 
     async def workers(self) -> list[WorkerView]:
-        workers = sorted(await self.registry.workers(), key=lambda w: w.id)
-        now = self.fleet.clock()
+        """Every worker placement knows: in the registry, or missing from it while in doubt
+        (healthy: live by core/liveness, and not marked failed)."""
+        judgement = await self.fleet.judged()
+        workers = sorted((w for w in self.fleet.statuses.values()
+                          if w.id in judgement.doubt or self.fleet.liveness.known[w.id].present),
+                         key=lambda w: w.id)
         return [
             WorkerView(
                 id=w.id, epoch=w.epoch, region=w.region, url=w.url, cpus=w.cpus,
                 memory_mb=w.memory_mb, reserved_cpus=w.reserved_cpus,
                 reserved_memory_mb=w.reserved_memory_mb, machines_starting=w.machines_starting,
                 draining=w.draining, layers=len(w.layers), layer_bytes=sum(w.layers.values()),
-                updated_at=w.updated_at, healthy=now - w.updated_at <= self.fleet.freshness_s
-                and mark is None, disk_full=w.disk_full, machines_running=w.machines_running,
+                updated_at=w.updated_at, healthy=w.id in judgement.live and mark is None,
+                disk_full=w.disk_full, machines_running=w.machines_running,
                 machines=w.machines, failed=mark.reason if mark is not None else "",
+                pull_blocked=w.pull_blocked,
             )
             for w in workers
             for mark in [self.fleet.failures.failed(w.id, w.epoch)]
         ]
+

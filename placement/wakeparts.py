@@ -14,21 +14,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
+from agent.api import MachineView
 from placement.api import WakePrediction, WakeTimings, WokenMachine
 from placement.core.offers import NoCapacity
 from placement.core.predict import StartKind, StartsInFlight, WakeForecast
 from placement.core.wake import room_for_new, states_of
 from placement.errors import PlacementError
 from placement.placer import NewMachine, Placer, Round
+from placement.store import StoreUnavailable
 from thaw.appconfig import AppConfig
 from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.placement")
+T = TypeVar("T")
+# A wake that needs the store (a new machine: its image's layers, its secrets, whether
+# the app still exists) while it is down asks again this often, until its answer is due.
+STORE_RETRY_S = 0.5
 PredictionSink = Callable[[WakePrediction], None]
 # Where the wake running in this context sends its prediction: set by the HTTP route
 # around its call, so the layers between (the service) need not carry it.
@@ -53,7 +59,7 @@ def predictions_to(sink: PredictionSink) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Ready:
-    view: dict[str, Any]
+    view: MachineView
     timings: WakeTimings
 
 
@@ -119,10 +125,13 @@ class NewMachines:
     start), and how many this wake has placed that still exist."""
 
     def __init__(self, placer: Placer, config: AppConfig, region: str,
-                 views: list[dict[str, Any]], live_workers: Collection[str]) -> None:
+                 views: list[dict[str, Any]], live_workers: Collection[str],
+                 answer_by: float = float("inf")) -> None:
         """`views`: the app's machines the wake was planned from; `live_workers`: every
-        live worker then, in any region (as `plan_wake` counts machines)."""
+        live worker then, in any region (as `plan_wake` counts machines); `answer_by`:
+        the loop time the wake answers at (the store is waited for until then)."""
         self.placer, self.config, self.region, self.views = placer, config, region, views
+        self.answer_by = answer_by
         self.machines = states_of(views, config)
         self.live_workers = live_workers
         self.placed = 0  # placed by this wake, not destroyed since: not in `views`
@@ -137,7 +146,11 @@ class NewMachines:
 
     async def _market_round(self) -> Round | Failed:
         try:
-            return await self.placer.round(self.config, self.region, self.views)
+            return await store_retried(
+                lambda: self.placer.round(self.config, self.region, self.views),
+                self.answer_by, self.placer.metrics.waited)
+        except TimeoutError:
+            return Failed("deadline", "the store did not answer before the deadline")
         except PlacementError as exc:
             return Failed("no_capacity", f"cannot place: {exc.message}")
 
@@ -162,6 +175,25 @@ class NewMachines:
         planned from, those this wake placed since, and `placing` (all wakes') count."""
         return room_for_new(self.config, self.machines, self.live_workers,
                             placing + self.placed)
+
+
+async def store_retried(call: Callable[[], Awaitable[T]], answer_by: float,
+                        waited: Callable[[str, float], None]) -> T:
+    """`call()`, asked again every STORE_RETRY_S while the store is unavailable, until
+    `answer_by` (a loop time): a store down for a while holds a wake that needs it
+    within its budget instead of failing it at once. Each try is cut at `answer_by`
+    (TimeoutError: the store still had not answered); StoreUnavailable when the store
+    refused until too late to try again. `waited(on, seconds)` counts each wait."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            async with asyncio.timeout_at(answer_by):
+                return await call()
+        except StoreUnavailable:
+            if answer_by - loop.time() <= STORE_RETRY_S:
+                raise
+            waited("store", STORE_RETRY_S)
+            await asyncio.sleep(STORE_RETRY_S)
 
 
 def outcome_of(task: asyncio.Task[Outcome]) -> Outcome:
@@ -190,8 +222,12 @@ def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     return isinstance(outcome, Failed) and outcome.code == "declined"
 
 
-def woken(view: dict[str, Any]) -> WokenMachine:
-    return WokenMachine(id=view["id"], address=view["address"], worker=view["worker"])
+def woken(view: MachineView | dict[str, Any]) -> WokenMachine:
+    """A machine for the edge: from its worker's answer, or from a fleet view (still a
+    dict until the fleet's views are typed too: issue 27's next step)."""
+    if isinstance(view, dict):
+        return WokenMachine(id=view["id"], address=view["address"], worker=view["worker"])
+    return WokenMachine(id=view.id, address=view.address, worker=view.worker)
 
 
 def total_ms(timings: WakeTimings) -> float:
@@ -202,9 +238,9 @@ def ms_since(began: float) -> float:
     return (time.perf_counter() - began) * 1000
 
 
-def boot_ms(view: dict[str, Any]) -> float:
-    """From the agent's events: the last `starting` to the `started` after it."""
-    return boot_span_ms((e.get("state", ""), e.get("at", 0.0)) for e in view.get("events") or [])
+def boot_ms(view: MachineView) -> float:
+    """From the worker's events: the last `starting` to the `started` after it."""
+    return boot_span_ms((e.state, e.at) for e in view.events)
 
 
 def message_of(body: Any) -> str:

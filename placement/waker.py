@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from placement.adapters.agents import AgentClient
+from agent.api import MachineView
 from placement.api import (
     WAKE_ERRORS,
     WakeRequest,
@@ -45,9 +45,10 @@ from placement.core.wake import (
     states_of,
     wake_failure,
 )
-from placement.errors import AgentReplied, Conflict, PlacementError
+from placement.errors import Conflict, PlacementError, worker_said
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.store import StoreUnavailable
 from placement.wakeclaims import DEMAND_AFTER_S, Claims, WakeClaims
 from placement.wakeparts import (
     IMAGE_REFUSALS,
@@ -59,14 +60,15 @@ from placement.wakeparts import (
     boot_ms,
     is_declined,
     is_ready,
-    message_of,
     ms_since,
     outcome_of,
     prediction_sink,
     reuse_kind,
+    store_retried,
     total_ms,
     woken,
 )
+from placement.workers import Refused, Unreachable
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 
@@ -75,7 +77,7 @@ log = logging.getLogger("thaw.placement")
 
 class Waker:
     def __init__(
-        self, fleet: Fleet, agents: AgentClient, placer: Placer, margin_ms: int,
+        self, fleet: Fleet, placer: Placer, margin_ms: int,
         is_current: Callable[[AppConfig], Awaitable[bool]], claims: WakeClaims | None = None,
     ) -> None:
         """`is_current(config)`: the app still exists as that incarnation (the store);
@@ -84,13 +86,15 @@ class Waker:
         self.is_current = is_current
         self.boots = BootHistory()  # each app's boot spans, for predictions
         self.in_flight = StartsInFlight()  # the starts of this placement's wakes, per worker
-        self.agents = agents
         self.placer = placer
         self.margin_s = margin_ms / 1000
         self.claims = claims or WakeClaims()
         self.claimed = self.claims.claimed  # app -> machines a wake here is starting
         self.placing = self.claims.placing  # app -> new machines being placed here
         self.background: set[asyncio.Task[Outcome]] = set()
+        # Waits (until a loop time) for the registry's view to be whole again after a
+        # loss; whether it is (placement/republish.py). None: it is always taken as is.
+        self.view_whole: Callable[[float], Awaitable[bool]] | None = None
 
     async def close(self) -> None:
         for task in list(self.background):
@@ -105,6 +109,7 @@ class Waker:
         received = loop.time()
         answer_by = received + request.deadline_ms / 1000 - self.margin_s
         region = request.region or config.regions[0]
+        await self._view_whole(config.name, answer_by)
         # Planned under the app's wake lease, with every placement's claims: two wakes of
         # one app (from two edges, maybe through two placements) start what both asked for.
         # Sized from every edge's demand when the edge tells its own (see wakeclaims).
@@ -123,7 +128,7 @@ class Waker:
             if plan.reuse:  # entries only while machines are claimed (see _restart)
                 self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
             self.placing[config.name] += plan.new
-        new = NewMachines(self.placer, config, region, views, everywhere.keys())
+        new = NewMachines(self.placer, config, region, views, everywhere.keys(), answer_by)
         new.claimed.update(m.id for m in plan.reuse)
         try:
             if not plan.reuse and not plan.new:
@@ -136,6 +141,15 @@ class Waker:
                 self.claims.unclaim(config.name, machine)
             if request.demand is not None and request.edge is not None:
                 await self.claims.report_after(config.name, request.edge, request.demand)
+
+    async def _view_whole(self, app: str, answer_by: float) -> None:
+        """Hold the wake while the registry is being filled again after a loss: the view
+        lacks the workers and machines not back yet, so a plan now would find no room
+        (`no_capacity`) or start a second machine beside a stopped one not seen."""
+        if self.view_whole is not None and not await self.view_whole(answer_by):
+            raise PlacementError(f"app {app}: the registry is being filled again after a "
+                                 "loss, and not every worker was back before the deadline",
+                                 code="deadline", status=WAKE_ERRORS["deadline"])
 
     async def _demand(self, app: str, request: WakeRequest, ttl_s: float) -> int | None:
         """Every edge's demand for `app`, this request's edge's included (None: the request
@@ -331,7 +345,14 @@ class Waker:
     async def _start_placed(self, app: str, new: NewMachines, rnd: Round, placed: NewMachine,
                             answer_by: float, began: float) -> Outcome:
         """Pull and start a machine this wake placed; destroyed if its worker declines."""
-        if not await self.is_current(new.config):  # deleted (or re-made) while this was placed
+        try:
+            current = await store_retried(lambda: self.is_current(new.config), answer_by,
+                                          self.placer.metrics.waited)
+        except (TimeoutError, StoreUnavailable):
+            await self._release(placed.url, placed.view["id"])
+            return Failed("deadline", f"app {app}: the store did not answer before the "
+                                      "deadline (is it still there?)")
+        if not current:  # deleted (or re-made) while this was placed
             await self._release(placed.url, placed.view["id"])
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
         outcome = await self._pull_and_start(placed, rnd.image.ref, answer_by, began)
@@ -370,25 +391,25 @@ class Waker:
         remaining = answer_by - asyncio.get_running_loop().time()
         if remaining <= 0:
             return Failed("deadline", f"{mid}: no time left to start it")
-        status, body = await self.fleet.start(url, mid, remaining)
-        if status == 0:
+        answer = await self.fleet.start(url, mid, remaining)
+        if isinstance(answer, Unreachable):
             return Failed("deadline", f"{mid}: no answer from its worker in time")
-        if status == 200 and isinstance(body, dict):
-            boot = boot_ms(body)
+        if isinstance(answer, MachineView):
+            boot = boot_ms(answer)
             place_ms = max(0.0, ms_since(began) - pull_ms - boot)
-            return Ready(body, WakeTimings(place_ms, pull_ms, boot))
-        if status == 408:
+            return Ready(answer, WakeTimings(place_ms, pull_ms, boot))
+        if answer.status == 408:
             return Failed("deadline", f"{mid} still starting")
-        if status == 409 and isinstance(body, dict) and body.get("error") == "no_capacity":
-            return Failed("declined", f"{mid}: {message_of(body)}")  # no room there now
-        return Failed("start_failed", f"{mid}: {message_of(body)}")
+        if answer.declined():
+            return Failed("declined", f"{mid}: {answer.message}")  # no room there now
+        return Failed("start_failed", f"{mid}: {answer.message}")
 
     async def _release(self, url: str, machine_id: str) -> bool:
         """Destroy a machine this placement made; False if it may still be there."""
-        status, body = await self.fleet.destroy(machine_id, url=url)
-        if 0 < status < 300 or status == 404:
+        answer = await self.fleet.destroy(machine_id, url=url)
+        if isinstance(answer, MachineView) or (isinstance(answer, Refused) and answer.gone()):
             return True
-        log.warning("machine %s could not be destroyed now: %s", machine_id, message_of(body))
+        log.warning("machine %s could not be destroyed now: %s", machine_id, answer.message)
         return False
 
     async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
@@ -400,12 +421,14 @@ class Waker:
             event(log, "autostop", logging.DEBUG, app=config.name, machine=machine_id,
                   result="kept", reason=decision.code)
             raise Conflict(decision.message, code=decision.code)
-        action = "suspend" if decision.suspend else "stop"
-        status, body = await self.agents.call("POST", url, f"/v1/machines/{machine_id}/{action}")
-        if status != 200:
+        workers = self.fleet.agents
+        answer = await (workers.suspend(url, machine_id) if decision.suspend
+                        else workers.stop(url, machine_id))
+        if not isinstance(answer, MachineView):
+            status = answer.status if isinstance(answer, Refused) else 0
             event(log, "autostop", logging.WARNING, app=config.name, machine=machine_id,
                   result="error", status=status)
-            raise AgentReplied(status, body)
+            raise worker_said(answer)
         event(log, "autostop", app=config.name, machine=machine_id,
               result="suspended" if decision.suspend else "stopped")
-        return body if isinstance(body, dict) else {}
+        return msgspec.to_builtins(answer)  # type: ignore[no-any-return]

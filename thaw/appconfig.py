@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import signal
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
 import msgspec.inspect
@@ -73,10 +73,16 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     grace_s: Annotated[float, msgspec.Meta(ge=0, le=HOUR_S)] = 1.0
 
 
+# How a deploy replaces machines — rolling: one replacement (or max_unavailable) at a
+# time, each healthy before the old one goes; immediate: all at once; canary: one, then
+# the rest once it is healthy. The one definition: the API, the CLI and the reconciler's
+# core take it from here.
+Strategy = Literal["rolling", "immediate", "canary"]
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+
+
 class DeployConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    # rolling: one replacement (or max_unavailable) at a time, each healthy before the old
-    # one goes; immediate: all at once; canary: one, then the rest once it is healthy
-    strategy: Literal["rolling", "immediate", "canary"] = "rolling"
+    strategy: Strategy = "rolling"
     max_unavailable: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
 
 

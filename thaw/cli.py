@@ -176,11 +176,22 @@ def placement_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                    help="the admin listener's address (/metrics, /healthz, /readyz)")
     p.add_argument("--admin-port", type=int, default=int(e("PLACEMENT_ADMIN_PORT", "0")),
                    help="the admin listener's port (0: any free port)")
+    p.add_argument("--advertise-url", default=e("PLACEMENT_ADVERTISE_URL", ""),
+                   help="the URL edges reach this placement at, advertised in the registry "
+                        "with the route key (default http(s)://HOST:PORT; none when HOST "
+                        "is a wildcard)")
     p.add_argument("--state-dir", type=Path, default=Path(e("STATE_DIR", ".thaw/placement")))
     add_registry_flags(p)
     p.add_argument("--domain", default=e("DOMAIN", "localhost"),
                    help="apps are {app}.DOMAIN; no app may list a host under it")
     add_store_flag(p)
+    p.add_argument("--store-pool-size", type=int,
+                   default=int(e("STORE_POOL_SIZE", "32")), metavar="N",
+                   help="connections to a PostgreSQL store; calls beyond wait for one")
+    p.add_argument("--failed-mark-s", type=float, default=float(e("FAILED_MARK_S", "30")),
+                   metavar="S",
+                   help="a worker failed on edges' reports or a failed probe stays failed "
+                        "this long unless its agent restarts (docs/failures.md)")
     p.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
                    help="the bootstrap admin token (else $THAW_ADMIN_TOKEN)")
     p.add_argument("--secrets-key-file", type=Path, default=None, metavar="PATH",
@@ -198,7 +209,15 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--host", default=e("EDGE_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(e("EDGE_PORT", "8080")))
     p.add_argument("--admin-port", type=int, default=int(e("EDGE_ADMIN_PORT", "0")))
-    p.add_argument("--placement", default=e("PLACEMENT_URL", "http://127.0.0.1:4280"))
+    p.add_argument("--placement", action="append", metavar="URL",
+                   help="a placement's URL, for wakes; repeat it or separate several with "
+                        "commas: a wake one does not answer goes to the next "
+                        "(default $THAW_PLACEMENT_URL, else http://127.0.0.1:4280)")
+    p.add_argument("--no-discover-placements", dest="discover_placements",
+                   action="store_false",
+                   help="ask only the --placement URLs, not those placements publish in the "
+                        "registry (discovered ones are trusted only when sealed with the "
+                        "route key)")
     p.add_argument("--cacert", default=e("CACERT", ""), metavar="PATH",
                    help="the CA (PEM) an https --placement's certificate is checked against "
                         "(default $THAW_CACERT, else the system's CAs)")
@@ -210,12 +229,45 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--underscore-headers", choices=["drop", "reject"],
                    default=e("UNDERSCORE_HEADERS", "drop"),
                    help="request header names with '_': dropped (default) or refused (400)")
+    p.add_argument("--max-held-share", type=float, default=float(e("MAX_HELD_SHARE", "0.1")),
+                   metavar="F", help="the share of --max-held-total one app may hold "
+                                     "(beyond: 503 queue_full for that app only)")
+    p.add_argument("--max-conns-per-client", type=int,
+                   default=int(e("MAX_CONNS_PER_CLIENT", "1024")), metavar="N",
+                   help="open connections per client address (beyond: 429 / GOAWAY, close)")
+    p.add_argument("--new-conns-per-s", type=float, default=float(e("NEW_CONNS_PER_S", "500")),
+                   metavar="R", help="new connections per client address per second")
+    p.add_argument("--new-conns-burst", type=int, default=int(e("NEW_CONNS_BURST", "256")),
+                   metavar="N", help="new connections a client may open at once before "
+                                     "they are spread at --new-conns-per-s")
+    p.add_argument("--h2-client-resets-per-s", type=float,
+                   default=float(e("H2_CLIENT_RESETS_PER_S", "200")), metavar="R",
+                   help="HTTP/2 stream resets per client address over all its connections")
+    p.add_argument("--max-held-per-client", type=int,
+                   default=int(e("MAX_HELD_PER_CLIENT", "256")), metavar="N",
+                   help="requests one client address may have held over all apps "
+                        "(beyond: 429 too_many_held)")
+    p.add_argument("--tunnel-share", type=float, default=float(e("TUNNEL_SHARE", "0.8")),
+                   metavar="F", help="the share of a machine's hard_limit WebSocket tunnels "
+                                     "may hold (beyond: 503 tunnels_full)")
+    p.add_argument("--trusted-proxies", default=e("TRUSTED_PROXIES", ""), metavar="CIDR,...",
+                   help="proxies in front of the edge, believed about the client "
+                        "(X-Forwarded-For); default none: every peer is the client")
     p.add_argument("--tls-cert", default=e("TLS_CERT", ""),
                    help="PEM certificate chain: also serve HTTPS (h2 and HTTP/1.1 by ALPN)")
     p.add_argument("--tls-key", default=e("TLS_KEY", ""), help="the private key of --tls-cert")
     p.add_argument("--tls-cert-dir", default=e("TLS_CERT_DIR", ""),
                    help="certificates chosen by SNI: NAME.pem, or NAME.crt + NAME.key")
     p.add_argument("--tls-port", type=int, default=int(e("TLS_PORT", "8443")))
+    p.add_argument("--hsts", type=int, default=int(e("HSTS", "0")), metavar="SECONDS",
+                   help="Strict-Transport-Security max-age on answers over TLS (0: none)")
+    p.add_argument("--tls-handshake-timeout", type=float, metavar="SECONDS",
+                   default=float(e("TLS_HANDSHAKE_TIMEOUT", "10")),
+                   help="a connection not through its TLS handshake by then is closed")
+    p.add_argument("--tls-max-handshakes", type=int,
+                   default=int(e("TLS_MAX_HANDSHAKES", "1000")),
+                   help="TLS handshakes in progress at once; a connection past it is closed "
+                        "at once")
     p.add_argument("--access-log", default=e("ACCESS_LOG", "off"), metavar="off|stdout|PATH",
                    help="JSON access log, one line per answer: off (default), stdout, or a "
                         "file (appended to; reopened when rotated)")
@@ -267,6 +319,8 @@ async def run_placement(args: argparse.Namespace) -> int:
         egress=egress_policy(args), host=args.host, port=args.port, store=store_url(args),
         tls_cert=args.tls_cert, tls_key=args.tls_key, admin_host=args.admin_host,
         admin_port=args.admin_port, route_keys=route_keys(args.route_key_file),
+        advertise_url=args.advertise_url, store_pool_size=args.store_pool_size,
+        failed_mark_s=args.failed_mark_s,
     )
     registry = await registry_url(args, "placement")
     runtime = PlacementRuntime(config, open_registry(registry),
@@ -289,12 +343,26 @@ async def run_edge(args: argparse.Namespace) -> int:
     tls = None
     if args.tls_cert or args.tls_key or args.tls_cert_dir:
         tls = TlsConfig(cert=args.tls_cert or "", key=args.tls_key or "",
-                        cert_dir=args.tls_cert_dir or "", port=args.tls_port)
-    config = EdgeConfig(placement_url=args.placement, placement_cafile=args.cacert,
+                        cert_dir=args.tls_cert_dir or "", port=args.tls_port,
+                        hsts_max_age_s=args.hsts,
+                        handshake_timeout_s=args.tls_handshake_timeout,
+                        max_handshakes=args.tls_max_handshakes)
+    placements = ",".join(args.placement or [env_default("PLACEMENT_URL",
+                                                          "http://127.0.0.1:4280")])
+    config = EdgeConfig(placement_url=placements, placement_cafile=args.cacert,
+                        discover_placements=args.discover_placements,
                         domain=args.domain, host=args.host,
                         port=args.port, admin_port=args.admin_port, region=args.region,
-                        max_held_total=args.max_held_total,
+                        max_held_total=args.max_held_total, max_held_share=args.max_held_share,
+                        max_conns_per_client=args.max_conns_per_client,
+                        tunnel_share=args.tunnel_share,
+                        new_conns_per_s=args.new_conns_per_s,
+                        new_conns_burst=args.new_conns_burst,
+                        h2_client_resets_per_s=args.h2_client_resets_per_s,
+                        max_held_per_client=args.max_held_per_client,
                         underscore_headers=args.underscore_headers,
+                        trusted_proxies=tuple(c for c in args.trusted_proxies.split(",")
+                                              if c.strip()),
                         cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
                         access_log="" if args.access_log == "off" else args.access_log,
                         access_log_sample_rate=args.access_log_sample,
@@ -381,7 +449,6 @@ HELP = {
     ("up", "api_port"): "placement's API port",
     ("up", "agents"): "how many worker agents to run",
     ("edge", "port"): "the proxy's port (HTTP/1.1 and h2c)",
-    ("edge", "placement"): "placement's URL, for wakes",
     ("placement", "port"): "the API's port",
     ("agent", "port"): "the agent's port (0: any free port)",
     ("agent", "cpus"): "CPUs this worker offers to machines",

@@ -82,6 +82,8 @@ def worker_state(w: dict[str, Any]) -> str:
         return "draining"
     if w.get("disk_full"):
         return "disk full"
+    if w.get("pull_blocked"):
+        return "cannot pull"
     return "healthy" if w["healthy"] else "stale"
 
 

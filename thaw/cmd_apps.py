@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from thaw.appconfig import AppConfig, parse
+from thaw.appconfig import STRATEGIES, AppConfig, parse
 from thaw.appfields import OWN_FIELDS
 from thaw.client import ApiClient, ApiError
 from thaw.cmdbase import GONE, add_app_flags, app_name, client_of, load_thaw_toml, settings
@@ -52,7 +52,7 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
                        help="create or update the app of thaw.toml, then roll it out")
     d.add_argument("-c", "--config", type=Path, default=Path("thaw.toml"))
     d.add_argument("--image", default="")
-    d.add_argument("--strategy", choices=["rolling", "immediate", "canary"], default=None,
+    d.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="this rollout's strategy (default: the app's deploy.strategy)")
     d.add_argument("--detach", action="store_true",
                    help="answer once the release is made; do not follow its rollout")

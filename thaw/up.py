@@ -71,6 +71,9 @@ HELLO_APP: dict[str, Any] = {
 }
 
 
+UNLIMITED_CLIENT = 1_000_000  # thaw up's per-client limits on the edge: none to speak of
+
+
 @dataclass(frozen=True)
 class UpConfig:
     state_dir: Path
@@ -145,7 +148,12 @@ class Platform:
                        port=self.config.edge_port, admin_port=self.config.admin_port,
                        cluster_keys=keys, tls=tls, access_log=self.access_log_target(state),
                        access_log_sample_rate=self.config.access_log_sample_rate,
-                       route_keys=route_keys),
+                       route_keys=route_keys,
+                       # one host's platform: every client (curl, the load-test kit) is
+                       # this host, one address; `thaw edge` keeps its per-client limits
+                       max_conns_per_client=UNLIMITED_CLIENT,
+                       new_conns_per_s=UNLIMITED_CLIENT, new_conns_burst=UNLIMITED_CLIENT,
+                       max_held_per_client=UNLIMITED_CLIENT),
             self.registry,
         )
         await self.edge.start()

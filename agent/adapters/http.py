@@ -15,7 +15,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agent.api import OfferRequest, PullRequest
+from agent.api import HealthView, OfferRequest, PullRequest
 from agent.core.machine import IllegalTransition, MachineState
 from agent.core.records import MachineSpec
 from agent.errors import AgentError, BadRequest
@@ -27,6 +27,7 @@ from imagecache.errors import ImageError
 from thaw.appconfig import MAX_ENV_BYTES
 from thaw.auth.aiohttp_glue import refusal, unsigned_answer
 from thaw.auth.signing import Verifier
+from thaw.errors import ServiceError
 
 IMAGE_ERROR_STATUS = {
     "bad_reference": 400,
@@ -60,7 +61,7 @@ def error_response(status: int, code: str, message: str) -> web.Response:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except AgentError as exc:
+    except ServiceError as exc:  # the agent's own (AgentError), and ShuttingDown
         return error_response(exc.status, exc.code, exc.message)
     except IllegalTransition as exc:
         return error_response(409, "illegal_transition", str(exc))
@@ -226,9 +227,9 @@ class AgentRoutes:
     async def healthz(self, request: web.Request) -> web.Response:
         broken = self.agent.journal.oplog.broken
         if broken:  # alive, but nothing it is asked can be made durable: not healthy
-            return json_response({"ok": False, "error": "log_broken", "message": broken,
-                                  "epoch": self.agent.state.epoch}, 503)
-        return json_response({"ok": True, "epoch": self.agent.state.epoch})
+            return json_response(HealthView(False, self.agent.state.epoch, "log_broken",
+                                            broken), 503)
+        return json_response(HealthView(True, self.agent.state.epoch))
 
     async def readyz(self, request: web.Request) -> web.Response:
         ready, reason = await self.publisher.readiness()
@@ -280,5 +281,5 @@ def spec_from_offer(offer: OfferRequest) -> MachineSpec:
         health=offer.health, kill_signal=offer.kill_signal, kill_timeout_s=offer.kill_timeout_s,
         app_uid=offer.app_uid, release=offer.release, port=offer.port,
         entrypoint=list(offer.entrypoint), cmd=list(offer.cmd), sealed_env=offer.sealed_env,
-        ticket=offer.ticket,
+        ticket=offer.ticket, for_spares=offer.for_spares,
     )

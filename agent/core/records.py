@@ -43,6 +43,7 @@ class MachineSpec(msgspec.Struct, frozen=True):
     # placement's route ticket for this machine on this worker (thaw/auth/tickets.py): a
     # secret that seals the machine's registry records; never published
     ticket: str = ""
+    for_spares: bool = False  # made by placement's reconciler to keep the app's spares
 
 
 class Boot(msgspec.Struct, frozen=True, tag="boot"):

@@ -27,6 +27,7 @@ from functools import partial
 
 from edge.adapters.h2stream import H2Stream
 from edge.core.accesslog import CLIENT_GONE, line, logged, path_of
+from edge.core.bucket import TokenBucket
 from edge.exchange import Exchange
 from thaw.statefiles import FILE_MODE
 
@@ -72,6 +73,8 @@ class LogFile:
             self.fd = -1
 
 
+GONE_LINES_PER_S = 10.0  # 499 lines a second (bursts of twice that); the rest counted
+
 class AccessLog:
     def __init__(self, target: str, sample_rate: float, loop: asyncio.AbstractEventLoop, *,
                  flush_every_s: float = FLUSH_EVERY_S, batch_bytes: int = BATCH_BYTES,
@@ -94,11 +97,18 @@ class AccessLog:
         self._closed = False
         self.written = 0  # lines
         self.dropped = 0  # lines
+        # requests whose client went away (499) are logged up to GONE_LINES_PER_S: a
+        # flood of reset streams must not become a flood of lines; the rest are counted
+        self._gone = TokenBucket(GONE_LINES_PER_S, loop.time())
+        self.gone_unlogged = 0
 
     def record(self, exchange: Exchange, answered: bool, seconds: float) -> None:
         """An exchange ended (`answered`, or its client went away first) after `seconds`."""
         status = exchange.status if answered else CLIENT_GONE
         cold = exchange.held_at > 0.0
+        if not answered and not self._gone.take(self.loop.time()):
+            self.gone_unlogged += 1
+            return
         if logged(status, cold, self.sample_rate, self._draw):
             self.write(line_of(exchange, status, cold, seconds, self._wall(), self.loop))
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
+from edge.adapters.placement import PlacementClient
 from edge.core.appwake import AppWakes
 from edge.exchange import Exchange
 from edge.metrics import EdgeMetrics
@@ -23,12 +24,15 @@ class Edge(Protocol):
     wakes: AppWakes[Exchange]
     closing: bool
     connections: set[Any]
+    placement: PlacementClient
 
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]  # (ready, why not)
+ViewState = Callable[[], dict[str, Any]]  # how the view stands with the registry
 
 
-def build_admin_app(edge: Edge, readiness: Readiness) -> web.Application:
+def build_admin_app(edge: Edge, readiness: Readiness,
+                    view_state: ViewState | None = None) -> web.Application:
     app = web.Application()
 
     async def metrics(request: web.Request) -> web.Response:
@@ -43,7 +47,10 @@ def build_admin_app(edge: Edge, readiness: Readiness) -> web.Application:
                      200 if ready else 503)
 
     async def state(request: web.Request) -> web.Response:
-        return _json(state_of(edge))
+        found = state_of(edge)
+        if view_state is not None:
+            found["registry"] = view_state()
+        return _json(found)
 
     app.add_routes([
         web.get("/metrics", metrics),
@@ -70,8 +77,11 @@ def state_of(edge: Edge) -> dict[str, Any]:
             ],
         }
     on, why = native_state()
+    client = edge.placement
+    placements = {"given": list(client.given), "discovered": list(client.discovered),
+                  "last_ok": client.last_ok, "failed": sorted(client.failed_at)}
     return {"held_total": edge.wakes.total, "connections": len(edge.connections),
-            "native": {"on": on, "why": why}, "apps": apps}
+            "native": {"on": on, "why": why}, "placements": placements, "apps": apps}
 
 
 def _json(value: object, status: int = 200) -> web.Response:

@@ -15,7 +15,7 @@ from collections import deque
 
 from edge.config import EdgeConfig
 from edge.core.exchange import Phase
-from edge.core.framing import BODY_LENGTH, ResponseHead
+from edge.core.framing import BODY_LENGTH, HSTS, ResponseHead, sets_hsts
 from edge.core.h2head import CONNECTION_SPECIFIC
 from edge.core.h2wire import INTERNAL_ERROR, Events
 from edge.errors import RETRY_AFTER, error_body, status_of
@@ -31,6 +31,8 @@ class StreamOwner(Events):
     config: EdgeConfig
     loop: asyncio.AbstractEventLoop
     peer: bytes
+    trusted: bool
+    hsts: bytes  # the Strict-Transport-Security value its answers get (b"": none)
     scheme: bytes
     write_paused: bool
     streams: dict[int, H2Stream]
@@ -58,6 +60,7 @@ class H2Stream(Downstream):
         self.conn = conn
         self.stream_id = stream_id
         self.peer = conn.peer
+        self.trusted = conn.trusted
         self.scheme = conn.scheme
         self.write_paused = conn.write_paused
         self.exchange: Exchange | None = None
@@ -70,6 +73,10 @@ class H2Stream(Downstream):
         self.trailers: list[tuple[bytes, bytes]] = []  # the answer's, sent at its end
         self.request_trailers = b""  # the client's, checked, for the machine
         self.body_open = False  # answered before the client sent its whole body
+        # answered whole with the request still coming: when it stops waiting for the rest
+        self.lingering: asyncio.TimerHandle | None = None
+        self.declared = -1  # the request's content-length (-1: none), for what lingers
+        self.received = 0  # request body bytes, for what lingers
         self.remote_ended = False  # the client ended its side (END_STREAM)
         self.tunnel = False  # an RFC 8441 WebSocket: after the machine's 101, DATA both ways
         self.early: list[bytes] = []  # a tunnel's DATA that came before the machine's 101
@@ -83,6 +90,9 @@ class H2Stream(Downstream):
             headers.append((b"content-length", b"%d" % head.content_length))
         if exchange.held_at:
             headers.append((b"server-timing", exchange.timing()))
+        hsts = self.conn.hsts
+        if hsts and not sets_hsts(head.forward):
+            headers.append((HSTS, hsts))
         self.conn.send_headers(self, headers)
 
     def send_body(self, exchange: Exchange, data: bytes) -> None:
@@ -157,6 +167,10 @@ class H2Stream(Downstream):
     def exchange_done(self, exchange: Exchange) -> None:
         # answered before the client sent all: stop it sending (once the answer is out)
         self.body_open = not (self.remote_ended if self.tunnel else exchange.body_done)
+        if self.body_open:
+            head = exchange.head
+            self.declared = head.content_length if head.body == BODY_LENGTH else -1
+            self.received = exchange.received
         self.exchange = None
         if self.tunnel and exchange.status == 101:  # the tunnel closed: END_STREAM
             self.send_end(exchange, b"")

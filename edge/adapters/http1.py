@@ -32,9 +32,10 @@ from edge.core.framing import (
     Rejection,
     RequestHead,
     ResponseHead,
+    sets_hsts,
     status_line,
 )
-from edge.core.h2wire import PREFACE
+from edge.core.h2wire import FRAME_HEAD, GOAWAY, PREFACE, PREFACE_LINE, PROTOCOL_ERROR, U32
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import (
@@ -66,11 +67,16 @@ class ClientConnection(Downstream):
     """An asyncio protocol by its methods (uvloop needs no asyncio base class, so it can be
     a native class when compiled), and the `Downstream` of the exchanges it reads."""
 
-    def __init__(self, shell: Shell, scheme: bytes = b"http") -> None:
+    def __init__(self, shell: Shell, scheme: bytes = b"http", counted: bool = False) -> None:
+        """`counted`: its arrival was counted against its client already (the TLS door
+        does, before the handshake)."""
         self.shell = shell
         self.config = shell.config
         self.loop = shell.loop
         self.scheme = scheme
+        self.counted = counted
+        hsts = shell.hsts if scheme == b"https" else b""
+        self.hsts = b"Strict-Transport-Security: %s\r\n" % hsts if hsts else b""
         self.max_body_bytes = self.config.max_body_bytes
         self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes,
                                         underscore_headers=self.config.underscore_headers)
@@ -83,6 +89,7 @@ class ClientConnection(Downstream):
         self.made_up_head = False
         self.transport: asyncio.Transport | None = None
         self.peer = b"unknown"
+        self.trusted = False
         self.exchanges: deque[Exchange] = deque()
         self.parsing: Exchange | None = None
         self.raw_head_bytes = 0
@@ -112,7 +119,14 @@ class ClientConnection(Downstream):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = str(peer[0]).encode()
-        self.shell.connection_opened(self)
+            self.trusted = self.shell.trust.trusts(self.peer)
+        refused = self.shell.connection_opened(self, new=not self.counted)
+        if refused is not None:  # the client is over its limits: 429 to it alone
+            log.debug("refused a connection from %s: %s", self.peer.decode("latin-1"), refused)
+            self.closed = self.stopped = True
+            transport.write(error_response("too_many_requests", keep_alive=False))
+            transport.close()
+            return
         self.last_active = self.loop.time()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
@@ -165,6 +179,9 @@ class ClientConnection(Downstream):
                     # llhttp stops at "PRI * HTTP/2.0": HTTP/2 with prior knowledge (no
                     # check on the warm path; a preface split across reads: `_opening`)
                     self._to_h2(data)
+                    return
+                if self.config.h2 and not self.exchanges and data.startswith(PREFACE_LINE):
+                    self._broken_preface()
                     return
                 found = self.reader.rejection
                 code, message = self.reject or (
@@ -268,11 +285,21 @@ class ClientConnection(Downstream):
         self._cancel_timers()
         self.closed = self.stopped = True
         self.shell.connection_closed(self)
-        conn = H2Connection(self.shell, self.scheme, self.peer)
+        conn = H2Connection(self.shell, self.scheme, self.peer, counted=True)
         transport.set_protocol(conn)  # type: ignore[arg-type]
         conn.connection_made(transport)
         if data:
             conn.data_received(data)
+
+    def _broken_preface(self) -> None:
+        """An HTTP/2 preface that strays after its first line: the client speaks HTTP/2,
+        badly; it gets HTTP/2's answer, GOAWAY PROTOCOL_ERROR, not an HTTP/1.1 400."""
+        self.stopped = True
+        transport = self.transport
+        if transport is not None:
+            transport.write(FRAME_HEAD.pack(0, 8, GOAWAY, 0, 0) + U32.pack(0)
+                            + U32.pack(PROTOCOL_ERROR))
+            transport.close()
 
     def _opening(self, data: bytes) -> bytes:
         """A connection's first bytes: while they could be the start of the HTTP/2 preface
@@ -363,7 +390,8 @@ class ClientConnection(Downstream):
             head.body, head.content_length, exchange.http10, exchange.body_done,
             exchange.close_after)
         timing = b"Server-Timing: %s\r\n" % exchange.timing() if exchange.held_at else b""
-        data = b"".join((status_line(status), head.forward, framing, timing, CRLF))
+        hsts = self.hsts if self.hsts and not sets_hsts(head.forward) else b""
+        data = b"".join((status_line(status), head.forward, framing, timing, hsts, CRLF))
         if head.body == BODY_LENGTH:
             self.pending_head = data  # goes out with the body: one send
         else:

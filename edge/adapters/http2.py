@@ -27,6 +27,12 @@ keep-alive pool.
   with `:protocol: websocket` goes to the machine as an HTTP/1.1 upgrade (with a
   Sec-WebSocket-Key of the edge's); its 101 becomes a 200 and the stream a tunnel,
   DATA both ways under flow control, END_STREAM from either side closing it.
+- An answer sent whole before the client sent all of its request: the stream
+  lingers up to LINGER_S for the rest, its DATA acknowledged and dropped but its
+  frames still checked (a body past or short of its content-length, trailers
+  that do not end it, a window past 2^31-1 are stream errors, as RFC 9113 has
+  them whether or not an answer went out); then RST_STREAM NO_ERROR (8.1) if
+  the client has not ended it.
 - Not done: server push (disabled).
 """
 
@@ -57,18 +63,30 @@ from edge.exchange import Exchange, Shell
 
 log = logging.getLogger("thaw.edge.h2")
 
+LINGER_S = 1.0  # an answered stream waits this long for the rest of its request
+# streams one connection may open per turn of the event loop (Envoy's
+# max_requests_per_io_cycle): a read holding more is taken in slices, the connection's
+# reading paused meanwhile, so one client's hundred-stream bursts do not keep everyone
+# else's requests waiting behind them
+REQUESTS_PER_TURN = 8
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window (each stream's is smaller)
 
 
 class H2Connection(StreamOwner):
     """An asyncio protocol by its methods, for one HTTP/2 client connection."""
 
-    def __init__(self, shell: Shell, scheme: bytes = b"http", peer: bytes = b"unknown") -> None:
+    def __init__(self, shell: Shell, scheme: bytes = b"http", peer: bytes = b"unknown",
+                 counted: bool = False) -> None:
+        """`counted`: its arrival was counted against its client already (by the TLS
+        door before the handshake, or as the HTTP/1 connection it began as: h2c)."""
         self.shell = shell
         self.config = config = shell.config
         self.loop = shell.loop
         self.scheme = scheme
         self.peer = peer
+        self.trusted = shell.trust.trusts(peer)
+        self.counted = counted
+        self.hsts = shell.hsts if scheme == b"https" else b""
         self.transport: asyncio.Transport | None = None
         self.h2 = H2Server(self, Settings(
             max_concurrent_streams=config.h2_max_concurrent_streams,
@@ -84,8 +102,15 @@ class H2Connection(StreamOwner):
         self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
                                         underscore_headers=config.underscore_headers)
         self.streams: dict[int, H2Stream] = {}
+        # requests opened in this read, and whether their head ended them: dispatched when
+        # the read is taken whole, so that a stream the client reset in the same read
+        # (rapid reset), or made the edge reset (MadeYouReset: DATA past its length, a
+        # bad window, ...), never reaches a machine nor counts as demand (Envoy defers
+        # the same way); a body in the same read is buffered meanwhile
+        self.arrived: list[tuple[H2Stream, bool]] = []
         self.write_paused = False
         self.write_soon = False  # a send of h2's queued bytes is scheduled
+        self.slicing = False  # a read is taken in slices (REQUESTS_PER_TURN): reading paused
         self.closed = False
         self.going_away = False
         self.last_active = self.loop.time()
@@ -102,8 +127,12 @@ class H2Connection(StreamOwner):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = str(peer[0]).encode()
-        self.shell.connection_opened(self)
+            self.trusted = self.shell.trust.trusts(self.peer)
+        refused = self.shell.connection_opened(self, new=not self.counted)
         self.h2.start()
+        if refused is not None:  # the client is over its limits: GOAWAY to it alone
+            self._close_with(ENHANCE_YOUR_CALM, refused)
+            return
         self._write_out()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
@@ -132,20 +161,58 @@ class H2Connection(StreamOwner):
             stream.set_blocked(stream.blocked)
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
+        if not self.closed:
+            self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Handle the client's bytes, REQUESTS_PER_TURN streams at most: with more, the
+        rest waits for the loop's next turn (reading paused until it is all taken), and
+        only the streams of earlier slices are dispatched now, those of this one after
+        the next slice is read (a reset right after them in the read still cancels them
+        first: rapid reset's pairs never reach a machine, sliced or not)."""
+        mark = len(self.arrived)
         try:
-            self.h2.receive(data, self.loop.time())
+            more = self.h2.receive(data, self.loop.time(), REQUESTS_PER_TURN)
         except H2ConnectionError as exc:
             if exc.code == ENHANCE_YOUR_CALM:
                 log.warning("HTTP/2 client %s over budget (%s): GOAWAY",
                             self.peer.decode("latin-1"), exc.reason)
+                self.shell.client_struck(self)
             else:
                 log.debug("HTTP/2 protocol error from %s: %s", self.peer.decode("latin-1"),
                           exc.reason)
             self._close_with(exc.code, exc.reason)
             return
+        if more:
+            if not self.slicing:
+                self.slicing = True
+                if self.transport is not None:
+                    self.transport.pause_reading()
+            self.loop.call_soon(self._take_more)
+            if mark:
+                self._dispatch_arrived(mark)
+        else:
+            if self.slicing:
+                self.slicing = False
+                if self.transport is not None and not self.closed:
+                    self.transport.resume_reading()
+            if self.arrived:
+                self._dispatch_arrived(len(self.arrived))
         self._write_out()
+
+    def _take_more(self) -> None:
+        if not self.closed:
+            self._take(b"")
+
+    def _dispatch_arrived(self, count: int) -> None:
+        arrived, self.arrived = self.arrived[:count], self.arrived[count:]
+        for stream, ended in arrived:
+            exchange = stream.exchange
+            if exchange is not None and not exchange.ended and \
+                    self.streams.get(stream.stream_id) is stream:
+                self.shell.dispatch(exchange)
+                if ended:
+                    exchange.end_body()
 
     # -- the protocol's events -------------------------------------------------------------
 
@@ -179,6 +246,8 @@ class H2Connection(StreamOwner):
         stream = self.streams.get(stream_id)
         if stream is not None:
             self.drop(stream)  # cancels its exchange upstream too
+        if not self.shell.client_reset(self):
+            raise H2ConnectionError(ENHANCE_YOUR_CALM, "too many stream resets from this client")
 
     def on_window(self, stream_id: int) -> None:
         if stream_id:
@@ -222,14 +291,20 @@ class H2Connection(StreamOwner):
         stream.exchange = exchange
         if websocket:  # RFC 8441: the stream is the tunnel once the machine answers 101
             exchange.upgrade = stream.tunnel = True
-            ended = True  # (no body: the stream's DATA is the tunnel's)
-        self.shell.dispatch(exchange)
-        if ended:
-            exchange.end_body()
+            self.shell.dispatch(exchange)
+            exchange.end_body()  # (no body: the stream's DATA is the tunnel's)
+            return
+        self.arrived.append((stream, ended))  # dispatched at the end of the read
 
     def _body(self, stream_id: int, data: bytes, flow_length: int) -> None:
         stream = self.streams.get(stream_id)
         exchange = stream.exchange if stream is not None else None
+        if stream is not None and stream.lingering is not None:
+            self._credit(stream_id, flow_length)  # answered: read, checked, dropped
+            stream.received += len(data)
+            if 0 <= stream.declared < stream.received:
+                self._malformed(stream)
+            return
         if stream is None or exchange is None or exchange.ended:
             self._credit(stream_id, flow_length)  # nobody wants it: keep the window open
             return
@@ -258,6 +333,12 @@ class H2Connection(StreamOwner):
         if stream is None:
             return
         stream.remote_ended = True
+        if stream.lingering is not None:  # the rest of an answered request came
+            if 0 <= stream.declared != stream.received:
+                self._malformed(stream)
+            else:
+                self.drop(stream)
+            return
         if exchange is None:
             return
         if stream.tunnel:  # the client closed its side: so does the machine's
@@ -276,6 +357,8 @@ class H2Connection(StreamOwner):
         """A stream error of the client's making: RST_STREAM PROTOCOL_ERROR, counted
         against the reset budget (which raises H2ConnectionError past it)."""
         self.drop(stream)
+        if not self.shell.client_reset(self):
+            raise H2ConnectionError(ENHANCE_YOUR_CALM, "too many stream errors from this client")
         self.h2.stream_error(stream.stream_id, PROTOCOL_ERROR)
 
     def _credit(self, stream_id: int, size: int) -> None:
@@ -287,6 +370,9 @@ class H2Connection(StreamOwner):
         too) and the window its unread bytes held is given back."""
         if self.streams.pop(stream.stream_id, None) is None:
             return
+        if stream.lingering is not None:
+            stream.lingering.cancel()
+            stream.lingering = None
         unacked, stream.unacked = stream.unacked, 0
         self._credit(stream.stream_id, unacked)
         stream.out.clear()
@@ -356,13 +442,25 @@ class H2Connection(StreamOwner):
     def stream_settled(self, stream: H2Stream) -> None:
         """Forget a stream whose answer went out whole and whose exchange ended."""
         if stream.exchange is None and not stream.out and not stream.ending:
-            if stream.body_open:  # answered whole before the client sent all: stop it
-                stream.body_open = False
-                self.reset(stream, NO_ERROR)
+            if stream.body_open and not stream.remote_ended:  # answered before the client
+                stream.body_open = False                         # sent all: linger
+                stream.lingering = self.loop.call_later(LINGER_S, self._linger_end, stream)
+                return
             self.drop(stream)
-            self.last_active = self.loop.time()
-            if self.going_away and not self.streams:
-                self._close_transport()
+            self._stream_gone()
+
+    def _linger_end(self, stream: H2Stream) -> None:
+        """An answered stream's client did not end its request in time: stop it."""
+        stream.lingering = None
+        self.reset(stream, NO_ERROR)
+        self._stream_gone()
+
+    def _stream_gone(self) -> None:
+        """A stream was forgotten: the connection's idle time starts again, and a
+        connection going away closes with its last stream."""
+        self.last_active = self.loop.time()
+        if self.going_away and not self.streams:
+            self._close_transport()
 
     def _write_out(self) -> None:
         """Send what h2 has queued, once per turn of the loop: every frame made while
@@ -385,6 +483,7 @@ class H2Connection(StreamOwner):
             if stream.exchange is not None:
                 stream.exchange.abort()
         self.streams.clear()
+        self.arrived.clear()
         self._close_transport()
 
     def _close_transport(self) -> None:

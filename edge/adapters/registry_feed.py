@@ -14,17 +14,23 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from edge.view import View
 from thaw.appconfig import AppConfig
 from thaw.registry import MachineRecord, Registry
 from thaw.registry.follow import follow
-from thaw.registry.generation import GenerationWatch
+from thaw.registry.generation import GenerationWatch, view_whole
 from thaw.registry.types import Change
 
 log = logging.getLogger("thaw.edge.view")
 
-REBUILD_GRACE_S = 10.0  # after the registry was lost: time for everyone to publish again
+# After the registry was lost: the longest the view is kept (added to, never pruned)
+# without placement's word that everything is published again; while waiting, the
+# marker is read every REBUILD_POLL_S (its change may come before the feed is followed)
+# and the view is loaded again only once it is there.
+REBUILD_BOUND_S = 60.0
+REBUILD_POLL_S = 0.5
 LOAD_SLICE = 100  # apps a load applies between two turns of the event loop
 NO_MACHINES: tuple[MachineRecord, ...] = ()
 
@@ -33,8 +39,10 @@ class RegistryFeed:
     """Loads the view, follows the change feed, resyncs; survives registry errors.
 
     A registry that was lost (a new generation: Redis restarted empty, or flushed) is
-    being filled again by placement and the agents: for `REBUILD_GRACE_S` a load adds
-    and updates but removes nothing, then one authoritative load prunes what is gone.
+    being filled again by placement and the agents: until a placement marks the current
+    generation republished (`Registry.republished()`, written once the workers are back
+    too), or for at most `REBUILD_BOUND_S`, a load adds and updates but removes nothing;
+    then one authoritative load prunes what is gone.
     """
 
     def __init__(self, view: View, registry: Registry, resync_interval_s: float) -> None:
@@ -43,7 +51,7 @@ class RegistryFeed:
         self.resync_interval_s = resync_interval_s
         self.position: str | None = None  # of the last change applied
         self.generation = GenerationWatch()
-        self.rebuilding_until = 0.0  # loop time: until then loads only add
+        self.rebuilding: tuple[str, float] | None = None  # (generation, loop time seen)
         self.loaded = False  # a full load has reached the view (readiness)
         self._resync_now = asyncio.Event()
         self._loading = asyncio.Lock()
@@ -64,22 +72,50 @@ class RegistryFeed:
     async def _load(self) -> None:
         position = await self.registry.feed_position()
         token = await self.registry.generation()
+        marker = await self.registry.republished()  # before the reads it vouches for
         configs = await self.registry.apps()
         records = await self.registry.machines_of([c.name for c in configs])
         after = await self.registry.generation()
-        loop = asyncio.get_running_loop()
+        now = asyncio.get_running_loop().time()
         if after != token or self.generation.lost(token):
-            log.warning("the registry was lost (new generation): keeping the view while "
-                        "placement and the agents publish theirs again")
-            self.rebuilding_until = loop.time() + REBUILD_GRACE_S
-            loop.call_later(REBUILD_GRACE_S, self._resync_now.set)
+            if self.rebuilding is None or self.rebuilding[0] != after:
+                log.warning("the registry was lost (new generation): keeping the view "
+                            "until placement says it is filled again (at most %.0f s)",
+                            REBUILD_BOUND_S)
+                self.rebuilding = (after, now)
             self.position = None if after != token else position  # the old feed is gone
         elif self.position is None:
             self.position = position
         self.generation.published(after)
-        prune = loop.time() >= self.rebuilding_until
-        await self._apply(configs, records, prune=prune)
+        await self._apply(configs, records, prune=self._whole(marker, token, now))
         self.loaded = True
+
+    def _whole(self, marker: str, token: str, now: float) -> bool:
+        """Whether this load may drop what the registry lacks: no loss under way, or the
+        one under way is over (marked republished under `token`, or past the bound)."""
+        if self.rebuilding is None:
+            return True
+        generation, since = self.rebuilding
+        if token != generation or not view_whole(marker, generation, since, now,
+                                                 REBUILD_BOUND_S):
+            return False
+        if marker == generation:
+            log.warning("the registry is filled again: the view is authoritative again "
+                        "after %.2f s", now - since)
+        else:
+            log.warning("the registry was not marked filled again in %.0f s: the view "
+                        "drops what it lacks anyway", REBUILD_BOUND_S)
+        self.rebuilding = None
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """For /v1/state: the generation the view follows, and whether it is kept whole
+        after a loss (`rebuilding`: nothing is dropped yet) and since when (seconds)."""
+        since = self.rebuilding[1] if self.rebuilding is not None else None
+        now = asyncio.get_running_loop().time()
+        return {"generation": self.generation.known or "", "loaded": self.loaded,
+                "rebuilding": since is not None,
+                "rebuilding_for_s": round(now - since, 3) if since is not None else 0.0}
 
     async def _apply(self, configs: list[AppConfig], records: dict[str, list[MachineRecord]],
                      *, prune: bool) -> None:
@@ -116,7 +152,15 @@ class RegistryFeed:
         """One change from the feed: read the key again and apply it."""
         if self._touched is not None:
             self._touched.add((kind, key))
-        if kind == "app":
+        if kind == "republished":
+            if self.rebuilding is not None:
+                self._resync_now.set()  # the view may be whole: one load to say
+        elif kind == "app" and self.rebuilding is not None:
+            # a refill republishes every app, each a change: read one by one (two round
+            # trips each) they delayed the marker's load by seconds at 2,000 apps; the
+            # kept view has them as they were, and that load brings what changed
+            return
+        elif kind == "app":
             self.view.set_app(key, await self.registry.app(key))
             if key in self.view.apps:  # machines that went come as their own changes
                 self._apply_machines(key, await self.registry.machines(key), prune=False)
@@ -146,14 +190,27 @@ class RegistryFeed:
     async def _refresh_change(self, change: Change) -> None:
         await self.refresh(change.kind, change.key)
 
+    async def _worth_a_load(self) -> bool:
+        """While the view is kept after a loss, a full load adds nothing the feed does
+        not (every publish is a change): only the one that may prune is worth doing, once
+        the marker is there or the bound passed (one key read to know; loads back to back
+        of 2,000 apps delayed the pruning one by seconds)."""
+        if self.rebuilding is None:
+            return True
+        generation, since = self.rebuilding
+        return view_whole(await self.registry.republished(), generation, since,
+                          asyncio.get_running_loop().time(), REBUILD_BOUND_S)
+
     async def _resync(self) -> None:
         while True:
+            wait_s = self.resync_interval_s if self.rebuilding is None else REBUILD_POLL_S
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.resync_interval_s):
+                async with asyncio.timeout(wait_s):
                     await self._resync_now.wait()
             self._resync_now.clear()
             try:
-                await self.load()
+                if await self._worth_a_load():
+                    await self.load()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

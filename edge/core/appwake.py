@@ -89,8 +89,10 @@ class _AppState:
 class AppWakes(Generic[T]):
     """Every app's cold-path state; `total` is the number of requests held in all."""
 
-    def __init__(self, max_held_total: int, backoff_s: float = WAKE_BACKOFF_S) -> None:
-        self.holds: HoldQueues[T] = HoldQueues(max_held_total)
+    def __init__(self, max_held_total: int, backoff_s: float = WAKE_BACKOFF_S,
+                 max_held_share: float = 1.0, max_held_per_client: int | None = None) -> None:
+        self.holds: HoldQueues[T] = HoldQueues(max_held_total, max_held_share,
+                                               max_held_per_client)
         self.backoff_s = backoff_s
         self._apps: dict[str, _AppState] = {}
 
@@ -114,10 +116,11 @@ class AppWakes(Generic[T]):
     # -- handlers ------------------------------------------------------------------------
 
     def hold(self, app: str, item: T, now: float, shape: Shape, since: float | None = None,
-             client_timeout_s: float | None = None) -> list[Effect[T]]:
+             client_timeout_s: float | None = None, client: bytes | None = None
+             ) -> list[Effect[T]]:
         """`item` found no machine. `since`: when it was first held (a request held again
         keeps its first deadline); `client_timeout_s`: the client's own bound, if it gave
-        one."""
+        one; `client`: whose it is, for the per-client bound (None: not bounded)."""
         if not shape.auto_start and shape.started == 0:
             return [Fail(app, [item], [0.0], "auto_start_off",
                          "auto_start is off and no machine is started")]
@@ -132,11 +135,14 @@ class AppWakes(Generic[T]):
         wake = state.wake if state is not None else None
         if wake is not None and first + budget < wake.predicted_at and shape.free <= 0:
             return [shed(app, [item], [now - first], wake, now)]
-        decision = self.holds.enqueue(app, item, first, budget, shape.max_pending)
+        decision = self.holds.enqueue(app, item, first, budget, shape.max_pending,
+                                      client=client)
         if isinstance(decision, Rejected):
             return [Fail(app, [item], [0.0], decision.reason,
                          f"{self.holds.held(app)} requests held for the app, "
-                         f"{self.holds.total} in all")]
+                         f"{self.holds.total} in all, "
+                         f"{self.holds.by_client.get(client, 0) if client else 0} for the "
+                         "client")]
         state = self._state(app)
         effects: list[Effect[T]] = []
         if shape.free > 0:  # room appeared since the shell looked (it cannot, but be exact)

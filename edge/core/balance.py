@@ -21,6 +21,11 @@ class Loaded(Protocol):
     def in_flight(self) -> int: ...
 
 
+class Tunnelled(Loaded, Protocol):
+    @property
+    def tunnels(self) -> int: ...
+
+
 class RandomSource(Protocol):
     def random(self) -> float:
         """A float in [0, 1)."""
@@ -28,6 +33,7 @@ class RandomSource(Protocol):
 
 
 M = TypeVar("M", bound=Loaded)
+T = TypeVar("T", bound=Tunnelled)
 
 
 def pick(machines: Sequence[M], soft_limit: int, hard_limit: int, rand: RandomSource) -> M | None:
@@ -49,6 +55,24 @@ def pick(machines: Sequence[M], soft_limit: int, hard_limit: int, rand: RandomSo
         if best is None or machine.in_flight < best.in_flight:
             best = machine
     return best if best is not None and best.in_flight < hard_limit else None
+
+
+def tunnel_limit(hard_limit: int, share: float) -> int:
+    """WebSocket tunnels one machine may hold: `share` of its `hard_limit` (at least one);
+    the rest of its places are for requests, whatever tunnels sit idle."""
+    return max(1, int(hard_limit * share))
+
+
+def pick_tunnel(machines: Sequence[T], limit: int, hard_limit: int) -> T | None:
+    """The machine for a WebSocket upgrade: the one with the fewest tunnels under `limit`
+    that has room under `hard_limit`, or None (every machine at its tunnel limit, or
+    full)."""
+    best: T | None = None
+    for machine in machines:
+        if machine.tunnels < limit and machine.in_flight < hard_limit and (
+                best is None or machine.tunnels < best.tunnels):
+            best = machine
+    return best
 
 
 def free_slots(machines: Sequence[Loaded], hard_limit: int) -> int:

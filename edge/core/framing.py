@@ -38,9 +38,12 @@ HOP_BY_HOP = frozenset(
     }
 )
 SET_BY_EDGE = frozenset(
-    {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-request-id", b"expect"}
+    {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-request-id", b"expect",
+     b"x-real-ip", b"forwarded"}
 )
+NEVER_FORWARDED = frozenset({b"proxy-authorization"})  # a proxy's credential, not the app's
 INTERNAL_PREFIX = b"x-thaw-"
+HSTS = b"strict-transport-security"
 CRLF = b"\r\n"
 HOLD_TIMEOUT_HEADER = b"x-thaw-hold-timeout-ms"
 
@@ -66,6 +69,10 @@ class RequestHead:
     forwarded_for: bytes | None
     hold_timeout_s: float | None
     forward: bytes
+    # what the client (a proxy, believed only when trusted) says of the request's own
+    # scheme and host: the right-most item of X-Forwarded-Proto / X-Forwarded-Host
+    forwarded_proto: bytes | None = None
+    forwarded_host: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -237,3 +244,18 @@ def request_authority(
     if not authority and hosts:
         return Rejection("missing_host", "empty Host")
     return host, authority, target
+
+
+def hsts_value(max_age_s: int) -> bytes:
+    """The Strict-Transport-Security value answers over TLS get when the edge was given
+    a max-age (`TlsConfig.hsts_max_age_s`), else b"" (none). Made once, by the shell."""
+    return b"max-age=%d" % max_age_s if max_age_s > 0 else b""
+
+
+_HSTS_LINE = re.compile(rb"(?:^|\n)strict-transport-security:", re.IGNORECASE)
+
+
+def sets_hsts(forward: bytes) -> bool:
+    """Whether a response's header lines carry their own Strict-Transport-Security (no
+    lowered copy of the head is made)."""
+    return _HSTS_LINE.search(forward) is not None

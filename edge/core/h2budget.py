@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edge.core.bucket import TokenBucket
 from edge.core.h2wire import (
     CONTINUATION,
     DATA,
@@ -47,35 +48,18 @@ class Limits:
     empty_frames_in_a_row: int = 10
 
 
-class _Bucket:
-    __slots__ = ("at", "rate", "tokens")
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.tokens = 2.0 * rate
-        self.at = 0.0
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(2.0 * self.rate, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens < 1.0:
-            return False
-        self.tokens -= 1.0
-        return True
-
-
 class FrameBudget:
     """One connection's frames, from the first byte after the client preface."""
 
     def __init__(self, limits: Limits, now: float = 0.0) -> None:
         self.limits = limits
         self._buckets = {
-            RST_STREAM: _Bucket(limits.resets_per_s), SETTINGS: _Bucket(limits.settings_per_s),
-            PING: _Bucket(limits.pings_per_s), PRIORITY: _Bucket(limits.priority_per_s),
-            WINDOW_UPDATE: _Bucket(limits.window_updates_per_s),
+            RST_STREAM: TokenBucket(limits.resets_per_s, now),
+            SETTINGS: TokenBucket(limits.settings_per_s, now),
+            PING: TokenBucket(limits.pings_per_s, now),
+            PRIORITY: TokenBucket(limits.priority_per_s, now),
+            WINDOW_UPDATE: TokenBucket(limits.window_updates_per_s, now),
         }
-        for bucket in self._buckets.values():
-            bucket.at = now
         self._block_frames = -1  # CONTINUATIONs in the open header block (-1: none open)
         self._block_bytes = 0
         self._empty = 0  # empty frames in a row

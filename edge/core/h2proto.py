@@ -78,12 +78,16 @@ class H2Server(H2Sender):
         self.block_flags = 0  # its HEADERS frame's flags
         self.block_self_dependent = False  # its priority names its own stream
         self.now = 0.0  # the time of the bytes being handled (for the budgets)
+        self.opened = 0  # streams the client opened in this `receive`
 
     # -- receive ---------------------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float) -> None:
-        """Handle the client's bytes; raises `H2ConnectionError`."""
+    def receive(self, data: bytes, now: float, max_requests: int = 0) -> bool:
+        """Handle the client's bytes; raises `H2ConnectionError`. With `max_requests`, stop
+        once that many streams were opened (Envoy's `max_requests_per_io_cycle`): True when
+        whole frames are left for a later `receive(b"", ...)`."""
         self.now = now
+        self.opened = 0
         if self.preface_left:
             take = min(self.preface_left, len(data))
             at = len(PREFACE) - self.preface_left
@@ -108,7 +112,11 @@ class H2Server(H2Sender):
             payload = buffer[at + 9:at + 9 + length]
             at += 9 + length
             self._receive_frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+            if max_requests and self.opened >= max_requests:
+                self.buffer = buffer[at:] if at < end else b""
+                return len(self.buffer) >= 9
         self.buffer = buffer[at:] if at < end else b""
+        return False
 
     def _receive_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if not self.seen_settings:
@@ -178,8 +186,8 @@ class H2Server(H2Sender):
             if self._idle(stream_id):
                 raise H2ConnectionError(PROTOCOL_ERROR, "DATA on an idle stream")
             self.ack_data(0, size)  # nobody takes it: the connection's window stays open
-            if stream is not None or stream_id not in self.recently_reset:
-                self.stream_error(stream_id, STREAM_CLOSED)
+            if stream is not None or self.recently_reset.get(stream_id, True):
+                self.stream_error(stream_id, STREAM_CLOSED)  # not one we reset: its error
             return
         if size > stream.recv_window:
             self.ack_data(0, size)
@@ -239,10 +247,11 @@ class H2Server(H2Sender):
                 self._remote_end(stream_id, stream)
             return
         if stream_id <= self.last_stream_id:
-            if stream_id in self.recently_reset:
+            if self.recently_reset.get(stream_id) is False:
                 return  # sent before it heard of our reset
             raise H2ConnectionError(STREAM_CLOSED, "HEADERS on a closed stream")
         self.last_stream_id = stream_id
+        self.opened += 1
         if self.block_self_dependent:
             self.stream_error(stream_id, PROTOCOL_ERROR)
             return
@@ -300,7 +309,7 @@ class H2Server(H2Sender):
         if self._idle(stream_id) and stream_id not in self.streams:
             raise H2ConnectionError(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         if self.streams.pop(stream_id, None) is not None:
-            self._remember_reset(stream_id)
+            self._remember_reset(stream_id, by_client=True)
             self.events.on_reset(stream_id)
 
     def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:

@@ -52,7 +52,10 @@ class H2Sender:
         self.settings = settings
         self.encoder = Encoder()
         self.streams: dict[int, StreamState] = {}
-        self.recently_reset: dict[int, None] = {}
+        # streams reset lately -> whether the client reset them (True) or we did (False):
+        # frames on a stream we reset may have been sent before the client heard of it
+        # and are dropped; on one it reset itself they are its error (RFC 9113 5.1)
+        self.recently_reset: dict[int, bool] = {}
         self.last_stream_id = 0  # the highest stream the client opened
         self.out: list[bytes] = []
         # the client's settings, as they bear on what we send
@@ -175,9 +178,9 @@ class H2Sender:
             self._frame(RST_STREAM, 0, stream_id, U32.pack(code))
             self._remember_reset(stream_id)
 
-    def _remember_reset(self, stream_id: int) -> None:
+    def _remember_reset(self, stream_id: int, by_client: bool = False) -> None:
         reset = self.recently_reset
-        reset[stream_id] = None
+        reset[stream_id] = by_client
         if len(reset) > RECENTLY_RESET:
             del reset[next(iter(reset))]
 

@@ -12,6 +12,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
 PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x6, 0x7, 0x8, 0x9
 END_STREAM, END_HEADERS = 0x1, 0x4
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PREFACE_LINE = b"PRI * HTTP/2.0\r\n"  # an opening this long that then strays: a broken preface
 
 
 PUSH_PROMISE = 0x5

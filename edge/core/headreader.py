@@ -26,6 +26,7 @@ from edge.core.framing import (
     HOLD_TIMEOUT_HEADER,
     HOP_BY_HOP,
     INTERNAL_PREFIX,
+    NEVER_FORWARDED,
     SET_BY_EDGE,
     Rejection,
     RequestHead,
@@ -47,12 +48,13 @@ UNDERSCORE_HEADERS = ("drop", "reject")  # what a request header whose name hold
 
 # What a header is to the edge, by lower-case name; absent: passed on as it is (_PASS).
 (_PASS, _HOST, _LENGTH, _CODING, _CONNECTION, _REQUEST_ID, _FORWARDED_FOR, _EXPECT, _DROP,
- _INTERNAL, _HOLD_TIMEOUT, _UPGRADE, _UNDERSCORE) = range(13)
+ _INTERNAL, _HOLD_TIMEOUT, _UPGRADE, _UNDERSCORE, _FORWARDED_PROTO, _FORWARDED_HOST) = range(15)
 _REQUEST_ROLES: dict[bytes, int] = {
-    **{name: _DROP for name in HOP_BY_HOP | SET_BY_EDGE},
+    **{name: _DROP for name in HOP_BY_HOP | SET_BY_EDGE | NEVER_FORWARDED},
     b"host": _HOST, b"content-length": _LENGTH, b"transfer-encoding": _CODING,
     b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
     b"x-forwarded-for": _FORWARDED_FOR, b"expect": _EXPECT, b"upgrade": _UPGRADE,
+    b"x-forwarded-proto": _FORWARDED_PROTO, b"x-forwarded-host": _FORWARDED_HOST,
 }
 _RESPONSE_ROLES: dict[bytes, int] = {
     **{name: _DROP for name in HOP_BY_HOP},
@@ -174,7 +176,7 @@ class RequestHeadReader:
         lengths: list[bytes] = []
         codings: list[bytes] = []
         named: frozenset[bytes] = frozenset()
-        request_id = forwarded_for = None
+        request_id = forwarded_for = forwarded_proto = forwarded_host = None
         expect = False
         hold_timeout_s: float | None = None
         for role, value in self.special:
@@ -191,6 +193,10 @@ class RequestHeadReader:
             elif role == _FORWARDED_FOR:
                 prior = b"" if forwarded_for is None else forwarded_for + b", "
                 forwarded_for = prior + value.strip()
+            elif role == _FORWARDED_PROTO:
+                forwarded_proto = value.rpartition(b",")[2].strip()
+            elif role == _FORWARDED_HOST:
+                forwarded_host = value.rpartition(b",")[2].strip()
             elif role == _EXPECT:
                 expect = value.strip().lower() == b"100-continue"
             elif role == _HOLD_TIMEOUT and value.strip().isdigit():
@@ -208,7 +214,8 @@ class RequestHeadReader:
             framing = (BODY_NONE, 0)
         forward = _without_named(self.forward, named) if named else b"".join(self.forward)
         return RequestHead(routing[0], routing[1], routing[2], framing[0], framing[1], expect,
-                           request_id, forwarded_for, hold_timeout_s, forward)
+                           request_id, forwarded_for, hold_timeout_s, forward, forwarded_proto,
+                           forwarded_host)
 
     def upgrades_to_websocket(self) -> bool:
         """Whether the head read asks to upgrade to WebSocket (RFC 6455) and to nothing

@@ -1,7 +1,15 @@
 """Hold queues: which held requests wait, expire or are released, and in what order.
 
-One bounded FIFO per app (`max_pending`) plus a bound on the total held over
-all apps (`max_held_total`). Each entry has a deadline: `now + min(hold
+One bounded FIFO per app plus a bound on the total held over all apps
+(`max_held_total`). An app holds at most `max_pending` (its own setting) and at most
+`max_share` of the total (the edge's, 10 % by default): one tenant's flood of held
+requests fills its own queue (503 `queue_full`, for it alone) and leaves the rest of
+the edge to others; it takes more than one app at its share to make anyone's cold start
+`edge_full` (a static share, not a weighted fair queue: predictable for an owner, and
+it needs no eviction of requests already held). A client (its address, or the one a
+trusted proxy names) holds at most `max_per_client` over all apps (429
+`too_many_held`, for it alone): one source cannot take an app's share from the app's
+other users, nor the edge from every app. Each entry has a deadline: `now + min(hold
 timeout, the client's timeout when it gave one)`. Invariants: release is FIFO
 per app; an entry leaves exactly once (released, expired, removed or failed);
 a full queue is a return value, not an exception; expiry costs O(expired *
@@ -53,7 +61,8 @@ class Held:
 
 @dataclass(frozen=True)
 class Rejected:
-    """`reason` is "queue_full" (the app's max_pending) or "edge_full" (max_held_total)."""
+    """`reason` is "too_many_held" (the client's own bound), "queue_full" (the app's
+    max_pending or its share of the edge) or "edge_full" (max_held_total)."""
 
     reason: str
 
@@ -71,15 +80,24 @@ class _Entry(Generic[T]):
     since: float
     deadline: float
     seq: int  # tells this entry from a later one of an item with the same identity
+    client: bytes | None  # whose it is, for the per-client bound (None: not bounded)
 
 
 class HoldQueues(Generic[T]):
     """Items are keyed by identity: the same object may not be held twice."""
 
-    def __init__(self, max_total: int) -> None:
+    def __init__(self, max_total: int, max_share: float = 1.0,
+                 max_per_client: int | None = None) -> None:
         if max_total < 0:
             raise ValueError("max_total must be >= 0")
+        if not 0.0 < max_share <= 1.0:
+            raise ValueError("max_share must be in (0, 1]")
+        if max_per_client is not None and max_per_client < 1:
+            raise ValueError("max_per_client must be >= 1")
         self.max_total = max_total
+        self.app_cap = max(1, int(max_total * max_share))  # what one app may hold
+        self.client_cap = max_per_client
+        self.by_client: dict[bytes, int] = {}  # items held per client (none: absent)
         self.total = 0
         self._queues: dict[str, OrderedDict[int, _Entry[T]]] = {}
         # per app, a heap of (deadline, seq, key): an app's timer looks at its own only
@@ -95,9 +113,13 @@ class HoldQueues(Generic[T]):
         hold_timeout_s: float,
         max_pending: int,
         client_timeout_s: float | None = None,
+        client: bytes | None = None,
     ) -> Held | Rejected:
+        if client is not None and self.client_cap is not None \
+                and self.by_client.get(client, 0) >= self.client_cap:
+            return Rejected("too_many_held")
         queue = self._queues.setdefault(app, OrderedDict())
-        if len(queue) >= max_pending:
+        if len(queue) >= max_pending or len(queue) >= self.app_cap:
             return Rejected("queue_full")
         if self.total >= self.max_total:
             return Rejected("edge_full")
@@ -105,14 +127,27 @@ class HoldQueues(Generic[T]):
         if client_timeout_s is not None:
             budget = min(budget, max(client_timeout_s, 0.0))
         self._seq += 1
-        entry = _Entry(item, now, now + budget, self._seq)
+        entry = _Entry(item, now, now + budget, self._seq, client)
         queue[id(item)] = entry
+        if client is not None:
+            self.by_client[client] = self.by_client.get(client, 0) + 1
         heapq.heappush(self._deadlines.setdefault(app, []), (entry.deadline, entry.seq, id(item)))
         self.total += 1
         self._heaped += 1
         if self._heaped > 2 * self.total + 64:
             self._compact()
         return Held(len(queue), entry.deadline)
+
+    def _left(self, entry: _Entry[T]) -> None:
+        """`entry` left the queue (any way): the totals without it."""
+        self.total -= 1
+        client = entry.client
+        if client is not None:
+            count = self.by_client[client] - 1
+            if count:
+                self.by_client[client] = count
+            else:
+                del self.by_client[client]
 
     def _live(self, app: str, key: int, seq: int) -> _Entry[T] | None:
         queue = self._queues.get(app)
@@ -148,8 +183,8 @@ class HoldQueues(Generic[T]):
         out: list[tuple[T, float]] = []
         while queue and len(out) < capacity:
             _, entry = queue.popitem(last=False)
+            self._left(entry)
             out.append((entry.item, entry.since))
-        self.total -= len(out)
         return out
 
     def expire(self, now: float, app: str | None = None) -> list[Expired[T]]:
@@ -175,18 +210,19 @@ class HoldQueues(Generic[T]):
             entry = self._live(app, key, seq)
             if entry is not None:
                 del self._queues[app][key]
+                self._left(entry)
                 out.append(Expired(app, entry.item, now - entry.since))
         if heap is not None and not heap:
             del self._deadlines[app]
-        self.total -= len(out)
         return out
 
     def remove(self, app: str, item: T) -> bool:
         """Forget `item` (its client went away); False if it was not held."""
         queue = self._queues.get(app)
-        if queue is None or queue.pop(id(item), None) is None:
+        entry = queue.pop(id(item), None) if queue is not None else None
+        if entry is None:
             return False
-        self.total -= 1
+        self._left(entry)
         return True
 
     def fail_all(self, app: str) -> list[T]:

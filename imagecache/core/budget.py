@@ -40,6 +40,20 @@ class DownloadLimits:
             raise ValueError("max_downloads and max_downloads_per_pull must be >= 1")
 
 
+def pull_blocked(free_bytes: int, evictable_bytes: int, reserve_bytes: int) -> str:
+    """Why no pull can write a byte now ("" when one can): the disk's free bytes, were
+    every evictable blob and rootfs gone, would still be at or below the reserve that a
+    pull never takes the disk under (every write stops there). All in bytes."""
+    if free_bytes + evictable_bytes > reserve_bytes:
+        return ""
+    return (f"free disk {_mib(free_bytes)} ({_mib(evictable_bytes)} more evictable) is below "
+            f"the image cache's reserve of {_mib(reserve_bytes)}")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB"
+
+
 def blob_deadline_s(size: int, limits: DownloadLimits) -> float:
     """Seconds a whole blob of `size` bytes may take, however steadily it trickles."""
     return limits.allowance_s + size / limits.min_bytes_per_s

@@ -107,7 +107,9 @@ class SeparatePlatform:
                       "--memory-mb", "4096", "--heartbeat-s", "0.5",
                       "--stop-machines-on-exit", *layouts, port=port)
         self.thaw("edge", "edge", "--port", str(self.edge_port), "--placement", self.api,
-                  *routes, port=self.edge_port)
+                  *routes, "--new-conns-per-s", "1000000", "--max-conns-per-client",
+                  "1000000", "--max-held-per-client", "1000000", "--new-conns-burst", "1000000",
+                  port=self.edge_port)  # the load comes from this host, one address
         self.create_hello()
         return self
 

@@ -179,6 +179,12 @@ class RedisCoordination:
     async def release(self, name: str, holder: str, token: int) -> None:
         await self._call(self._release(keys=[keys.lease(name)], args=[f"{holder}|{token}"]))
 
+    async def held(self, names: list[str]) -> list[bool]:
+        if not names:
+            return []
+        values = await self._call(self._r.mget([keys.lease(name) for name in names]))
+        return [value is not None for value in values]
+
     # -- wake claims ---------------------------------------------------------------------
 
     async def others(self, app: str, me: str) -> Claims:

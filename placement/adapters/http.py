@@ -182,26 +182,25 @@ class Routes:
         body = await decoded(request, CreateMachineRequest)
         return json_response(await self.p.create_machine(request.match_info["app"], body), 201)
 
-    async def _machine(self, request: web.Request, method: str, action: str = "",
-                       **options: Any) -> web.Response:
-        status, body = await self.p.machine(request.match_info["app"],
-                                            request.match_info["id"], method, action, **options)
-        return json_response(body, status)
+    async def _machine(self, request: web.Request, action: str = "") -> web.Response:
+        view = await self.p.machine(request.match_info["app"], request.match_info["id"],
+                                    action)
+        return json_response(view, 202 if action == "destroy" else 200)  # (202: as agents)
 
     async def get_machine(self, request: web.Request) -> web.Response:
-        return await self._machine(request, "GET")
+        return await self._machine(request)
 
     async def destroy_machine(self, request: web.Request) -> web.Response:
-        return await self._machine(request, "DELETE")
+        return await self._machine(request, "destroy")
 
     async def start_machine(self, request: web.Request) -> web.Response:
-        return await self._machine(request, "POST", "start")
+        return await self._machine(request, "start")
 
     async def stop_machine(self, request: web.Request) -> web.Response:
-        return await self._machine(request, "POST", "stop")
+        return await self._machine(request, "stop")
 
     async def suspend_machine(self, request: web.Request) -> web.Response:
-        return await self._machine(request, "POST", "suspend")
+        return await self._machine(request, "suspend")
 
     async def wait_machine(self, request: web.Request) -> web.Response:
         state = request.query.get("state", "started")
@@ -213,9 +212,8 @@ class Routes:
             raise BadRequest("timeout_s must be a number") from None
         if not 0 < timeout_s <= MAX_WAIT_S:
             raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
-        return await self._machine(request, "GET", "wait",
-                                   params={"state": state, "timeout_s": str(timeout_s)},
-                                   timeout_s=timeout_s + 5)
+        return json_response(await self.p.wait_machine(
+            request.match_info["app"], request.match_info["id"], state, timeout_s))
 
     async def logs(self, request: web.Request) -> web.Response:
         cursor = request.query.get("cursor", "")

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent.api import MachineView
-from agent.core.machine import MachineState
+from agent.api import MACHINE_STATES, MachineView
 from placement.api import (
     AppDeleted,
     AppEvent,
@@ -41,7 +40,6 @@ from placement.core.logs import MAX_CURSOR_CHARS
 from placement.machinelogs import MAX_TAIL
 from thaw.appconfig import AppConfig
 
-MACHINE_STATES = [state.value for state in MachineState]
 APP = "/v1/apps/{app}"
 MACHINE = APP + "/machines/{id}"
 
@@ -101,7 +99,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", MACHINE + "/wait", "wait_machine", Access.APP,
           "Wait until the machine is in ?state= (at most ?timeout_s= seconds)", None,
           MachineWaited, query=(
-              ("state", {"type": "string", "enum": MACHINE_STATES}, "default started"),
+              ("state", {"type": "string", "enum": list(MACHINE_STATES)}, "default started"),
               ("timeout_s", {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
                "seconds (default 60)"))),
     Route("GET", APP + "/logs", "logs", Access.APP,

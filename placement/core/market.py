@@ -216,6 +216,19 @@ def disk_filter(worker: WorkerStatus, market: Market) -> str | None:
     return "disk full" if worker.disk_full else None
 
 
+def pull_filter(worker: WorkerStatus, market: Market) -> str | None:
+    """A worker that cannot pull takes only machines whose image's layers it holds (an
+    image whose layers are not known is one it would pull)."""
+    if not worker.pull_blocked or not _must_pull(worker, market):
+        return None
+    return f"cannot pull: {worker.pull_blocked}"
+
+
+def _must_pull(worker: WorkerStatus, market: Market) -> bool:
+    held = worker.layers
+    return not market.layers or any(digest not in held for digest, _ in market.layers)
+
+
 def fits_filter(worker: WorkerStatus, market: Market) -> str | None:
     request = market.request
     free_cpus = worker.cpus - worker.reserved_cpus
@@ -236,6 +249,7 @@ FILTERS: tuple[Filter, ...] = (
     Filter("healthy", healthy_filter),
     Filter("draining", draining_filter),
     Filter("disk", disk_filter),
+    Filter("pull", pull_filter),
     Filter("fits", fits_filter),
     Filter("declined", declined_filter),
 )
@@ -339,6 +353,7 @@ def admissible(worker: WorkerStatus, market: Market) -> bool:
     return (worker.region == request.region
             and market.now - worker.updated_at <= market.params.heartbeat_freshness_s
             and not worker.draining and not worker.disk_full
+            and not (worker.pull_blocked and _must_pull(worker, market))
             and request.cpus <= worker.cpus - worker.reserved_cpus + 1e-9
             and request.memory_mb <= worker.memory_mb - worker.reserved_memory_mb
             and worker.id not in request.declined)

@@ -18,6 +18,8 @@ from enum import StrEnum
 
 from placement.core.market import Decision
 
+REASONS_SHOWN = 3  # workers whose filter reason a "no capacity" names (the rest counted)
+
 
 class Reply(StrEnum):
     ACCEPTED = "accepted"
@@ -82,8 +84,12 @@ def next_offer(
 def no_capacity_reason(decision: Decision, answers: Sequence[Answer]) -> str:
     parts = [f"{a.worker}: {a.reply.value}" for a in answers]
     if not answers:
+        shown = ", ".join(f"{f.worker}: {f.reason}" for f in decision.filtered[:REASONS_SHOWN])
+        more = len(decision.filtered) - REASONS_SHOWN
+        shown += f", and {more} more" if more > 0 else ""
         parts.append(
             f"no worker in region {decision.region!r} fits "
-            f"({len(decision.filtered)} of {decision.considered} filtered)"
+            f"({len(decision.filtered)} of {decision.considered} filtered"
+            + (f": {shown})" if shown else ")")
         )
     return "; ".join(parts)

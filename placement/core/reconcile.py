@@ -9,10 +9,18 @@ app event. The shell carries them out and marks what it works on as busy: a
 second pass over the same observation issues nothing.
 
 Rules, in order:
-1. A machine on a worker that is not alive is lost: it is fenced (never counted,
-   started or routed to again) and, once its worker is back, destroyed.
+1. A machine on a worker that is failed is lost: it is fenced (never counted,
+   started or routed to again); once its worker is back it is destroyed, or taken back
+   (unfenced, counted again) when the worker came back under the epoch it was fenced
+   under: its agent never restarted, so the machine never stopped being its (a surplus
+   made meanwhile is trimmed by rule 6). A worker in doubt (placement/core/liveness.py)
+   is not failed: its machines are seen as they were last seen.
 2. A release being rolled out fails when one of its machines failed; it is complete
-   when no machine of an older release is left.
+   when no machine of an older release is left. Otherwise a failed machine, of any
+   release, is destroyed (its failure, with its last output, is the reason kept in the
+   app's events) and no longer counts: it never holds a place under `max_machines`,
+   so the app is brought back to its shape by new machines (which the shell holds back
+   while new machines keep failing: `held_back`).
 3. Machines of an older release are replaced (a new one like it, started if it ran,
    then the old one destroyed), as many at a time as the strategy allows:
    `rolling` `max_unavailable`, `immediate` all, `canary` one until a machine of the
@@ -20,7 +28,9 @@ Rules, in order:
 4. `min_machines_running` machines of the current release run: a standby is started
    (on a worker without a running machine of the app, where there is one), else
    one is created.
-5. `spares` standbys of the current release exist (created, stopped or suspended).
+5. `spares` standbys of the current release exist (created, stopped or suspended); with
+   more, a never-started standby made for spares is destroyed (spares was lowered; a
+   standby a wake or an owner made, or one left stopped, is not this rule's).
 6. Never more than `max_machines` (a rollout may pass it by the replacements in
    flight): creates are capped, and a surplus is destroyed, standbys first.
 
@@ -34,7 +44,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+
+from thaw.appconfig import Strategy
 
 GONE = frozenset({"destroying", "destroyed"})
 RUNNING = frozenset({"starting", "started"})
@@ -43,7 +54,6 @@ RUNNING = frozenset({"starting", "started"})
 STANDBY_ORDER = ("suspended", "stopped", "created")
 STANDBY = frozenset(STANDBY_ORDER)
 
-Strategy = Literal["rolling", "immediate", "canary"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +64,10 @@ class Seen:
     worker: str
     state: str
     release: int  # the release it was created for
-    live: bool = True  # its worker has a fresh heartbeat and is not failed
+    live: bool = True  # its worker is not failed (fresh, or in doubt)
+    same_epoch: bool = False  # fenced, its worker runs under the epoch it was fenced under
     reason: str = ""  # its last event's reason (why it failed, for one that did)
+    for_spares: bool = False  # made to keep `spares` (not by a wake or by hand)
 
 
 @dataclass(frozen=True)
@@ -108,10 +120,17 @@ class Replace:
 class Destroy:
     machine: str
     reason: str
+    failed: bool = False  # it failed in the current release: new machines are held back
 
 
 @dataclass(frozen=True)
 class Fence:
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unfence:
     machine: str
     reason: str
 
@@ -128,7 +147,7 @@ class FailRelease:
     reason: str
 
 
-Action = Start | Create | Replace | Destroy | Fence | CompleteRelease | FailRelease
+Action = Start | Create | Replace | Destroy | Fence | Unfence | CompleteRelease | FailRelease
 
 
 def reconcile(
@@ -146,11 +165,14 @@ def reconcile(
     for m in present:
         if not m.live and m.id not in fenced:
             actions.append(Fence(m.id, f"worker {m.worker} is down: machine {m.id} is lost"))
+        elif m.live and m.id in fenced and m.same_epoch:
+            actions.append(Unfence(m.id, f"worker {m.worker} is back under the same epoch: "
+                                         f"machine {m.id} is taken back"))
         elif m.live and m.id in fenced and m.id not in busy.machines:
             actions.append(Destroy(m.id, f"worker {m.worker} is back: machine {m.id} was "
                                          "lost and is not used again"))
-    counted = [m for m in present
-               if m.live and m.id not in fenced and m.id not in busy.destroying]
+    counted = [m for m in present if m.live and (m.id not in fenced or m.same_epoch)
+               and m.id not in busy.destroying]
     current = [m for m in counted if m.release == declared.release]
     old = [m for m in counted if m.release != declared.release]
 
@@ -165,6 +187,12 @@ def reconcile(
             actions.append(Destroy(m.id, f"machine {m.id} of release {m.release} failed; "
                                          f"release {declared.release} replaces it"))
     old = [m for m in old if m.state != "failed" or m.id in busy.machines]
+    for m in failed_new:
+        if m.id not in busy.machines:
+            why = f": {m.reason}" if m.reason else ""
+            actions.append(Destroy(m.id, f"machine {m.id} of release {m.release} failed"
+                                         f"{why}; it is replaced", failed=True))
+    current = [m for m in current if m.state != "failed"]
     actions += _replace_old(declared, current, old, busy)
     if declared.rolling_out and not old and busy.replacing == 0:
         actions.append(CompleteRelease(declared.release,
@@ -246,16 +274,23 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
         actions.append(Create(False, f"spares={declared.spares}: {spares} standing by",
                               frozenset(holding)))
         room -= 1
+    # not while a rollout replaces machines (its replacement standbys stand in for old
+    # ones, which count among `spares` until they are destroyed)
+    rolling = bool(old) or busy.replacing > 0 or declared.rolling_out
+    trimmed = _trim_spares(declared, standby, spares, short > 0 or rolling)
+    actions += trimmed
+    gone = {a.machine for a in trimmed}
 
     # Only machines seen make a surplus: one being created may already be among them
     # (an agent reports it before its creator hears back), and a count twice is a
     # machine destroyed for nothing.
-    seen = len(current) + len(old)
+    seen = len(current) + len(old) - len(gone)
     surplus = seen - declared.max_machines
     if surplus > 0 and not old and busy.replacing == 0:
         started = {a.machine for a in actions if isinstance(a, Start)}
         running_left = len(serving) + len(started)
-        idle = (m for m in current if m.id not in busy.machines and m.id not in started)
+        idle = (m for m in current
+                if m.id not in busy.machines and m.id not in started and m.id not in gone)
         crowd = Counter(m.worker for m in current)  # a crowded worker's machines go first
         for m in sorted(idle, key=lambda m: (_surplus_rank(m), -crowd[m.worker], m.id)):
             if surplus == 0:
@@ -268,6 +303,21 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
                                          f"{seen} machines"))
             surplus -= 1
     return actions
+
+
+def _trim_spares(declared: Declared, standby: Sequence[Seen], spares: int,
+                 hold: bool) -> list[Destroy]:
+    """Never-started standbys made for `spares` beyond it (it was lowered), unless `hold`:
+    the app is short of running machines (a standby may be about to be started for
+    that), or a rollout is under way.
+    `standby`: the idle standbys of the current release left after the starts."""
+    extra = spares - declared.spares
+    if extra <= 0 or hold:
+        return []
+    made = sorted((m for m in standby if m.state == "created" and m.for_spares),
+                  key=lambda m: m.id)
+    return [Destroy(m.id, f"spares={declared.spares}: {spares} standing by")
+            for m in made[:extra]]
 
 
 def _surplus_rank(m: Seen) -> int:

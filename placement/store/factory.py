@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
@@ -70,18 +71,20 @@ def with_password(url: str, password_file: Path | None) -> str:
     return parts._replace(netloc=f"{quote(unquote(user), safe='')}:{secret}@{where}").geturl()
 
 
-async def open_store(url: str, state_dir: Path) -> SqlStore:
+async def open_store(url: str, state_dir: Path, *, pool_size: int = 0,
+                     on_wait: Callable[[float], None] | None = None) -> SqlStore:
     """The store `url` names, its schema migrated to this code's version, and hosts
-    indexed (a store written before hosts were owned)."""
+    indexed (a store written before hosts were owned). PostgreSQL: `pool_size`
+    connections (0: the default), `on_wait(seconds)` told of each wait for one."""
     database: Database
     if check_store_url(url) == "sqlite":
         from placement.store.sqlite import SQLiteDatabase
 
         database = SQLiteDatabase(state_dir / SQLITE_FILE)
     else:
-        from placement.store.postgres import PostgresDatabase
+        from placement.store.postgres import POOL_SIZE, PostgresDatabase
 
-        database = postgres = PostgresDatabase(url)
+        database = postgres = PostgresDatabase(url, pool_size or POOL_SIZE, on_wait)
         await postgres.open()
     store = SqlStore(database)
     try:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from thaw.registry import MachineRecord, Registry, WorkerStatus
+from thaw.registry import MachineRecord, PlacementAdvert, Registry, WorkerStatus
 from thaw.registry.memory import MemoryRegistry
 from thaw.registry.redis import RedisRegistry
 
@@ -189,3 +189,65 @@ async def test_reads_of_many_see_every_change_since_the_last_read(backend) -> No
     assert [r.state for r in (await registry.machines_of(["hello"]))["hello"]] == ["started"]
     await registry.delete_machine("hello", "m1")
     assert await registry.machines_of(["hello"]) == {}
+
+
+async def test_a_placement_advert_is_listed_until_its_ttl_lapses(backend: Backend) -> None:
+    registry = backend.registry
+    assert await registry.placements() == []
+    await registry.publish_placement(PlacementAdvert("p2", "http://b:1", "s2"), ttl_s=1.0)
+    await registry.publish_placement(PlacementAdvert("p1", "http://a:1", "s1"), ttl_s=30)
+    await registry.publish_placement(PlacementAdvert("p1", "http://a:2", "s1b"), ttl_s=30)
+    assert await registry.placements() == [PlacementAdvert("p1", "http://a:2", "s1b"),
+                                           PlacementAdvert("p2", "http://b:1", "s2")]
+    await backend.advance(1.2)
+    assert [p.id for p in await registry.placements()] == ["p1"]
+
+
+async def test_put_apps_is_put_app_of_each_guarded_by_version_with_a_change_each(
+    backend,
+) -> None:
+    from thaw.appconfig import parse
+
+    registry = backend.registry
+    await registry.put_app(parse({"name": "app0", "image": "img:9", "version": 9}))
+    position = await registry.feed_position()
+    configs = [parse({"name": f"app{n}", "image": "img:1", "version": 1}) for n in range(450)]
+    await registry.put_apps(configs)  # more than one round trip's worth
+    found = {c.name: c for c in await registry.apps()}
+    assert set(found) == {c.name for c in configs}
+    assert found["app0"].version == 9  # the newer stored one is kept
+    assert found["app449"] == configs[449]
+    changes = registry.changes(after=position)
+    seen = [await anext(changes) for _ in range(449)]
+    await changes.aclose()
+    assert {(c.kind, c.key) for c in seen} == {("app", f"app{n}") for n in range(1, 450)}
+    await registry.put_apps([])
+
+
+async def test_the_republished_marker_names_only_the_current_generation(backend) -> None:
+    registry = backend.registry
+    assert await registry.republished() == ""
+    await registry.mark_republished("not-the-current-one")
+    assert await registry.republished() == ""
+    generation = await registry.generation()
+    position = await registry.feed_position()
+    await registry.mark_republished(generation)
+    assert await registry.republished() == generation
+    changes = registry.changes(after=position)
+    change = await anext(changes)
+    await changes.aclose()
+    assert (change.kind, change.key) == ("republished", generation)
+
+
+async def test_a_registry_on_its_own_connections_is_the_same_view(backend) -> None:
+    from thaw.appconfig import parse
+
+    registry = backend.registry
+    own = registry.with_own_connections()
+    try:
+        await own.put_apps([parse({"name": "hello", "image": "img:1"})])
+        assert [a.name for a in await registry.apps()] == ["hello"]
+        assert await own.generation() == await registry.generation()
+    finally:
+        if own is not registry:
+            await own.close()

@@ -37,6 +37,12 @@ def loadtest(up: ThawUp, report: Path, *flags: str) -> int:
     return run(args)
 
 
+# The latency SLOs made loose for a test (a test asserts no wall-clock speed: on a loaded
+# 2-core machine one image pull took 5.4 s and crossed the default hold p99 of 5 s); the
+# thresholds are still evaluated and reported, and one that cannot hold still fails below.
+LOOSE = ("--warm-p99-ms", "30000", "--hold-p99-ms", "60000", "--cold-p99-ms", "60000")
+
+
 def table_row(report: Path) -> dict[str, str]:
     """The figures of summary.md's table, by column."""
     lines = (report / "summary.md").read_text().splitlines()
@@ -49,7 +55,7 @@ def table_row(report: Path) -> dict[str, str]:
 def test_a_k6_cold_burst_of_200_passes_its_thresholds_and_reports_the_wake(
     up: ThawUp, tmp_path: Path,
 ) -> None:
-    code = loadtest(up, tmp_path, "cold-burst", "--tool", "k6", "--requests", "200")
+    code = loadtest(up, tmp_path, "cold-burst", "--tool", "k6", "--requests", "200", *LOOSE)
     row = table_row(tmp_path)
     assert code == 0, (tmp_path / "tool.log").read_text()[-3000:]
     assert row["requests"] == "200" and row["errors"] == "0"
@@ -66,7 +72,7 @@ def test_a_k6_cold_burst_of_200_passes_its_thresholds_and_reports_the_wake(
 
 def test_a_headless_locust_run_passes_its_thresholds(up: ThawUp, tmp_path: Path) -> None:
     code = loadtest(up, tmp_path, "steady", "--tool", "locust", "--duration", "10s",
-                    "--rate", "20")
+                    "--rate", "20", *LOOSE)
     row = table_row(tmp_path)
     assert code == 0, (tmp_path / "tool.log").read_text()[-3000:]
     assert 150 <= int(row["requests"].replace(",", "")) <= 230 and row["errors"] == "0"
@@ -89,7 +95,7 @@ def test_fields_a_scenario_sets_on_the_app_are_put_back_after_it(
     api = ApiClient(up.api, up.token)
     before = api.get("/v1/apps/hello")
     assert loadtest(up, tmp_path, "ramp", "--duration", "3s", "--peak-concurrency", "2",
-                    "--think-ms", "20", "--settle", "1s") == 0
+                    "--think-ms", "20", "--settle", "1s", *LOOSE) == 0
     after = api.get("/v1/apps/hello")
     for field in ("concurrency", "max_machines", "idle_timeout_s"):
         assert after[field] == before[field]
@@ -106,7 +112,7 @@ def test_host_loss_kills_a_separate_agent_under_load_and_no_request_fails(
         add_parser(top.add_subparsers(dest="command"))
         args = top.parse_args([
             "loadtest", "host-loss", "--duration", "8s", "--rate", "20", "--action-at", "3s",
-            "--settle", "1s", "--base-url", platform.edge, "--api", platform.api,
+            "--settle", "1s", *LOOSE, "--base-url", platform.edge, "--api", platform.api,
             "--token", platform.token, "--report", str(tmp_path / "report")])
         code = run(args)
         report = tmp_path / "report"

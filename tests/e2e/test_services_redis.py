@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import redis
 
-from edge.adapters.registry_feed import REBUILD_GRACE_S
 from tests.support.agent_process import call, kill_group, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.load import SteadyLoad
 from tests.support.redis_server import RedisServer, start_redis_server
 from tests.support.services import Services, app_machines, edge_get
 from thaw.imagebuild import BuildOverrides, build_image
+from thaw.registry import keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -25,19 +25,9 @@ HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
 
 
 @pytest.fixture
-def redis_own() -> Iterator[RedisServer]:
-    """A Redis of this test's own, so that the test may kill it."""
-    with start_redis_server() as server:
-        yield server
-
-
-@pytest.fixture
 def services(tmp_path: Path, redis_own: RedisServer) -> Iterator[Services]:
-    running = Services(tmp_path, redis_own.url).start()
-    try:
+    with Services(tmp_path, redis_own.url) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
@@ -120,8 +110,10 @@ def test_redis_restarted_empty_under_warm_load_loses_no_app_and_no_request(
             wait_until(lambda: fresh.hlen("thaw:machines:hello") == 1, 5)
             fresh.close()
             republished_s = time.monotonic() - back
-            # past the edge's rebuild grace, so that one authoritative reload happened too
-            time.sleep(REBUILD_GRACE_S + 2)
+            # until the edge's view is authoritative again (placement marked the refill
+            # done), and a little more: no 404 from its first pruning load either
+            wait_until(lambda: fresh_marker(redis_own.url), 30)
+            time.sleep(2)
             _, machines = call("GET", f"{services.api}/v1/apps/hello/machines",
                                token=ADMIN_TOKEN)
     answers = load.answers
@@ -131,6 +123,16 @@ def test_redis_restarted_empty_under_warm_load_loses_no_app_and_no_request(
     assert {a.body.split()[-1] for a in answers if a.status == 200} == {machine_id}
     assert [(m["id"], m["state"]) for m in machines] == [(machine_id, "started")]
     assert republished_s < 5
+
+
+def fresh_marker(url: str) -> bool:
+    """A placement marked the current generation republished (the edges prune again)."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        generation = client.get(keys.generation())
+        return generation is not None and client.get(keys.republished()) == generation
+    finally:
+        client.close()
 
 
 def test_with_a_user_and_an_acl_per_role_the_services_wake_an_app_and_no_agent_can_reroute_it(

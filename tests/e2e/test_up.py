@@ -268,7 +268,8 @@ def test_after_an_app_with_a_secret_in_its_env_ran_every_state_file_is_0600_in_0
 ) -> None:
     _, hello = call("GET", f"{up.api}/v1/apps/hello", token=up.token)
     secret = "s3cret-" + os.urandom(8).hex()
-    create_app(up, "secretive", hello["image"], env={"API_KEY": secret}, idle_timeout_s=60)
+    create_app(up, "secretive", hello["image"], env={"API_KEY": secret}, idle_timeout_s=60,
+               guest={"cpus": 0.1, "memory_mb": 64})  # the module's platform is shared
     status, body, _ = edge_get(up, "secretive.localhost")
     assert status == 200, body
     modes = state_modes(up.state_dir)

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from tests.support.agent_process import AgentProcess, call, pid_alive, wait_until
 from tests.support.machines import frozen
 from thaw.imagebuild import BuildOverrides, build_image
+from thaw.serving import DRAIN_S
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +35,8 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    proc = AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024).start()
-    try:
+    with AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024) as proc:  # cleaned up at the end
         yield proc
-    finally:
-        proc.cleanup()
 
 
 def offer(agent: AgentProcess, image: str, key: str, **extra: Any) -> tuple[int, Any]:
@@ -187,6 +187,26 @@ def test_wait_reports_a_timeout_as_408_and_unknown_machines_as_404(
     status, body = get(f"{agent.url}/v1/machines/{machine['id']}/wait?state=started&timeout_s=0.2")
     assert status == 408 and body["error"] == "timeout"
     assert get(f"{agent.url}/v1/machines/nope")[0] == 404
+
+
+def test_sigterm_ends_a_long_wait_with_503_and_the_agent_stops_at_once(
+    agent: AgentProcess, images: dict[str, str]
+) -> None:
+    """A caller's wait (up to 300 s) must not hold the agent's stop: it is answered 503
+    shutting_down, and the agent exits (aiohttp alone would wait up to 60 s for it)."""
+    _, machine = offer(agent, images["hello"], "k", start=False)
+    answers: list[tuple[int, Any]] = []
+    waiter = threading.Thread(target=lambda: answers.append(get(
+        f"{agent.url}/v1/machines/{machine['id']}/wait?state=started&timeout_s=120")))
+    waiter.start()
+    time.sleep(0.3)  # the wait is in flight
+    assert agent.proc is not None
+    agent.proc.terminate()
+    agent.proc.wait(timeout=DRAIN_S + 5)  # TimeoutExpired when the wait holds the stop
+    agent.proc = None
+    waiter.join(10)
+    [(status, body)] = answers
+    assert status == 503 and body["error"] == "shutting_down", body
 
 
 def test_an_invalid_offer_is_422_naming_the_field(agent: AgentProcess) -> None:

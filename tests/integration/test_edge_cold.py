@@ -189,6 +189,64 @@ async def test_a_full_hold_queue_answers_503_with_retry_after_at_once(
         await edge.close()
 
 
+async def test_one_apps_flood_of_held_requests_leaves_another_apps_cold_start_alone(
+    session: aiohttp.ClientSession,
+) -> None:
+    """An app may hold at most its share of the edge's hold (here 5 of 20): the rest of
+    its flood gets 503 queue_full at once, and another app's cold start is held and
+    served, never 503 edge_full."""
+    placement = FakePlacement(wake_delay_s=1.0)
+    edge = await start_edge([{"name": "flood", "max_pending": 1000}, {"name": "calm"}],
+                            placement=placement, max_held_total=20, max_held_share=0.25)
+    try:
+        flood = [asyncio.create_task(get(session, edge, "flood.localhost")) for _ in range(30)]
+        await eventually(lambda: _held(edge, "flood", 5))
+        calm_status, calm_body, _ = await get(session, edge, "calm.localhost")
+        assert calm_status == 200, calm_body
+        answers = await asyncio.gather(*flood)
+        codes = [json.loads(body)["error"] for status, body, _ in answers if status != 200]
+        assert codes == ["queue_full"] * 25, codes
+    finally:
+        await edge.close()
+
+
+async def test_one_clients_flood_of_held_requests_leaves_the_same_apps_other_clients_alone(
+) -> None:
+    """A client may have at most `max_held_per_client` requests held (here 5): the rest of
+    its flood gets 429 too_many_held at once, and another client's request to the same
+    cold app is held and served. Behind a trusted proxy each client it names has a bound
+    of its own."""
+    placement = FakePlacement(wake_delay_s=1.0)
+    edge = await start_edge([{"name": "cold", "max_pending": 1000}], placement=placement,
+                            max_held_per_client=5, trusted_proxies=("127.0.0.4",))
+
+    async def client(source: str, count: int, says: str = "") -> list[tuple[int, str, str]]:
+        headers = {"Host": "cold.localhost", **({"X-Forwarded-For": says} if says else {})}
+        connector = aiohttp.TCPConnector(limit=0, local_addr=(source, 0))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def one() -> tuple[int, str, str]:
+                async with session.get(f"http://127.0.0.1:{edge.port}/",
+                                       headers=headers) as r:
+                    return r.status, await r.text(), r.headers.get("Retry-After", "")
+            return list(await asyncio.gather(*(one() for _ in range(count))))
+
+    try:
+        flood = asyncio.create_task(client("127.0.0.2", 30))
+        await eventually(lambda: _held(edge, "cold", 5))
+        other = asyncio.create_task(client("127.0.0.3", 1))
+        proxied = asyncio.create_task(client("127.0.0.4", 12, says="198.51.100.7"))
+        answers = await flood
+        refused = [(status, json.loads(body)["error"], retry) for status, body, retry in answers
+                   if status != 200]
+        assert refused == [(429, "too_many_held", "1")] * 25, refused
+        assert [status for status, _, _ in await other] == [200]
+        behind = await proxied  # one client named by the proxy: its own bound of 5
+        assert sorted(status for status, _, _ in behind) == [200] * 5 + [429] * 7
+        assert (await edge.state())["held_total"] == 0
+    finally:
+        await edge.close()
+
+
 async def _held(edge: EdgeHarness, app: str, count: int) -> bool:
     state = await edge.state()
     return state["apps"][app]["held"] == count  # type: ignore[index,no-any-return]

@@ -22,7 +22,7 @@ import hpack
 import hyperframe.frame
 import pytest
 
-from edge.adapters.http2 import H2Connection
+from edge.adapters.http2 import LINGER_S, H2Connection
 from edge.service import Edge
 from tests.support.edge_fakes import (
     EdgeHarness,
@@ -69,6 +69,31 @@ async def test_h2c_prior_knowledge_serves_many_requests_on_one_connection(
         names = {name.lower() for name, _ in json.loads(headers.body)}
         assert {"host", "x-forwarded-for", "x-request-id"} <= names
         assert "connection" not in names
+    finally:
+        await client.close()
+
+
+async def test_a_hundred_requests_in_one_write_are_taken_in_slices_and_all_answered(
+    edge: EdgeHarness,
+) -> None:
+    """One read holding 100 requests (the connection's whole stream limit) is taken
+    REQUESTS_PER_TURN streams at a time, reading paused meanwhile: every request is
+    answered, and the connection reads again afterwards."""
+    client = await H2Client.open(edge.port)
+    try:
+        answers = []
+        for _ in range(100):
+            stream_id = client.conn.get_next_available_stream_id()
+            answers.append(client.answers.setdefault(stream_id, Answer()))
+            client.conn.send_headers(stream_id, [
+                (b":method", b"GET"), (b":scheme", b"http"), (b":authority", WEB),
+                (b":path", b"/")], end_stream=True)
+        client.flush()  # one write
+        await asyncio.wait_for(asyncio.gather(*(a.done.wait() for a in answers)), 20)
+        assert {(a.status, bytes(a.body)) for a in answers} == {(200, b"hello from web-m1")}
+        conns = [c for c in shell(edge).connections if isinstance(c, H2Connection)]
+        assert len(conns) == 1 and not conns[0].slicing
+        assert (await client.request(WEB)).status == 200
     finally:
         await client.close()
 
@@ -151,7 +176,7 @@ async def test_rapid_resets_get_goaway_before_10000_streams_reach_the_machine(
     edge: EdgeHarness,
 ) -> None:
     before = await backend_requests(edge)
-    client = await H2Client.open(edge.port)
+    client = await H2Client.open(edge.port, source="127.0.0.2")
     other = await H2Client.open(edge.port)
     try:
         sent = 0
@@ -188,7 +213,7 @@ def frames(*items: hyperframe.frame.Frame) -> bytes:
 async def test_a_flood_gets_goaway_and_another_client_is_served(
     edge: EdgeHarness, flood: str,
 ) -> None:
-    client = await H2Client.open(edge.port)
+    client = await H2Client.open(edge.port, source="127.0.0.2")
     other = await H2Client.open(edge.port)
     try:
         if flood == "continuation":
@@ -502,3 +527,204 @@ async def test_a_preface_split_across_reads_is_still_http2(edge: EdgeHarness, cu
             writer.write(conn.data_to_send())
     finally:
         writer.close()
+
+
+async def raw_frames(port: int, sent: bytes) -> list[hyperframe.frame.Frame]:
+    """The frames the edge sends back for `sent` (bytes after the edge closes, or after
+    a quiet 1 s)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(sent)
+    data = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), 1.0):
+            data += chunk
+    except TimeoutError:
+        pass
+    finally:
+        writer.close()
+    return parse_frames(data)
+
+
+def opening() -> bytes:
+    """The preface, our SETTINGS, and stream 1 opened by a POST whose body is to come."""
+    head = hpack.Encoder().encode([(b":method", b"POST"), (b":scheme", b"http"),
+                                   (b":authority", WEB), (b":path", b"/echo")])
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + hyperframe.frame.SettingsFrame(0).serialize()
+            + hyperframe.frame.HeadersFrame(1, data=head, flags=["END_HEADERS"]).serialize()
+            + hyperframe.frame.RstStreamFrame(1, error_code=8).serialize())
+
+
+async def test_data_on_a_stream_the_client_reset_is_a_stream_closed_error(
+    edge: EdgeHarness,
+) -> None:
+    """h2spec 5.1/8: DATA after the client's own RST_STREAM is its error (STREAM_CLOSED),
+    not dropped as frames in flight on a stream the edge reset would be."""
+    data = hyperframe.frame.DataFrame(1, data=b"late", flags=["END_STREAM"]).serialize()
+    frames = await raw_frames(edge.port, opening() + data)
+    errors = [f.error_code for f in frames
+              if isinstance(f, hyperframe.frame.RstStreamFrame) and f.stream_id == 1]
+    errors += [f.error_code for f in frames if isinstance(f, hyperframe.frame.GoAwayFrame)]
+    assert errors == [h2.errors.ErrorCodes.STREAM_CLOSED], frames
+
+
+async def test_headers_on_a_stream_the_client_reset_is_a_connection_error(
+    edge: EdgeHarness,
+) -> None:
+    """h2spec 5.1/9: HEADERS again on a stream the client reset: GOAWAY STREAM_CLOSED."""
+    head = hpack.Encoder().encode([(b":method", b"GET"), (b":scheme", b"http"),
+                                   (b":authority", WEB), (b":path", b"/")])
+    again = hyperframe.frame.HeadersFrame(1, data=head,
+                                          flags=["END_HEADERS", "END_STREAM"]).serialize()
+    frames = await raw_frames(edge.port, opening() + again)
+    goaways = [f for f in frames if isinstance(f, hyperframe.frame.GoAwayFrame)]
+    assert [f.error_code for f in goaways] == [h2.errors.ErrorCodes.STREAM_CLOSED], frames
+
+
+def parse_frames(data: bytes) -> list[hyperframe.frame.Frame]:
+    found = []
+    while len(data) >= 9:
+        frame, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9:9 + length]))
+        data = data[9 + length:]
+        found.append(frame)
+    return found
+
+
+async def answered_then(port: int, follow: bytes) -> tuple[float, list[hyperframe.frame.Frame]]:
+    """Open stream 1 with a POST of content-length 10 to a host no app serves, wait until
+    the edge's whole answer (404) is in, then send `follow`: (seconds until the edge
+    reset stream 1 after its answer, or -1, and the frames it sent for stream 1 after)."""
+    head = hpack.Encoder().encode([(b":method", b"POST"), (b":scheme", b"http"),
+                                   (b":authority", b"nobody.localhost"), (b":path", b"/"),
+                                   (b"content-length", b"10")])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                     + hyperframe.frame.SettingsFrame(0).serialize()
+                     + hyperframe.frame.HeadersFrame(1, data=head, flags=["END_HEADERS"])
+                     .serialize())
+        data = b""
+        while not any(f.stream_id == 1 and "END_STREAM" in f.flags
+                      for f in parse_frames(data)):
+            data += await asyncio.wait_for(reader.read(65536), 10)
+        seen = len(parse_frames(data))
+        answered = time.monotonic()
+        writer.write(follow)
+        reset_after = -1.0
+        try:
+            while chunk := await asyncio.wait_for(reader.read(65536), LINGER_S + 0.6):
+                data += chunk
+                if reset_after < 0 and any(isinstance(f, hyperframe.frame.RstStreamFrame)
+                                           for f in parse_frames(data)[seen:]):
+                    reset_after = time.monotonic() - answered
+        except TimeoutError:
+            pass
+    finally:
+        writer.close()
+    return reset_after, [f for f in parse_frames(data)[seen:] if f.stream_id in (0, 1)
+                         and not isinstance(f, hyperframe.frame.SettingsFrame)]
+
+
+def _trailers(end: bool) -> bytes:
+    block = hpack.Encoder().encode([(b"x-checksum", b"0")])
+    return hyperframe.frame.HeadersFrame(
+        1, data=block, flags=["END_HEADERS", "END_STREAM"] if end else ["END_HEADERS"]
+    ).serialize()
+
+
+@pytest.mark.parametrize(("case", "follow", "error"), [
+    ("8.1.2.6/1: more than its content-length",
+     hyperframe.frame.DataFrame(1, data=b"x" * 20, flags=["END_STREAM"]).serialize(),
+     h2.errors.ErrorCodes.PROTOCOL_ERROR),
+    ("8.1.2.6: less than its content-length",
+     hyperframe.frame.DataFrame(1, data=b"x" * 3, flags=["END_STREAM"]).serialize(),
+     h2.errors.ErrorCodes.PROTOCOL_ERROR),
+    ("8.1/1: trailers that do not end the stream", _trailers(end=False),
+     h2.errors.ErrorCodes.PROTOCOL_ERROR),
+    ("6.9.1/3: the stream's window past 2^31-1",
+     hyperframe.frame.WindowUpdateFrame(1, window_increment=0x7FFFFFFF).serialize(),
+     h2.errors.ErrorCodes.FLOW_CONTROL_ERROR),
+], ids=["8.1.2.6-1-longer", "8.1.2.6-shorter", "8.1-1-trailers-open", "6.9.1-3-window"])
+async def test_a_malformed_frame_after_the_answer_went_out_is_still_a_stream_error(
+    edge: EdgeHarness, case: str, follow: bytes, error: int,
+) -> None:
+    """h2spec 8.1.2.6/1, 8.1/1 and 6.9.1/3 when the edge has answered (here 404, at once)
+    before the bad frame came: the stream lingers for the rest of its request, so the
+    frame still gets its stream error, not an RST_STREAM NO_ERROR sent before it came."""
+    _, frames = await answered_then(edge.port, follow)
+    errors = [f.error_code for f in frames if isinstance(f, hyperframe.frame.RstStreamFrame)]
+    assert errors == [error], (case, frames)
+    assert not any(isinstance(f, hyperframe.frame.GoAwayFrame) for f in frames), frames
+
+
+async def test_an_answered_request_whose_rest_comes_right_ends_without_a_reset(
+    edge: EdgeHarness,
+) -> None:
+    for follow in (hyperframe.frame.DataFrame(1, data=b"x" * 10, flags=["END_STREAM"])
+                   .serialize(),
+                   hyperframe.frame.DataFrame(1, data=b"x" * 10).serialize()
+                   + _trailers(end=True)):
+        _, frames = await answered_then(edge.port, follow)
+        assert not any(isinstance(f, (hyperframe.frame.RstStreamFrame,
+                                      hyperframe.frame.GoAwayFrame)) for f in frames), frames
+
+
+async def test_an_answered_request_whose_rest_never_comes_is_reset_no_error_after_lingering(
+    edge: EdgeHarness,
+) -> None:
+    """RFC 9113 8.1: after a complete answer the server may stop the request with
+    RST_STREAM NO_ERROR: the edge does once the stream lingered LINGER_S (some DATA
+    in the meantime is read and dropped)."""
+    reset_after, frames = await answered_then(
+        edge.port, hyperframe.frame.DataFrame(1, data=b"x" * 4).serialize())
+    errors = [f.error_code for f in frames if isinstance(f, hyperframe.frame.RstStreamFrame)]
+    assert errors == [h2.errors.ErrorCodes.NO_ERROR], frames
+    assert reset_after >= LINGER_S * 0.9, reset_after
+
+
+@pytest.mark.parametrize("preface", [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\rQ",
+                                     b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"])
+async def test_a_broken_preface_gets_goaway_protocol_error_and_a_close(
+    edge: EdgeHarness, preface: bytes,
+) -> None:
+    """h2spec 3.5/2's kind: a preface that strays after its first line is answered in
+    HTTP/2 (GOAWAY PROTOCOL_ERROR, then close), not with an HTTP/1.1 400."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    try:
+        writer.write(preface + hyperframe.frame.SettingsFrame(0).serialize())
+        data = await asyncio.wait_for(reader.read(), 10)  # until the edge closes
+    finally:
+        writer.close()
+    frame, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
+    frame.parse_body(memoryview(data[9:9 + length]))
+    assert isinstance(frame, hyperframe.frame.GoAwayFrame), data[:40]
+    assert frame.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+
+
+async def test_a_request_that_is_not_a_preface_is_still_http_1s_400(edge: EdgeHarness) -> None:
+    data = await exchange_raw(edge.port, b"INVALID CONNECTION PREFACE\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 400")
+
+
+async def test_streams_reset_in_the_read_that_opened_them_wake_nothing_and_reach_nothing(
+) -> None:
+    """Rapid reset's own pattern, HEADERS and RST_STREAM in one write: requests ended by
+    their head are dispatched when the read is taken whole, so these never count as
+    demand (no wake of a cold app) nor reach a machine; a request left alone still does."""
+    edge = await start_edge([{"name": "cold"}], FakePlacement())
+    try:
+        client = await H2Client.open(edge.port, source="127.0.0.5")
+        for _ in range(50):
+            stream_id = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(stream_id, [
+                (b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"cold.localhost"),
+                (b":path", b"/")], end_stream=True)
+            client.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        client.flush()  # one write
+        await asyncio.sleep(0.5)
+        assert edge.placement.wakes == []
+        answer = await client.request(b"cold.localhost")
+        assert answer.status == 200 and edge.placement.wakes == [1]
+        await client.close()
+    finally:
+        await edge.close()

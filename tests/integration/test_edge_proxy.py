@@ -348,20 +348,72 @@ async def test_sequential_requests_reuse_one_upstream_connection(edge: EdgeHarne
     assert await accepts() == before
 
 
-async def test_forwarded_headers_are_set_and_internal_ones_stripped(edge: EdgeHarness) -> None:
+SAYS_WHO = (b"X-Forwarded-For: 10.0.0.1\r\nX-Real-IP: 10.9.9.9\r\nForwarded: for=10.8.8.8\r\n"
+            b"X-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.test\r\n"
+            b"Proxy-Authorization: Basic c2VjcmV0\r\n")
+
+
+async def test_forwarded_headers_are_the_edges_own_and_internal_ones_stripped(
+    edge: EdgeHarness,
+) -> None:
+    """From a peer that is not a trusted proxy (none is, by default), nothing the client
+    says about itself or its proxy reaches the machine."""
     data = await exchange_raw(
         edge.port,
-        b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\nX-Forwarded-For: 10.0.0.1\r\n"
+        b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\n" + SAYS_WHO +
         b"X-Thaw-Machine: evil\r\nX-Request-Id: abc-123\r\nConnection: close, X-Drop\r\n"
         b"X-Drop: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Keep: yes\r\n\r\n",
     )
-    headers = {k.lower(): v for k, v in json.loads(split_response(data)[2])}
-    assert headers["x-forwarded-for"] == "10.0.0.1, 127.0.0.1"
+    pairs = [(k.lower(), v) for k, v in json.loads(split_response(data)[2])]
+    headers = dict(pairs)
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert headers["x-real-ip"] == "127.0.0.1"
     assert headers["x-forwarded-proto"] == "http"
     assert headers["x-forwarded-host"] == "web.localhost"
     assert headers["x-request-id"] == "abc-123" and headers["x-keep"] == "yes"
-    for dropped in ("x-thaw-machine", "x-drop", "keep-alive", "te", "via"):
+    for dropped in ("x-thaw-machine", "x-drop", "keep-alive", "te", "via", "forwarded",
+                    "proxy-authorization"):
         assert dropped not in headers
+    names = [k for k, _ in pairs]  # each set once, never beside the client's
+    assert all(names.count(n) == 1 for n in ("x-forwarded-for", "x-real-ip",
+                                             "x-forwarded-proto", "x-forwarded-host"))
+
+
+async def test_a_trusted_proxys_chain_is_kept_and_names_the_client() -> None:
+    """Behind a trusted proxy (here loopback), its X-Forwarded-For is kept with the peer
+    appended, X-Real-IP is the right-most address no trusted proxy holds, and the scheme
+    and host it was asked for are believed (the right-most item: what the nearest proxy
+    said) when they are a scheme and a host; its credentials never reach the machine."""
+    harness = await start_warm_edge(trusted_proxies=("127.0.0.0/8", "10.0.0.0/8"))
+
+    async def told(says: bytes) -> dict[str, str]:
+        data = await exchange_raw(
+            harness.port,
+            b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\nConnection: close\r\n" + says
+            + b"\r\n")
+        pairs = [(k.lower(), v) for k, v in json.loads(split_response(data)[2])]
+        names = [k for k, _ in pairs]
+        assert all(names.count(n) == 1 for n in ("x-forwarded-for", "x-real-ip",
+                                                 "x-forwarded-proto", "x-forwarded-host"))
+        return dict(pairs)
+
+    try:
+        headers = await told(
+            b"X-Forwarded-For: 198.51.100.7, 10.1.2.3\r\nX-Real-IP: 10.9.9.9\r\n"
+            b"X-Forwarded-Proto: http, HTTPS\r\nX-Forwarded-Host: www.example.com:8443\r\n"
+            b"Forwarded: for=10.8.8.8\r\nProxy-Authorization: Basic c2VjcmV0\r\n")
+        assert headers["x-forwarded-for"] == "198.51.100.7, 10.1.2.3, 127.0.0.1"
+        assert headers["x-real-ip"] == "198.51.100.7"
+        assert headers["x-forwarded-proto"] == "https"
+        assert headers["x-forwarded-host"] == "www.example.com:8443"
+        assert "proxy-authorization" not in headers and "forwarded" not in headers
+        # what is no scheme or no host is not passed on: the edge's own are
+        headers = await told(b"X-Forwarded-Proto: gopher\r\n"
+                             b"X-Forwarded-Host: a b@evil.test\r\n")
+        assert headers["x-forwarded-proto"] == "http"
+        assert headers["x-forwarded-host"] == "web.localhost"
+    finally:
+        await harness.close()
 
 
 async def test_http_1_0_is_answered_and_closed(edge: EdgeHarness) -> None:

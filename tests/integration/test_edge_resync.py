@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 
 from edge.adapters import registry_feed
-from edge.adapters.registry_feed import RegistryFeed
+from edge.adapters.registry_feed import REBUILD_BOUND_S, RegistryFeed
 from edge.view import View
 from tests.support.loopturns import LoopTurns
 from thaw.appconfig import AppConfig, parse
@@ -107,16 +107,48 @@ async def test_an_app_deleted_or_made_while_a_resync_runs_is_left_as_the_feed_le
     assert view.route("www.old.test") is None and view.route("www.new.test") is not None
 
 
-async def test_a_load_while_the_registry_is_filled_again_adds_but_never_removes() -> None:
+async def test_a_load_while_the_registry_is_filled_again_adds_but_never_removes_until_marked(
+) -> None:
     registry = Registry()
     await registry.put_app(config("a"))
     await registry.put_machine(started("a", "m1"))
     view, feed = await loaded(registry)
     await registry.delete_app("a")
-    feed.rebuilding_until = asyncio.get_running_loop().time() + 10
+    generation = await registry.generation()
+    feed.rebuilding = (generation, asyncio.get_running_loop().time())
     await registry.put_app(config("b"))
     await feed.load()
     assert sorted(view.apps) == ["a", "b"] and len(view.apps["a"].routable) == 1
-    feed.rebuilding_until = 0.0
+    await registry.mark_republished(generation)  # a placement says everything is back
     await feed.load()
-    assert sorted(view.apps) == ["b"]
+    assert sorted(view.apps) == ["b"] and feed.rebuilding is None
+
+
+async def test_a_refill_no_placement_marks_is_taken_as_whole_after_the_bound() -> None:
+    registry = Registry()
+    await registry.put_app(config("a"))
+    view, feed = await loaded(registry)
+    await registry.delete_app("a")
+    now = asyncio.get_running_loop().time()
+    feed.rebuilding = (await registry.generation(), now)
+    await feed.load()
+    assert sorted(view.apps) == ["a"]
+    feed.rebuilding = (await registry.generation(), now - REBUILD_BOUND_S - 1)
+    await feed.load()
+    assert view.apps == {} and feed.rebuilding is None
+
+
+async def test_while_the_registry_is_filled_again_an_apps_change_waits_for_the_markers_load(
+) -> None:
+    registry = Registry()
+    await registry.put_app(config("a"))
+    view, feed = await loaded(registry)
+    generation = await registry.generation()
+    feed.rebuilding = (generation, asyncio.get_running_loop().time())
+    await registry.put_app(parse({"name": "a", "image": "img2", "hosts": ["www.a.test"]}))
+    reads = registry.per_app_reads
+    await feed.refresh("app", "a")  # a refill's republish: not read app by app
+    assert registry.per_app_reads == reads and view.apps["a"].config.image == "img"
+    await registry.mark_republished(generation)
+    await feed.load()  # the load the marker allows brings it
+    assert view.apps["a"].config.image == "img2" and feed.rebuilding is None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edge.config import TlsConfig
-from tests.support.edge_fakes import start_warm_edge
+from tests.support.edge_fakes import exchange_raw, start_warm_edge
 from tests.support.h2client import H2Client
 from thaw.localca import LocalCA
 
@@ -111,5 +111,64 @@ async def test_rotation_makes_new_ticket_keys_so_old_sessions_do_not_resume(
         await asyncio.sleep(1.5)  # one rotation
         _, _, resumed = await asyncio.to_thread(handshake, port, context, "web.test", session)
         assert not resumed  # new keys: a full handshake, and the connection still served
+    finally:
+        await edge.close()
+
+
+def tls12(ca: LocalCA, ciphers: str) -> ssl.SSLContext:
+    context = client_context(ca)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(ciphers)
+    return context
+
+
+async def test_tls_1_2_takes_forward_secret_aead_suites_only(ca: LocalCA) -> None:
+    """No CBC suite (testssl's LUCKY13) and no static RSA key exchange: a TLS 1.2 client
+    offering only those is refused; one offering ECDHE with AES-GCM or ChaCha20 is served."""
+    edge = await start_warm_edge(domain="test", tls=TlsConfig(port=0, issuer=ca.issue))
+    try:
+        port = edge.runtime.tls_port  # type: ignore[attr-defined]
+        for refused in ("ECDHE+AES+SHA1:ECDHE+AES+SHA256:ECDHE+AES+SHA384",  # CBC
+                        "AES128-GCM-SHA256:AES256-GCM-SHA384"):  # static RSA
+            with pytest.raises((ssl.SSLError, OSError)):
+                await asyncio.to_thread(handshake, port, tls12(ca, refused), "web.test")
+        for taken in ("ECDHE+AESGCM", "ECDHE+CHACHA20"):
+            await asyncio.to_thread(handshake, port, tls12(ca, taken), "web.test")
+    finally:
+        await edge.close()
+
+
+async def test_hsts_is_added_over_tls_only_and_never_twice(ca: LocalCA) -> None:
+    edge = await start_warm_edge(domain="test", tls=TlsConfig(port=0, issuer=ca.issue,
+                                                              hsts_max_age_s=31536000))
+    try:
+        port = edge.runtime.tls_port  # type: ignore[attr-defined]
+
+        def get(path: str) -> bytes:
+            context = client_context(ca)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                    context.wrap_socket(raw, server_hostname="web.test") as tls:
+                tls.sendall(f"GET {path} HTTP/1.1\r\nHost: web.test\r\nConnection: close"
+                            f"\r\n\r\n".encode())
+                data = b""
+                while chunk := tls.recv(65536):
+                    data += chunk
+                return data.split(b"\r\n\r\n", 1)[0].lower()
+
+        head = await asyncio.to_thread(get, "/")
+        assert head.count(b"strict-transport-security: max-age=31536000") == 1, head
+        own = await asyncio.to_thread(get, "/header?name=Strict-Transport-Security&value=max-age=5")
+        assert own.count(b"strict-transport-security") == 1 and b"max-age=5" in own, own
+        client = await H2Client.open(port, tls=client_context(ca, alpn=["h2"]),
+                                     server_hostname="web.test")
+        try:
+            answer = await client.request(b"web.test", b"/")
+            assert answer.headers[b"strict-transport-security"] == b"max-age=31536000"
+        finally:
+            await client.close()
+        plain = await exchange_raw(edge.port, b"GET / HTTP/1.1\r\nHost: web.test\r\n"
+                                              b"Connection: close\r\n\r\n")
+        assert plain.startswith(b"HTTP/1.1 200")
+        assert b"strict-transport-security" not in plain.lower()
     finally:
         await edge.close()

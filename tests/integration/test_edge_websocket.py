@@ -124,3 +124,35 @@ async def test_an_upgrade_to_anything_but_websocket_is_still_501() -> None:
         assert edge.placement.wakes == []
     finally:
         await edge.close()
+
+
+async def test_idle_tunnels_at_their_limit_leave_the_machines_requests_alone(
+    session: aiohttp.ClientSession,
+) -> None:
+    """A machine's WebSocket tunnels may take `tunnel_share` (80 %) of its hard_limit:
+    with 4 idle tunnels on a machine of hard_limit 5, a 5th upgrade is 503 tunnels_full
+    at once, and 200 requests are all served by the same machine, none held."""
+    app = {"name": "echo", "concurrency": {"soft_limit": 5, "hard_limit": 5}}
+    edge = await start([app], FakePlacement(backend="hello"))
+    tunnels = []
+    try:
+        for _ in range(4):
+            tunnels.append(await session.ws_connect(url(edge),
+                                                    headers={"Host": "echo.localhost"}))
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(url(edge), headers={"Host": "echo.localhost"})
+        assert refused.value.status == 503
+        statuses = []
+        for _ in range(200):
+            async with session.get(f"http://127.0.0.1:{edge.port}/",
+                                   headers={"Host": "echo.localhost"}) as answer:
+                statuses.append(answer.status)
+        assert statuses == [200] * 200
+        assert edge.placement.wakes == [1]  # no request was ever held for want of room
+        for ws in tunnels:  # the tunnels still work
+            await ws.send_str("ping")
+            assert (await ws.receive(timeout=10)).data == "ping"
+    finally:
+        for ws in tunnels:
+            await ws.close()
+        await edge.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.placement_helpers import HELLO, Platform, eventually
+from tests.support.placement_helpers import HELLO, Platform, eventually, script_image
 from thaw.imagebuild import BuildOverrides, build_image
 from thaw.registry.memory import MemoryRegistry
 
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.integration
 def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("images")
     build_image(HELLO, "hello:v1", layout=root / "hello")
-    mute = root / "mute-src"
-    mute.mkdir()
-    (mute / "thaw-image.toml").write_text(
-        'from = "builtin:python3"\n'
-        'entrypoint = ["python3", "-c", "import time; time.sleep(120)"]\n')
-    build_image(mute, "mute:v1", layout=root / "mute")
+    mute = script_image(root, "mute", "import time; time.sleep(120)")
     boot_s = "import runpy, time; time.sleep(1.5); runpy.run_path('app.py', run_name='__main__')"
     build_image(HELLO, "slow:v1", layout=root / "slow",
                 overrides=BuildOverrides(entrypoint=["python3", "-c", boot_s]))
@@ -32,7 +27,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     empty.mkdir()
     (empty / "x.txt").write_text("x")
     build_image(empty, "empty:v1", layout=root / "empty")
-    return {"hello": f"oci:{root / 'hello'}:v1", "mute": f"oci:{root / 'mute'}:v1",
+    return {"hello": f"oci:{root / 'hello'}:v1", "mute": mute,
             "slow": f"oci:{root / 'slow'}:v1", "empty": f"oci:{root / 'empty'}:v1"}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.support.placement_helpers import Platform, eventually
+from tests.support.placement_helpers import Platform, agent_view, eventually, pulled
 from thaw.registry.types import WorkerStatus
 
 pytestmark = pytest.mark.integration
@@ -38,8 +38,8 @@ class DecliningAgent:
         return self.url
 
     async def pull(self, request: web.Request) -> web.Response:
-        return web.json_response({"digest": "sha256:" + "a" * 64,
-                                  "layers": [{"digest": "sha256:" + "b" * 64, "size": 1000}]})
+        return web.json_response(pulled((await request.json())["ref"],
+                                        {"sha256:" + "b" * 64: 1000}))
 
     async def offer(self, request: web.Request) -> web.Response:
         self.offers.append((await request.json())["key"])
@@ -96,12 +96,12 @@ class SlowAcceptingAgent(DecliningAgent):
         machine_id = self.made.setdefault(key, f"m{len(self.made)}")
         if first:
             await asyncio.sleep(self.delay_s)  # accepted, but after the offer timed out
-        return web.json_response({"id": machine_id, "state": "created", "worker": "slow"},
+        return web.json_response(agent_view(machine_id, "slow", "created"),
                                  status=201 if first else 200)
 
     async def destroy(self, request: web.Request) -> web.Response:
         self.destroyed.append(request.match_info["id"])
-        return web.json_response({"id": request.match_info["id"], "state": "destroying"},
+        return web.json_response(agent_view(request.match_info["id"], "slow", "destroying"),
                                  status=202)
 
 

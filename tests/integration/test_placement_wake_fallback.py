@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.credentials import ROUTE_KEYS
-from tests.support.placement_helpers import Platform
+from tests.support.placement_helpers import Platform, agent_view, pulled
 from thaw.auth import tickets
 from thaw.registry.types import MachineRecord, WorkerStatus
 
@@ -110,15 +110,14 @@ class StartDecliningAgent:
                          memory_mb=1024, updated_at=time.time()), ttl_s=60)
 
     async def pull(self, request: web.Request) -> web.Response:
-        return web.json_response({"digest": "sha256:" + "a" * 64, "layers": []})
+        return web.json_response(pulled((await request.json())["ref"], {}))
 
     async def offer(self, request: web.Request) -> web.Response:
         body = await request.json()
         machine_id = f"{self.worker_id}-m{len(self.made)}"
         self.made.append(machine_id)
-        return web.json_response({"id": machine_id, "state": "created",
-                                  "worker": self.worker_id, "app": body["app"],
-                                  "app_uid": body.get("app_uid", "")}, status=201)
+        return web.json_response(agent_view(machine_id, self.worker_id, "created",
+                                            body["app"], body.get("app_uid", "")), status=201)
 
     async def start_machine(self, request: web.Request) -> web.Response:
         self.starts.append(request.match_info["id"])
@@ -130,8 +129,8 @@ class StartDecliningAgent:
 
     async def destroy(self, request: web.Request) -> web.Response:
         self.destroyed.append(request.match_info["id"])
-        return web.json_response({"id": request.match_info["id"], "state": "destroying"},
-                                 status=202)
+        return web.json_response(agent_view(request.match_info["id"], self.worker_id,
+                                            "destroying"), status=202)
 
     async def stop(self) -> None:
         if self.runner is not None:

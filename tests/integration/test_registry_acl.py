@@ -24,7 +24,7 @@ from tests.support.redis_server import RedisServer, start_redis_server
 from thaw.appconfig import AppConfig
 from thaw.registry.access import RegistryRefused, check_access
 from thaw.registry.redis import RedisRegistry
-from thaw.registry.types import MachineRecord, WorkerStatus
+from thaw.registry.types import MachineRecord, PlacementAdvert, WorkerStatus
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +65,10 @@ async def agent_works(url: str, worker: str) -> None:
 async def placement_works(url: str) -> None:
     registry, book = RedisRegistry(url), RedisCoordination(url)
     try:
-        await registry.generation()
+        generation = await registry.generation()
         await registry.put_app(AppConfig(name="web", image="hello:v1"))
+        await registry.put_apps([AppConfig(name="web", image="hello:v1")])
+        await registry.mark_republished(generation)
         assert [w.id for w in await registry.workers()] == ["w1"]
         assert await registry.layer_holders("sha256:" + "c" * 64) == {"w1": 20}
         assert [m.id for m in await registry.machines("web")] == ["m-web"]
@@ -82,6 +84,7 @@ async def placement_works(url: str) -> None:
         await book.suspect("w1", 1, "e1", "m-web", 5)
         await book.mark_failed("w1", 1, "unreachable", 5)
         assert [m.worker for m in await book.failed_workers()] == ["w1"]
+        await registry.publish_placement(PlacementAdvert("p1", "http://p1:4280", "s"), 5)
         await registry.put_app(AppConfig(name="gone", image="hello:v1"))
         await registry.delete_app("gone")
     finally:
@@ -96,11 +99,13 @@ def book_claims() -> Claims:
 async def edge_works(url: str) -> None:
     registry, board = RedisRegistry(url), RedisLoadBoard(url)
     try:
-        await registry.generation()
+        generation = await registry.generation()
+        assert await registry.republished() == generation
         assert [c.name for c in await registry.apps()] == ["web"]
         assert (await registry.app("web")) is not None
         assert set(await registry.machines_of(["web", "none"])) == {"web"}
         assert [m.id for m in await registry.machines("web")] == ["m-web"]
+        assert [p.url for p in await registry.placements()] == ["http://p1:4280"]
         position = await registry.feed_position()
         changes = registry.changes(after="0-0")
         assert (await anext(changes)).seq <= position
@@ -141,6 +146,8 @@ def test_an_agents_user_can_neither_reroute_an_app_nor_touch_another_worker(
                      lambda: agent.set("thaw:worker-epoch:w2", "999999"),
                      lambda: agent.hset("thaw:worker-layers:w2", "x", 1),
                      lambda: agent.hgetall("thaw:apps"),  # apps' env: not an agent's to read
+                     # where edges send wakes (and held requests' answers come from)
+                     lambda: agent.hset("thaw:placements", "p1", "1 {}"),
                      lambda: agent.keys("*"), lambda: agent.flushall(),
                      lambda: agent.config_get("*"), lambda: agent.script_flush(),
                      lambda: agent.acl_list()):
@@ -169,7 +176,9 @@ def test_the_edges_user_reads_routes_but_cannot_write_them(locked: RedisServer) 
         for call in (lambda: edge.hset("thaw:apps", "web", "{}"),
                      lambda: edge.hset("thaw:machines:web", "m", "{}"),
                      lambda: edge.xadd("thaw:changes", {"kind": "app", "key": "web"}),
-                     lambda: edge.mget(["thaw:worker:w1"])):
+                     lambda: edge.mget(["thaw:worker:w1"]),
+                     lambda: edge.hset("thaw:placements", "p1", "1 {}"),
+                     lambda: edge.hdel("thaw:placements", "p1")):
             with pytest.raises(NoPermissionError):
                 call()
     finally:

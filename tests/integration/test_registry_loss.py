@@ -1,27 +1,21 @@
 """A registry flushed under a running platform: placement publishes every app again and
-the agents their workers, layers and machines, within seconds, with nothing restarted;
-the reconciler, meanwhile, neither creates nor destroys a machine."""
+the agents their workers, layers and machines, within seconds, with nothing restarted,
+and placement marks the generation republished once every worker said so; the
+reconciler, meanwhile, neither creates nor destroys a machine."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from tests.support.placement_helpers import Platform, eventually, hello_layout  # noqa: F401
-from tests.support.redis_server import RedisServer, start_redis_server
+from tests.support.redis_server import RedisServer
 from thaw.registry.redis import RedisRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def redis_own() -> Iterator[RedisServer]:
-    with start_redis_server() as server:
-        yield server
 
 
 async def test_a_flushed_registry_is_filled_again_and_no_machine_is_made_or_lost(
@@ -60,6 +54,13 @@ async def test_a_flushed_registry_is_filled_again_and_no_machine_is_made_or_lost
 
         await eventually(republished, timeout_s=5)
         assert await registry.generation() != generation
+
+        async def marked() -> bool:  # once both workers said they published again
+            return await registry.republished() == await registry.generation()
+
+        await eventually(marked, timeout_s=10)
+        workers = await registry.workers()
+        assert {w.generation for w in workers} == {await registry.generation()}
         # past the reconciler's grace and a timer pass: the shape was never in doubt
         await asyncio.sleep(max(0.0, flushed_at + 8 - asyncio.get_running_loop().time()))
         _, after = await p.call("GET", "/v1/apps/hello/machines")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import redis.asyncio as aioredis
 
 from tests.support.redis_server import start_redis_server
 from thaw.registry import WorkerStatus
-from thaw.registry.redis import RedisRegistry, RegistryUnavailable
+from thaw.registry.redis import PoolWaits, RedisRegistry, RegistryUnavailable, WaitingPool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -41,3 +44,21 @@ async def test_a_redis_flushed_or_restarted_empty_answers_a_new_generation() -> 
         assert await other.generation() == restarted
     await registry.close()
     await other.close()
+
+
+async def test_a_redis_pool_run_dry_makes_callers_wait_and_counts_the_wait() -> None:
+    with start_redis_server() as server:
+        pool = WaitingPool.from_url(server.url, max_connections=1, timeout=10)
+        client = aioredis.Redis.from_pool(pool)
+        try:
+            before = PoolWaits.count
+            async def blpop() -> object:
+                return await client.blpop(["thaw:test-empty"], timeout=0.5)
+
+            blocked = asyncio.create_task(blpop())
+            await asyncio.sleep(0.1)  # the only connection is blocked in BLPOP
+            assert await client.ping()  # waited for it, then answered
+            assert await blocked is None
+            assert PoolWaits.count == before + 1
+        finally:
+            await client.aclose()

@@ -128,3 +128,29 @@ def test_a_refused_store_url_does_not_show_its_password() -> None:
         check_store_url("mysql://thaw:s3cret@db.test/thaw")
     assert "s3cret" not in str(caught.value)
     assert check_store_url("postgresql://thaw:pw@db.test:5432/thaw")
+
+
+async def test_a_postgres_pool_run_dry_makes_callers_wait_and_counts_the_wait(
+    postgres_url: str, tmp_path: Path,
+) -> None:
+    waits: list[float] = []
+    store = await open_store(postgres_url, tmp_path, pool_size=1, on_wait=waits.append)
+    try:
+        await store.apps.create(hello("waited"))
+        holding = asyncio.Event()
+
+        async def hold_the_only_connection() -> None:
+            async with store.database.transaction() as tx:
+                await tx.row("SELECT 1")
+                holding.set()
+                await asyncio.sleep(0.5)
+
+        held = asyncio.create_task(hold_the_only_connection())
+        await holding.wait()
+        assert (await store.apps.get("waited")).name == "waited"  # waited, then answered
+        await held
+        assert len(waits) == 1
+        assert await store.apps.get("waited") is not None  # a free connection: no wait
+        assert len(waits) == 1
+    finally:
+        await store.close()

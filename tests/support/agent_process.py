@@ -104,6 +104,12 @@ class AgentProcess:
     def close(self) -> None:
         self.cleanup()
 
+    def __enter__(self) -> AgentProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
     def cleanup(self) -> None:
         """Stop the agent, then kill every machine process group it left and remove what
         its machines had on the host."""
@@ -149,6 +155,8 @@ def terminate_all(procs: list[subprocess.Popen[bytes]], timeout_s: float = 20) -
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            print(f"pid {proc.pid} outstayed SIGTERM by {timeout_s}s, killed: {proc.args}",
+                  file=sys.stderr)
             proc.kill()
             proc.wait()
 

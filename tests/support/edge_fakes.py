@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
@@ -42,6 +42,9 @@ from tests.support.credentials import RING
 from tests.support.ports import free_port
 from thaw.auth.aiohttp_glue import refusal
 from thaw.auth.signing import Verifier
+
+if TYPE_CHECKING:
+    from edge.service import Edge
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = bytes(range(256)) * 256  # 64 KiB
@@ -132,6 +135,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/sleep":
             time.sleep(int(query.get("ms", "0")) / 1000)
             self._send(200, b"slept")
+        elif parts.path == "/header":  # an answer with one header of the caller's choosing
+            self.send_response(200)
+            self.send_header(query["name"], query["value"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         else:
             self._send(200, f"hello from {self.server.machine_id}".encode())
 
@@ -340,6 +348,17 @@ class EdgeHarness:
     @property
     def admin_port(self) -> int:
         return self.runtime.admin_port  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def shell(self) -> Edge:
+        """The edge's shell (its config, client table, view), for what a test reads."""
+        return self.runtime.edge  # type: ignore[attr-defined,no-any-return]
+
+    async def __aenter__(self) -> EdgeHarness:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def state(self) -> dict[str, object]:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.admin_port)

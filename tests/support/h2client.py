@@ -44,10 +44,14 @@ class H2Client:
 
     @classmethod
     async def open(cls, port: int, *, tls: ssl.SSLContext | None = None,
-                   server_hostname: str | None = None, **kwargs: object) -> H2Client:
+                   server_hostname: str | None = None, source: str = "127.0.0.1",
+                   **kwargs: object) -> H2Client:
+        """`source`: the loopback address to connect from (the edge tells clients apart
+        by address: an attacker in a test is another client than the one it observes
+        with, as it would be)."""
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=tls, server_hostname=server_hostname if tls else None,
-            limit=1 << 22)
+            limit=1 << 22, local_addr=(source, 0))
         return cls(reader, writer, **kwargs)  # type: ignore[arg-type]
 
     def flush(self) -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 import yarl
 
+from agent.api import Guest, MachineView
 from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.runner import AgentRuntime
@@ -45,6 +47,19 @@ def hello_layout(tmp_path_factory: pytest.TempPathFactory) -> str:
     layout = tmp_path_factory.mktemp("hello-layout")
     build_image(HELLO, "hello:v1", layout=layout)
     return f"oci:{layout}:v1"
+
+
+def script_image(root: Path, name: str, code: str) -> str:
+    """An image of builtin:python3 whose entrypoint is `python3 -c code`, built as the
+    OCI layout `root/name`: its reference (tag v1)."""
+    from thaw.imagebuild import build_image
+
+    source = root / f"{name}-src"
+    source.mkdir()
+    (source / "thaw-image.toml").write_text(
+        f'from = "builtin:python3"\nentrypoint = ["python3", "-c", {json.dumps(code)}]\n')
+    build_image(source, f"{name}:v1", layout=root / name)
+    return f"oci:{root / name}:v1"
 
 
 class Platform:
@@ -160,3 +175,19 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+def agent_view(machine_id: str, worker: str, state: str, app: str = "", app_uid: str = ""
+               ) -> dict[str, Any]:
+    """A machine as an agent answers it (agent/api.py `MachineView`), for fake agents:
+    placement reads their answers as the real agent's wire type."""
+    return msgspec.to_builtins(MachineView(  # type: ignore[no-any-return]
+        id=machine_id, app=app, worker=worker, region="local", state=state, image="",
+        image_digest="", address="", pid=0, created_at=0.0, updated_at=0.0, guest=Guest(),
+        events=[], app_uid=app_uid))
+
+
+def pulled(ref: str, layers: dict[str, int]) -> dict[str, Any]:
+    """An agent's answer to a pull (the fields placement reads of `imagecache.api.Image`)."""
+    return {"ref": ref, "digest": "sha256:" + "a" * 64,
+            "layers": [{"digest": digest, "size": size} for digest, size in layers.items()]}

@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (bind to 0, read, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def _port_range() -> range:
+    """Ports the tests' servers are given: below the kernel's ephemeral range (which
+    bind(0) and every outgoing connection draw from, so a port picked there may be taken
+    by some connection before its server binds it: with test files on two workers, one
+    worker's 5,000 connections did), a share of it per pytest-xdist worker."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first, last = 10000, max(low, 12000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    share = (last - first) // count
+    return range(first + index * share, first + (index + 1) * share)
+
+
+_PORTS = _port_range()
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports, every socket held until all are chosen: services given
-    their ports up front (before any binds) never share one, as separate free_port()
-    calls may when a port handed out is not bound yet."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    """`count` distinct ports free a moment ago, from this worker's share below the
+    ephemeral range (random order, each one bound to check), so that services given
+    their ports up front (before any binds) never share one."""
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = random.choice(_PORTS)
+        if port in chosen:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago."""
+    return free_ports(1, host)[0]
 
 
 def wait_for_port(host: str, port: int, timeout_s: float = 10.0,

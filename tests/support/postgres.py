@@ -17,6 +17,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -109,6 +110,17 @@ class PostgresServer:
             self._proc.kill()
             self._proc.wait(timeout=10)
             self._proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP the server and every backend (its own process group): a database that
+        stalls, neither refusing nor answering. `resume` undoes it (call it before `stop`:
+        frozen backends would not notice a killed server)."""
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGCONT)
 
     def restart(self) -> None:
         """After `kill`: start again on the same data dir and port (crash recovery)."""

@@ -139,3 +139,10 @@ def start_redis_server(port: int | None = None, *, locked: bool = False,
 def redis_server() -> Iterator[RedisServer]:
     with start_redis_server() as server:
         yield server
+
+
+@pytest.fixture
+def redis_own() -> Iterator[RedisServer]:
+    """A Redis of the test's own, so that the test may kill, freeze or flush it."""
+    with start_redis_server() as server:
+        yield server

@@ -7,6 +7,7 @@ import http.client
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,16 @@ class Services:
     def __init__(self, tmp: Path, redis_url: str, agents: int = 2, *, placements: int = 1,
                  edges: int = 1, store: str = "", agent_cpus: float = 2,
                  agent_memory_mb: int = 1024, heartbeat_s: float = 0.5,
-                 locked: RedisServer | None = None) -> None:
+                 locked: RedisServer | None = None, every_placement: bool = False,
+                 start_timeout_s: float = 20, placement_args: tuple[str, ...] = ()) -> None:
         """`placements` share `store` (a postgresql:// URL; "" is each one's own SQLite);
         edge i asks placement i % placements. The first of each is `placement`/`edge`.
         `heartbeat_s`: the agents' (short in tests, so that a dead one is seen soon).
         `locked`: a Redis with ACLs (`redis_url` unused): each service connects as its
-        role's user, an agent as its worker's own (`agent-w0`…), password from a file."""
+        role's user, an agent as its worker's own (`agent-w0`…), password from a file.
+        `every_placement`: each edge is given every placement's URL (its own first).
+        `start_timeout_s`: how long each may take to listen (a placement publishes every
+        stored app first). `placement_args`: more flags for every placement."""
         self.tmp = tmp
         self.redis_url = redis_url
         self.agents = agents
@@ -39,6 +44,9 @@ class Services:
         self.agent_size = (str(agent_cpus), str(agent_memory_mb))
         self.heartbeat_s = heartbeat_s
         self.locked = locked
+        self.every_placement = every_placement
+        self.start_timeout_s = start_timeout_s
+        self.placement_args = placement_args
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
         # every port up front, distinct (an agent's, chosen later, could have been one
@@ -63,7 +71,7 @@ class Services:
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         log.close()
         self.procs[name] = proc
-        wait_for_port("127.0.0.1", port, timeout_s=20)
+        wait_for_port("127.0.0.1", port, timeout_s=self.start_timeout_s)
 
     def registry_args(self, args: tuple[str, ...]) -> list[str]:
         if self.locked is None:
@@ -87,7 +95,8 @@ class Services:
             self.spawn(name, "placement", "--port", str(port), "--state-dir",
                        str(self.tmp / name), "--admin-port",
                        self.placement_admins[i].rsplit(":", 1)[1], *store, *layouts,
-                       "--secrets-key-file", str(key_file), *routes, port=port)
+                       "--secrets-key-file", str(key_file), *routes, *self.placement_args,
+                       port=port)
         for i in range(self.agents):
             port = self.agent_ports[i]
             self.spawn(f"agent-{i}", "agent", "--port", str(port), "--id", f"w{i}",
@@ -96,9 +105,16 @@ class Services:
                        str(self.heartbeat_s),
                        "--stop-machines-on-exit", *layouts, port=port)
         for i, (port, admin) in enumerate(zip(self.edge_ports, self.admin_ports, strict=True)):
+            own = i % len(self.apis)
+            urls = self.apis[own:] + self.apis[:own] if self.every_placement else [
+                self.apis[own]]
+            # every test client is 127.0.0.1: the per-client limits are lifted (their
+            # own tests are tests/integration/test_edge_client_limits.py)
             self.spawn("edge" if i == 0 else f"edge-{i}", "edge", "--port", str(port),
-                       "--admin-port", str(admin), "--placement",
-                       self.apis[i % len(self.apis)], *routes, port=port)
+                       "--admin-port", str(admin), "--placement", ",".join(urls), *routes,
+                       "--new-conns-per-s", "1000000", "--max-conns-per-client", "1000000",
+                       "--max-held-per-client", "1000000", "--new-conns-burst", "1000000",
+                       port=port)
         return self
 
     def kill_host(self, index: int) -> None:
@@ -119,6 +135,21 @@ class Services:
     def restart(self, name: str) -> None:
         args, port = self.args[name]
         self.spawn(name, *args, port=port)
+
+    def machines_at_agents(self) -> Counter[str]:
+        """Machines that exist (not destroyed) by app, asked of every agent."""
+        found: Counter[str] = Counter()
+        for port in self.agent_ports:
+            status, views = call("GET", f"http://127.0.0.1:{port}/v1/machines")
+            assert status == 200, views
+            found.update(v["app"] for v in views if v["state"] != "destroyed")
+        return found
+
+    def __enter__(self) -> Services:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         terminate_all(list(self.procs.values()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge.adapters.accesslog import AccessLog
 from edge.config import EdgeConfig
@@ -14,6 +14,9 @@ from edge.core.accesslog import line, logged, path_of
 from edge.view import View
 from tests.support.credentials import RING
 from thaw.appconfig import parse
+
+if TYPE_CHECKING:
+    from edge.service import Edge
 
 REQUEST = (b"GET /items/7?token=secret HTTP/1.1\r\nHost: web.localhost\r\n"
            b"X-Request-Id: req-1\r\n\r\n")
@@ -125,19 +128,27 @@ class MemoryTransport:
         pass
 
 
+def logging_edge(path: Path) -> Edge:
+    """An edge (no sockets) serving app `web` from machine m1 on worker w7, logging every
+    answer to `path`."""
+    from edge.service import Edge
+
+    view = View("localhost", asyncio.get_running_loop().time)
+    view.set_app("web", parse({"name": "web", "image": "x", "auto_stop": "off"}))
+    view.add_started("web", "m1", "127.0.0.1:9999", worker="w7")
+    return Edge(EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=RING,
+                           access_log=str(path), access_log_sample_rate=1.0), view)
+
+
 async def test_a_warm_request_through_the_edge_is_logged_with_its_machine_and_bytes(
     tmp_path: Path,
 ) -> None:
     from edge.adapters.http1 import ClientConnection
     from edge.adapters.upstream import UpstreamConnection
-    from edge.service import Edge
 
     path = tmp_path / "access.log"
-    view = View("localhost", asyncio.get_running_loop().time)
-    view.set_app("web", parse({"name": "web", "image": "x", "auto_stop": "off"}))
-    view.add_started("web", "m1", "127.0.0.1:9999", worker="w7")
-    edge = Edge(EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=RING,
-                           access_log=str(path), access_log_sample_rate=1.0), view)
+    edge = logging_edge(path)
+    view = edge.view
     client = ClientConnection(edge)
     client.connection_made(MemoryTransport())  # type: ignore[arg-type]
     upstream = UpstreamConnection(edge.pool, view.apps["web"].machines["m1"].pool_key)
@@ -155,3 +166,26 @@ async def test_a_warm_request_through_the_edge_is_logged_with_its_machine_and_by
     assert (line["status"], line["code"], line["proto"]) == (200, "", "http/1.1")
     assert (line["bytes_in"], line["bytes_out"], line["client"]) == (0, 5, "10.1.2.3")
     assert line["cold"] is False and "hold_ms" not in line and line["duration_ms"] >= 0
+
+
+async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_counted(
+    tmp_path: Path,
+) -> None:
+    """A flood of abandoned requests (reset streams, closed connections) is not a flood of
+    499 lines: 20 at once (the burst), then 10 a second; the rest are counted."""
+    from edge.adapters.http1 import ClientConnection
+
+    path = tmp_path / "access.log"
+    edge = logging_edge(path)
+    for _ in range(100):
+        client = ClientConnection(edge)
+        client.connection_made(MemoryTransport())  # type: ignore[arg-type]
+        client.data_received(REQUEST)  # forwarded (an upstream connect is under way)...
+        client.connection_lost(None)  # ...and abandoned
+    log = edge.access_log
+    assert log is not None
+    unlogged = log.gone_unlogged
+    await edge.close()
+    lines = [json.loads(text) for text in path.read_text().splitlines()]
+    assert 20 <= len(lines) <= 21 and {entry["status"] for entry in lines} == {499}
+    assert unlogged == 100 - len(lines)

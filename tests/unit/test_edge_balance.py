@@ -83,3 +83,18 @@ def test_with_few_machines_the_one_scan_picks_exactly_what_the_two_tier_rule_pic
     machines = [Machine(str(i), n) for i, n in enumerate(loads)]
     expected = _two_tier_model(machines, soft, soft + extra)
     assert pick(machines, soft, soft + extra, random.Random(0)) is expected
+
+
+class Tunnels:
+    def __init__(self, in_flight: int, tunnels: int) -> None:
+        self.in_flight = in_flight
+        self.tunnels = tunnels
+
+
+def test_a_tunnel_goes_to_the_fewest_tunnels_under_the_limit_with_room() -> None:
+    from edge.core.balance import pick_tunnel, tunnel_limit
+
+    assert tunnel_limit(5, 0.8) == 4 and tunnel_limit(1, 0.8) == 1 and tunnel_limit(100, 1.0) == 100
+    a, b, c = Tunnels(4, 4), Tunnels(3, 2), Tunnels(5, 1)  # c has no room at all
+    assert pick_tunnel([a, b, c], limit=4, hard_limit=5) is b
+    assert pick_tunnel([a, Tunnels(4, 4)], limit=4, hard_limit=5) is None

@@ -441,3 +441,22 @@ def test_a_lowered_table_size_must_be_taken_up_by_the_client() -> None:
     h2s, events, _ = connected(header_table=1024)
     h2s.receive(make(0x1, 0x5, 1, b"\x3f\xe1\x07" + _block(REQUEST)), 0.0)  # 1024, then fields
     assert events.calls == [("request", 1, True, False)]
+
+
+def test_a_read_of_many_requests_is_taken_in_slices_with_nothing_lost_or_reordered() -> None:
+    """`max_requests`: at most that many streams opened per `receive`; the rest of the
+    bytes (frames after the last stream opened, a reset of it included) wait for a
+    `receive(b"")`, in order, however the frames fall."""
+    h2s, events, c = connected()
+    for sid in range(1, 40, 2):  # 20 requests, each reset right after it opened
+        c.send_headers(sid, REQUEST, end_stream=True)
+        c.reset_stream(sid)
+    data = c.data_to_send()
+    turns = [h2s.receive(data, 0.0, max_requests=8)]
+    while turns[-1]:
+        turns.append(h2s.receive(b"", 0.0, max_requests=8))
+    assert turns == [True, True, False]  # 8, 8, then the last 4 and their resets
+    opened = [call[1] for call in events.calls if call[0] == "request"]
+    reset = [call[1] for call in events.calls if call[0] == "reset"]
+    assert opened == list(range(1, 40, 2)) and reset == opened  # each once, in order
+    assert h2s.buffer == b""

@@ -90,8 +90,10 @@ class Item:
 def test_the_deadline_heap_expires_exactly_what_a_full_scan_would(
     ops: list[tuple[str, str, int]],
 ) -> None:
-    queues: HoldQueues[Item] = HoldQueues(max_total=1000)
-    model: dict[str, list[tuple[Item, float]]] = {"a": [], "b": []}  # FIFO of (item, deadline)
+    """...and each client's count is what it has held, whichever way its items left."""
+    queues: HoldQueues[Item] = HoldQueues(max_total=1000, max_per_client=4)
+    # FIFO of (item, deadline, client) per app
+    model: dict[str, list[tuple[Item, float, bytes]]] = {"a": [], "b": []}
     now = 0.0
     counter = 0
     for op, app, arg in ops:
@@ -99,25 +101,49 @@ def test_the_deadline_heap_expires_exactly_what_a_full_scan_would(
         if op == "enqueue":
             counter += 1
             item = Item(counter)
-            decision = queues.enqueue(app, item, now, 1.0 + arg, max_pending=10)
+            client = b"x" if arg % 2 else b"y"
+            had = sum(1 for fifo in model.values() for *_, c in fifo if c == client)
+            decision = queues.enqueue(app, item, now, 1.0 + arg, max_pending=10, client=client)
             if isinstance(decision, Held):
-                model[app].append((item, now + 1.0 + arg))
+                model[app].append((item, now + 1.0 + arg, client))
+            assert (decision == Rejected("too_many_held")) == (had >= 4)
         elif op == "release":
             released = queues.release(app, arg)
-            assert released == [item for item, _ in model[app][:arg]]
+            assert released == [item for item, *_ in model[app][:arg]]
             del model[app][:arg]
         elif op == "remove" and model[app]:
-            victim, _ = model[app].pop(arg % len(model[app]))
+            victim, *_ = model[app].pop(arg % len(model[app]))
             assert queues.remove(app, victim)
         elif op == "expire":
             expired = {(e.app, e.item.n) for e in queues.expire(now)}
-            due = {(name, item.n) for name, fifo in model.items() for item, d in fifo if d <= now}
+            due = {(name, item.n) for name, fifo in model.items() for item, d, _ in fifo
+                   if d <= now}
             assert expired == due
             for name in model:
-                model[name] = [(item, d) for item, d in model[name] if d > now]
+                model[name] = [entry for entry in model[name] if entry[1] > now]
         assert queues.total == sum(len(fifo) for fifo in model.values())
-        deadlines = [d for fifo in model.values() for _, d in fifo]
+        deadlines = [d for fifo in model.values() for _, d, _ in fifo]
         assert queues.next_deadline() == (min(deadlines) if deadlines else None)
+        counts: dict[bytes, int] = {}
+        for fifo in model.values():
+            for *_, client in fifo:
+                counts[client] = counts.get(client, 0) + 1
+        assert queues.by_client == counts
+
+
+def test_a_client_at_its_bound_gets_too_many_held_and_others_are_still_held() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=100, max_per_client=2)
+    assert isinstance(queues.enqueue("a", "1", 0.0, 30.0, 10, client=b"10.0.0.1"), Held)
+    assert isinstance(queues.enqueue("b", "2", 0.0, 30.0, 10, client=b"10.0.0.1"), Held)
+    # over all apps: a third, to any app, is refused for this client alone
+    assert queues.enqueue("c", "3", 0.0, 30.0, 10, client=b"10.0.0.1") == Rejected(
+        "too_many_held")
+    assert isinstance(queues.enqueue("a", "4", 0.0, 30.0, 10, client=b"10.0.0.2"), Held)
+    assert isinstance(queues.enqueue("a", "5", 0.0, 30.0, 10), Held)  # no client: no bound
+    assert queues.release("a", 1) == ["1"]  # one of its own left: room for one more
+    assert isinstance(queues.enqueue("c", "3", 0.0, 30.0, 10, client=b"10.0.0.1"), Held)
+    with pytest.raises(ValueError):
+        HoldQueues(max_total=100, max_per_client=0)
 
 
 def test_late_takes_out_only_the_items_whose_deadline_comes_before_a_predicted_start() -> None:
@@ -145,3 +171,25 @@ def test_the_clients_request_timeout_is_read_bounded_and_ignored_when_invalid(
     lines: bytes, seconds: float | None,
 ) -> None:
     assert request_timeout_s(lines) == seconds
+
+
+def test_one_app_holds_at_most_its_share_and_leaves_the_rest_to_others() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=100, max_share=0.1)
+    results = [queues.enqueue("flood", f"f{i}", 0.0, 30.0, max_pending=1000) for i in range(50)]
+    assert sum(isinstance(r, Held) for r in results) == 10
+    assert set(results[10:]) == {Rejected("queue_full")}  # its own overflow, for it alone
+    assert isinstance(queues.enqueue("calm", "c", 0.0, 30.0, max_pending=1000), Held)
+
+
+def test_it_takes_apps_at_their_share_to_fill_the_edge() -> None:
+    queues: HoldQueues[str] = HoldQueues(max_total=20, max_share=0.5)
+    for app in ("a", "b"):
+        for i in range(10):
+            assert isinstance(queues.enqueue(app, f"{app}{i}", 0.0, 30.0, 1000), Held)
+    assert queues.enqueue("c", "c0", 0.0, 30.0, 1000) == Rejected("edge_full")
+
+
+def test_a_share_outside_0_to_1_is_refused() -> None:
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match="max_share"):
+            HoldQueues(max_total=10, max_share=share)

@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from edge.config import EdgeConfig
+from edge.core.clients import ClientTable
 from edge.core.stats import REQUEST_SECONDS, AppStats, Histogram, code_class
 from edge.metrics import EdgeMetrics
 from edge.routeguard import RouteGuard
@@ -74,6 +75,7 @@ class FakeEdge:
     shed: dict[tuple[str, str], int] = field(default_factory=dict)
     load_share: Any = None
     route_guard: RouteGuard = field(default_factory=lambda: RouteGuard(None))
+    clients: ClientTable = field(default_factory=lambda: ClientTable(10, 10.0, 10.0))
 
 
 @dataclass
@@ -199,3 +201,17 @@ def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:
             "thaw_edge_hold_seconds_count", "thaw_edge_wake_phase_seconds_count",
             "thaw_edge_autostops_total", "thaw_edge_upstream_connect_errors_total",
             "thaw_edge_shed_total"} <= kept
+
+
+def test_connections_refused_and_cut_per_client_are_counted() -> None:
+    edge = edge_with("web")
+    for _ in range(11):
+        edge.clients.open(b"10.0.0.9", 0.0)
+    edge.clients.strike(b"10.0.0.9", 0.0)
+    edge.clients.open(b"10.0.0.9", 0.5)
+    got = samples(edge)
+    refused = "thaw_edge_client_connections_refused_total"
+    assert got[(refused, frozenset({("reason", "connections")}))] == 1
+    assert got[(refused, frozenset({("reason", "barred")}))] == 1
+    assert got[("thaw_edge_client_connections_cut_total", frozenset())] == 1
+    assert got[("thaw_edge_clients_tracked", frozenset())] == 1

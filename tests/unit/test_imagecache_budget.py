@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s
+from imagecache.core.budget import DownloadLimits, Room, blob_deadline_s, pull_blocked
 from imagecache.errors import os_failure
 
 
@@ -60,3 +60,13 @@ def test_refusal_names_the_budget_and_what_pinned_images_and_pulls_hold() -> Non
 def test_local_os_errors_become_image_errors_without_the_path(code: int, expected: str) -> None:
     error = os_failure(OSError(code, "reason", "/var/lib/thaw/secret/path"), "writing blob x")
     assert (error.code, error.message) == (expected, "writing blob x: reason")
+
+
+def test_a_disk_below_the_reserve_blocks_pulls_unless_evicting_would_lift_it_above() -> None:
+    mib = 2**20
+    assert pull_blocked(600 * mib, 0, 512 * mib) == ""
+    assert pull_blocked(300 * mib, 0, 512 * mib) == (
+        "free disk 300 MiB (0 MiB more evictable) is below the image cache's reserve of "
+        "512 MiB")
+    assert pull_blocked(300 * mib, 300 * mib, 512 * mib) == ""  # eviction makes room
+    assert pull_blocked(512 * mib, 0, 512 * mib) != ""  # not one byte may be written

@@ -26,6 +26,7 @@ from placement.core.market import (
     spread_term,
     starting_term,
 )
+from placement.core.offers import no_capacity_reason
 from thaw.registry.types import WorkerStatus
 
 NOW = 1_000.0
@@ -156,6 +157,34 @@ def test_draining_and_declined_workers_are_filtered_with_their_reasons() -> None
     assert [s.worker for s in decision.ranked] == ["w-ok"]
 
 
+def test_a_worker_that_cannot_pull_is_filtered_for_an_image_it_lacks_with_its_reason() -> None:
+    blocked = "free disk 40 MiB (0 MiB more evictable) is below the image cache's reserve"
+    decision = run([worker("w-low", pull_blocked=blocked), worker("w-ok")])
+    assert [s.worker for s in decision.ranked] == ["w-ok"]
+    assert [(f.worker, f.stage, f.reason) for f in decision.filtered] == [
+        ("w-low", "pull", f"cannot pull: {blocked}")]
+    alone = run([worker("w-low", pull_blocked=blocked)])
+    assert no_capacity_reason(alone, []) == (
+        f"no worker in region 'mad' fits (1 of 1 filtered: w-low: cannot pull: {blocked})")
+    unknown = run([worker("w-low", pull_blocked=blocked, layers=dict(IMAGE))],
+                  req=request(image_layers={}))
+    assert unknown.ranked == ()  # an image whose layers are not known would be pulled
+
+
+def test_a_worker_that_cannot_pull_still_takes_an_image_whose_layers_it_holds() -> None:
+    decision = run([worker("w-low", pull_blocked="disk", layers=dict(IMAGE)),
+                    worker("w-part", pull_blocked="disk", layers={"sha256:a": 60})])
+    assert [s.worker for s in decision.ranked] == ["w-low"]
+    assert [f.worker for f in decision.filtered] == ["w-part"]
+
+
+def test_a_no_capacity_reason_names_the_first_workers_filtered_and_counts_the_rest() -> None:
+    decision = run([worker(f"w{i}", draining=True) for i in range(5)])
+    assert no_capacity_reason(decision, []) == (
+        "no worker in region 'mad' fits (5 of 5 filtered: w0: draining, w1: draining, "
+        "w2: draining, and 2 more)")
+
+
 def test_every_score_is_within_zero_and_one() -> None:
     workers = [worker(f"w{i}", reserved_cpus=i * 0.4, machines_starting=i) for i in range(8)]
     decision = run(workers, app_machines={"w1": 2})
@@ -281,19 +310,21 @@ def full_scan(workers: list[WorkerStatus], req: PlacementRequest,
 fleets = st.lists(
     st.tuples(st.floats(0, 4), st.integers(0, 4096), st.integers(0, 3), st.booleans(),
               st.sets(st.sampled_from([*sorted(IMAGE), "sha256:c"])),
-              st.floats(NOW - 5, NOW)),
+              st.floats(NOW - 5, NOW), st.booleans()),
     min_size=1, max_size=128)
 
 
 @settings(max_examples=150, deadline=None)
 @given(fleet=fleets, spread=st.dictionaries(st.integers(0, 127), st.integers(1, 3)))
 def test_the_index_ranks_like_a_full_scan_up_to_the_threshold(
-    fleet: list[tuple[float, int, int, bool, set[str], float]], spread: dict[int, int]
+    fleet: list[tuple[float, int, int, bool, set[str], float, bool]], spread: dict[int, int]
 ) -> None:
     workers = [worker(f"w{i:03d}", reserved_cpus=cpus, reserved_memory_mb=memory,
                       machines_starting=starting, draining=draining,
-                      layers={d: IMAGE.get(d, 7) for d in layers}, updated_at=at)
-               for i, (cpus, memory, starting, draining, layers, at) in enumerate(fleet)]
+                      layers={d: IMAGE.get(d, 7) for d in layers}, updated_at=at,
+                      pull_blocked="disk" if blocked else "")
+               for i, (cpus, memory, starting, draining, layers, at, blocked)
+               in enumerate(fleet)]
     app_machines = {f"w{i:03d}": n for i, n in spread.items()}
     decision = run(workers, app_machines=app_machines)
     assert list(decision.ranked) == full_scan(workers, request(), app_machines)

@@ -23,6 +23,7 @@ from placement.core.reconcile import (
     Replace,
     Seen,
     Start,
+    Unfence,
     creates_held_back,
     found_no_room,
     held_back,
@@ -110,6 +111,39 @@ def test_spares_never_pass_max_machines() -> None:
     assert kinds(reconcile(d, [m("a")], workers=W)) == ["Create"]
 
 
+def test_lowering_spares_destroys_the_standby_made_for_them_but_no_other() -> None:
+    spare = replace(m("s", "w2", "created"), for_spares=True)
+    by_hand = m("h", "w3", "created")  # a wake's or an owner's standby: not the rule's
+    stopped = m("t", "w3", "stopped")  # what scaling to zero left: a wake starts it
+    d = Declared(release=1, min_running=1, spares=0, max_machines=5)
+    actions = reconcile(d, [m("a"), spare, by_hand, stopped], workers=W)
+    assert actions == [Destroy("s", "spares=0: 3 standing by")]
+    again = reconcile(d, [m("a"), by_hand, stopped], workers=W)
+    assert again == []  # converged: the others stay
+
+
+def test_a_standby_made_for_spares_is_kept_while_the_app_is_short_of_running() -> None:
+    spare = replace(m("s", "w2", "created"), for_spares=True)
+    d = Declared(release=1, min_running=2, spares=0, max_machines=3)
+    actions = reconcile(d, [m("a"), spare], workers=W)
+    assert actions == [Start("s", "min_machines_running=2: 1 running")]
+
+
+def test_a_rollouts_replacement_standby_is_not_trimmed_as_a_surplus_of_spares() -> None:
+    new_spare = replace(m("n", "w2", "created", release=2), for_spares=True)
+    old_spare = m("o", "w3", "created", release=1)
+    d = Declared(release=2, min_running=1, spares=1, max_machines=4, rolling_out=True)
+    actions = reconcile(d, [m("a", release=2), new_spare, old_spare],
+                        Busy(machines=frozenset({"o"}), replacing=1), workers=W)
+    assert not [a for a in actions if isinstance(a, Destroy) and a.machine == "n"]
+
+
+def test_a_busy_spare_is_not_trimmed() -> None:
+    spare = replace(m("s", "w2", "created"), for_spares=True)
+    d = Declared(release=1, min_running=1, spares=0, max_machines=3)
+    assert reconcile(d, [m("a"), spare], Busy(machines=frozenset({"s"}))) == []
+
+
 # -- surplus ---------------------------------------------------------------------------
 
 def test_lowering_max_machines_destroys_standbys_first() -> None:
@@ -144,6 +178,22 @@ def test_a_fenced_machine_whose_worker_is_back_is_destroyed_and_never_counted() 
     actions = reconcile(d, machines, fenced={"a"}, workers=W)
     assert actions == [Destroy("a", "worker w1 is back: machine a was lost and is not used "
                                     "again")]
+
+
+def test_a_fenced_machine_whose_worker_is_back_under_the_same_epoch_is_taken_back() -> None:
+    d = Declared(release=1, min_running=1, max_machines=3)
+    machines = [replace(m("a", "w1"), same_epoch=True), m("s", "w2", "stopped")]
+    actions = reconcile(d, machines, fenced={"a"}, workers=W)
+    assert actions == [Unfence("a", "worker w1 is back under the same epoch: machine a is "
+                                    "taken back")]  # it runs: nothing is started for it
+
+
+def test_a_machine_made_while_one_was_fenced_is_trimmed_when_that_one_is_taken_back() -> None:
+    d = Declared(release=1, min_running=1, max_machines=1)
+    machines = [replace(m("a", "w1"), same_epoch=True), m("b", "w2")]
+    actions = reconcile(d, machines, fenced={"a"}, workers=W)
+    assert kinds(actions) == ["Unfence", "Destroy"]
+    assert actions[1] == Destroy("a", "max_machines=1: 2 machines")  # one of two stays
 
 
 def test_a_fenced_machine_still_away_is_left_alone() -> None:
@@ -195,6 +245,41 @@ def test_failed_machines_of_an_older_release_are_destroyed() -> None:
     d = Declared(release=2, max_machines=3)
     actions = reconcile(d, [m("a", state="failed")], workers=W)
     assert actions == [Destroy("a", "machine a of release 1 failed; release 2 replaces it")]
+
+
+def test_a_failed_machine_of_the_current_release_is_destroyed_with_its_last_output() -> None:
+    d = Declared(release=2, min_running=1, max_machines=3)
+    why = "image hello:v2: no_space; last output:\ncannot open the flux capacitor"
+    failed = replace(m("f", "w2", "failed", release=2), reason=why)
+    actions = reconcile(d, [m("a", release=2), failed], workers=W)
+    assert actions == [Destroy("f", f"machine f of release 2 failed: {why}; it is replaced",
+                               failed=True)]
+
+
+def test_failed_machines_do_not_hold_places_under_max_machines() -> None:
+    """The disk case: creates that failed filled max_machines and the app stayed below its
+    minimum; now they are destroyed and the minimum is made up at once."""
+    d = Declared(release=1, min_running=3, max_machines=4)
+    machines = [m("a"), m("f1", "w2", "failed"), m("f2", "w2", "failed"),
+                m("f3", "w3", "failed")]
+    actions = reconcile(d, machines, workers=W)
+    assert kinds(actions) == ["Destroy"] * 3 + ["Create"] * 2
+    assert all(isinstance(a, Destroy) and a.failed for a in actions[:3])
+    busy = Busy(machines=frozenset({"f1", "f2", "f3"}),
+                destroying=frozenset({"f1", "f2", "f3"}), creating_running=2)
+    assert reconcile(d, machines, busy, workers=W) == []  # nothing twice
+
+
+def test_a_failed_machine_already_being_destroyed_is_left_to_that() -> None:
+    d = Declared(release=1, min_running=1, max_machines=2)
+    busy = Busy(machines=frozenset({"f"}))
+    assert reconcile(d, [m("a"), m("f", "w2", "failed")], busy, workers=W) == []
+
+
+def test_a_failed_machine_of_a_release_rolling_out_fails_it_and_is_not_destroyed() -> None:
+    d = Declared(release=2, min_running=1, max_machines=3, rolling_out=True)
+    actions = reconcile(d, [m("a"), m("f", "w2", "failed", release=2)], workers=W)
+    assert kinds(actions) == ["FailRelease"]
 
 
 def test_a_release_with_no_older_machine_left_is_complete() -> None:
@@ -257,6 +342,8 @@ def in_flight(declared: Declared, busy: Busy, fenced: frozenset[str],
             standby += not a.start
         elif isinstance(a, Fence):
             fenced = fenced | {a.machine}
+        elif isinstance(a, Unfence):
+            fenced = fenced - {a.machine}
         elif isinstance(a, CompleteRelease):
             declared = replace(declared, rolling_out=False)
     return declared, Busy(frozenset(ids), frozenset(starting), frozenset(destroying), running,

@@ -49,7 +49,8 @@ def test_an_agent_user_for_one_worker_writes_its_own_keys_and_not_another_worker
 
 def test_no_agent_user_may_read_or_write_routes_leases_or_the_edges_keys() -> None:
     for key in (keys.apps(), keys.lease("app:web"), keys.lease_tokens(),
-                keys.worker_failures(), keys.machine_load(), keys.wake_demand("web")):
+                keys.worker_failures(), keys.machine_load(), keys.wake_demand("web"),
+                keys.placements()):
         assert not granted("agent", key, False), key
         assert not granted("agent", key, False, worker="w1"), key
 
@@ -59,6 +60,10 @@ def test_the_edge_only_reads_routes_and_machines() -> None:
     assert not granted("edge", keys.apps(), True)
     assert not granted("edge", keys.machines("web"), True)
     assert not granted("edge", keys.worker("w1"), False)
+    # where wakes go: only placements write it, edges read it
+    assert granted("edge", keys.placements(), False) == {"hgetall"}
+    assert not granted("edge", keys.placements(), True)
+    assert granted("placement", keys.placements(), True)
 
 
 def test_every_role_denies_all_but_its_listed_commands() -> None:

@@ -36,6 +36,7 @@ from thaw.registry.types import MachineRecord
 
 TICKET_TAG = b"thaw-route-ticket-v1"
 SEAL_TAG = b"thaw-route-seal-v1"
+ADVERT_TAG = b"thaw-placement-advert-v1"
 MAC_BYTES = 16
 MAX_KEYS = 2
 MAX_TICKET_CHARS = 64  # what an offer may carry (a ticket is 22)
@@ -93,6 +94,20 @@ def refusal(keys: RouteKeys, record: MachineRecord) -> str | None:
         if hmac.compare_digest(expected, record.seal):
             return None
     return BAD_SEAL
+
+
+def advert_seal(keys: RouteKeys, placement_id: str, url: str) -> str:
+    """A placement's advert of its API URL (thaw/registry/types.py PlacementAdvert), sealed
+    with the route key: edges send wakes, and so the requests they hold, to the placement
+    that answers them and then to the addresses it names, so only a holder of the route
+    key (placements, edges; never agents) may add a placement to where wakes go."""
+    return _mac(keys.keys[0], ADVERT_TAG, _fields(placement_id, url))
+
+
+def advert_sealed(keys: RouteKeys, placement_id: str, url: str, seal_text: str) -> bool:
+    return bool(seal_text) and any(
+        hmac.compare_digest(_mac(key, ADVERT_TAG, _fields(placement_id, url)), seal_text)
+        for key in keys.keys)
 
 
 Content = tuple[str, str, str, str, str, float, str]

@@ -6,6 +6,6 @@ connect, never a wrong result.
 """
 
 from thaw.registry.port import Registry
-from thaw.registry.types import Change, MachineRecord, WorkerStatus
+from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
-__all__ = ["Change", "MachineRecord", "Registry", "WorkerStatus"]
+__all__ = ["Change", "MachineRecord", "PlacementAdvert", "Registry", "WorkerStatus"]

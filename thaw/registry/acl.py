@@ -76,11 +76,13 @@ def _generation() -> Grant:
 def _edge() -> list[Grant]:
     return [
         Grant(keys.apps(), False, HASH_READ),
+        Grant(keys.republished(), False, ("get",)),
         Grant(keys.machines(ANY), False, HASH_READ),
         Grant(keys.changes(), False, FEED_READ),
         _generation(),
         Grant(keys.machine_load(), True, EXPIRING),
         Grant(keys.wake_demand(ANY), True, EXPIRING),
+        Grant(keys.placements(), False, ("hgetall",)),
     ]
 
 
@@ -107,12 +109,14 @@ def _placement() -> list[Grant]:
         Grant(keys.worker(ANY), False, ("mget",)),
         Grant(keys.layer_holders(ANY), False, ("hgetall",)),
         _generation(),
+        Grant(keys.republished(), True, ("get", "set")),
         Grant(keys.lease(ANY), True, ("get", "set", "del", "pttl", "pexpire")),
         Grant(keys.lease_tokens(), True, ("get", "set")),
         Grant(keys.wake_claims(ANY), True, EXPIRING),
         Grant(keys.wake_demand(ANY), True, EXPIRING),
         Grant(_reports(), True, (*EXPIRING, "hkeys")),
         Grant(keys.worker_failures(), True, EXPIRING),
+        Grant(keys.placements(), True, EXPIRING),
     ]
 
 

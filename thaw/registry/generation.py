@@ -23,3 +23,13 @@ class GenerationWatch:
 
     def published(self, token: str) -> None:
         self.known = token
+
+
+def view_whole(marker: str, generation: str, lost_at: float, now: float,
+               bound_s: float) -> bool:
+    """After a loss seen at `lost_at` (seconds, any clock `now` shares): whether a reader
+    of the registry may take it as whole again and drop what it lacks. Yes once a
+    placement has marked `generation` republished (`marker`: the registry's
+    `republished()`), or once `bound_s` has passed without it (no placement is there to
+    say so: what is gone must still go some time)."""
+    return marker == generation or now >= lost_at + bound_s

@@ -45,6 +45,12 @@ def generation() -> str:
     return f"{PREFIX}:generation"
 
 
+def republished() -> str:
+    """The generation under which a placement last published every stored app again: the
+    edges keep their view after a loss until it names the current generation."""
+    return f"{PREFIX}:republished"
+
+
 def lease(name: str) -> str:
     """`holder|token` of a lease (placement/leases.py), expiring with it."""
     return f"{PREFIX}:lease:{name}"
@@ -74,6 +80,11 @@ def worker_reports(worker: str, epoch: int) -> str:
     """Edges' reports of a worker running under `epoch` (its agent's incarnation), heard
     by any placement: JSON [reporter, machine] -> "expiry_ms "."""
     return f"{PREFIX}:worker-reports:{worker}:{epoch}"
+
+
+def placements() -> str:
+    """Each placement's advert (its API URL, sealed): placement id -> "expiry_ms JSON"."""
+    return f"{PREFIX}:placements"
 
 
 def wake_demand(app: str) -> str:

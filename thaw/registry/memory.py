@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from thaw.appconfig import AppConfig
-from thaw.registry.types import Change, MachineRecord, WorkerStatus
+from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 FEED_LENGTH = 10_000
 
@@ -23,6 +23,7 @@ class MemoryRegistry:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._placements: dict[str, tuple[PlacementAdvert, float]] = {}
         self._workers: dict[str, tuple[WorkerStatus, float]] = {}
         self._epochs: dict[str, int] = {}  # outlives the TTL, like the Redis backend
         self._layers: dict[str, dict[str, int]] = {}
@@ -33,6 +34,7 @@ class MemoryRegistry:
         self._seq = 0  # of the newest change; changes max(1, seq - FEED_LENGTH + 1)..seq kept
         self._wakeup: asyncio.Event | None = None  # made by the first reader waiting
         self._generation = secrets.token_hex(8)  # the process's memory is never lost alone
+        self._republished = ""
 
     def _emit(self, kind: str, key: str) -> None:
         self._seq += 1
@@ -98,6 +100,10 @@ class MemoryRegistry:
         self._apps[config.name] = config
         self._emit("app", config.name)
 
+    async def put_apps(self, configs: Sequence[AppConfig]) -> None:
+        for config in configs:
+            await self.put_app(config)
+
     async def app(self, name: str) -> AppConfig | None:
         return self._apps.get(name)
 
@@ -108,8 +114,24 @@ class MemoryRegistry:
         if self._apps.pop(name, None) is not None:
             self._emit("app", name)
 
+    async def publish_placement(self, advert: PlacementAdvert, ttl_s: float) -> None:
+        self._placements[advert.id] = (advert, self._clock() + ttl_s)
+
+    async def placements(self) -> list[PlacementAdvert]:
+        now = self._clock()
+        return [advert for _, (advert, until) in sorted(self._placements.items())
+                if until > now]
+
     async def generation(self) -> str:
         return self._generation
+
+    async def mark_republished(self, generation: str) -> None:
+        if generation == self._generation:
+            self._republished = generation
+            self._emit("republished", generation)
+
+    async def republished(self) -> str:
+        return self._republished
 
     async def feed_position(self) -> str:
         return str(self._seq)
@@ -126,6 +148,9 @@ class MemoryRegistry:
             if self._wakeup is None:
                 self._wakeup = asyncio.Event()
             await self._wakeup.wait()
+
+    def with_own_connections(self) -> MemoryRegistry:
+        return self
 
     async def close(self) -> None:
         """Nothing to release. Readers of `changes()` are not woken: they end when their

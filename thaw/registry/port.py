@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Protocol
 
 from thaw.appconfig import AppConfig
-from thaw.registry.types import Change, MachineRecord, WorkerStatus
+from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 
 class Registry(Protocol):
@@ -47,16 +47,39 @@ class Registry(Protocol):
         """Upsert; a config with a lower `version` than the stored one is ignored."""
         ...
 
+    async def put_apps(self, configs: Sequence[AppConfig]) -> None:
+        """`put_app` of each, in a few round trips whatever their number (each guarded by
+        its own `version`, each a change of its own): how placement refills a lost view."""
+        ...
+
     async def app(self, name: str) -> AppConfig | None: ...
 
     async def apps(self) -> list[AppConfig]: ...
 
     async def delete_app(self, name: str) -> None: ...
 
+    async def publish_placement(self, advert: PlacementAdvert, ttl_s: float) -> None:
+        """Upsert a placement's advert, gone after `ttl_s` unless published again."""
+        ...
+
+    async def placements(self) -> list[PlacementAdvert]:
+        """The adverts not expired, by id (not checked here: see PlacementAdvert.seal)."""
+        ...
+
     async def generation(self) -> str:
         """The name of this incarnation of the shared view, created by the first call that
         finds none. It changes when the view was lost (a Redis restarted empty, or
         flushed): whoever sees a new one publishes again what it owns."""
+        ...
+
+    async def mark_republished(self, generation: str) -> None:
+        """Say that every stored app is published again under `generation` (a change of
+        kind "republished"); nothing when `generation` is no longer the current one."""
+        ...
+
+    async def republished(self) -> str:
+        """The generation last marked republished ("" when none: the view was just lost,
+        or no placement has finished refilling it)."""
         ...
 
     async def feed_position(self) -> str:
@@ -66,6 +89,12 @@ class Registry(Protocol):
 
     def changes(self, after: str | None = None) -> AsyncIterator[Change]:
         """Changes after `after` (None: from when the iterator first runs), forever."""
+        ...
+
+    def with_own_connections(self) -> Registry:
+        """This registry on connections of its own, for a caller that must not queue
+        behind everyone else's calls (placement's refill, with 2,000 apps' reconcile
+        passes waiting for connections); closed apart. The memory backend: itself."""
         ...
 
     async def close(self) -> None: ...

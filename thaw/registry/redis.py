@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -22,12 +23,14 @@ from redis.exceptions import NoScriptError, RedisError
 
 from thaw.appconfig import AppConfig
 from thaw.registry import keys
-from thaw.registry.types import Change, MachineRecord, WorkerStatus
+from thaw.registry.lua import UNEXPIRED
+from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 FEED_LENGTH = 10_000
 FEED_BLOCK_MS = 1000
 T = TypeVar("T")
 READS_PER_ROUND_TRIP = 200  # apps whose records travel (and are decoded) together
+WRITES_PER_ROUND_TRIP = 200  # apps one put_apps script writes (Redis is busy meanwhile)
 
 _PUBLISH_WORKER = """
 local seen = tonumber(redis.call('GET', KEYS[2]) or '-1')
@@ -61,6 +64,25 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'kind', ARGV[6], 'key',
 return 1
 """
 
+# _PUT_GUARDED for many apps: ARGV[1] the feed's length, then (name, JSON, version) each.
+_PUT_APPS = """
+for i = 2, #ARGV, 3 do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  if not current or tonumber(cjson.decode(current)['version']) <= tonumber(ARGV[i + 2]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'app', 'key', ARGV[i])
+  end
+end
+return 1
+"""
+
+_MARK_REPUBLISHED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', 'kind', 'republished', 'key', ARGV[1])
+return 1
+"""
+
 _DELETE = """
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'kind', ARGV[3], 'key', ARGV[4])
@@ -91,6 +113,29 @@ end
 return table.concat(out, '\\n')
 """
 
+# KEYS: the adverts. ARGV: placement id, ttl ms, JSON advert. The expired ones are
+# dropped; the key outlives its newest entry.
+_PUBLISH_PLACEMENT = UNEXPIRED + """
+unexpired(KEYS[1])
+local ttl = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + ttl) .. ARGV[3])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"""
+
+# KEYS: the adverts. -> the JSON of those not expired (read only: edges may only read)
+_PLACEMENTS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local found = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local until_ms, rest = string.match(all[i + 1], '^(%d+) (.*)$')
+  if until_ms ~= nil and tonumber(until_ms) > now_ms then table.insert(found, rest) end
+end
+return found
+"""
+
 _GENERATION = """
 local current = redis.call('GET', KEYS[1])
 if current then return current end
@@ -111,9 +156,33 @@ def _decoded(raw: str, kind: type[T], known: dict[str, T], seen: dict[str, T]) -
 
 # Connections one client opens at most; callers beyond wait (up to POOL_WAIT_S) for one
 # to come back rather than fail: redis-py's default pool refuses the 101st concurrent
-# call ("Too many connections"), which a herd of wakes reaches.
-POOL_CONNECTIONS = 64
-POOL_WAIT_S = 2.0
+# call ("Too many connections"), which a herd of wakes reaches. A herd of 100 cold wakes
+# at 2,000 apps ran a 64-connection pool dry for longer than 2 s ("No connection
+# available": issue 25), so: more connections, and a wait within a wake's budget.
+POOL_CONNECTIONS = 128
+POOL_WAIT_S = 5.0
+
+
+class PoolWaits:
+    """Calls of this process that found every connection of their pool in use and waited
+    (for /metrics: placement's thaw_placement_redis_pool_waits)."""
+
+    count = 0
+    seconds = 0.0
+
+
+class WaitingPool(aioredis.BlockingConnectionPool):
+    """redis-py's blocking pool, counting the calls that had to wait (PoolWaits)."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self.can_get_connection():
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        began = time.monotonic()
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            PoolWaits.count += 1
+            PoolWaits.seconds += time.monotonic() - began
 
 
 class ReadOnlyScript:
@@ -138,7 +207,7 @@ def connect(url: str, *, timeout_s: float, socket_timeout_s: float | None = None
     """A client on a bounded pool that makes callers wait for a free connection; each call
     retried twice on a connection error (Lua scripts here are safe to run again)."""
     retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=2)
-    pool = aioredis.BlockingConnectionPool.from_url(
+    pool = WaitingPool.from_url(
         url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, decode_responses=True,
         socket_timeout=socket_timeout_s or timeout_s, socket_connect_timeout=timeout_s,
         retry=retry)
@@ -151,6 +220,7 @@ class RegistryUnavailable(Exception):
 
 class RedisRegistry:
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        self._url, self._timeout_s = url, timeout_s
         self._r = connect(url, timeout_s=timeout_s)
         # XREAD BLOCK needs a socket timeout longer than the block.
         self._feed = connect(url, timeout_s=timeout_s,
@@ -159,7 +229,11 @@ class RedisRegistry:
         self._set_layers = self._r.register_script(_SET_LAYERS)
         self._put_guarded = self._r.register_script(_PUT_GUARDED)
         self._delete = self._r.register_script(_DELETE)
+        self._put_apps = self._r.register_script(_PUT_APPS)
+        self._mark_republished = self._r.register_script(_MARK_REPUBLISHED)
         self._generation = self._r.register_script(_GENERATION)
+        self._publish_placement = self._r.register_script(_PUBLISH_PLACEMENT)
+        self._placements = ReadOnlyScript(self._r, _PLACEMENTS)
         self._values_by_line = ReadOnlyScript(self._r, _VALUES_BY_LINE)
         self._counted_values_of_many = ReadOnlyScript(self._r, _COUNTED_VALUES_OF_MANY)
         # What the last apps() and machines_of() decoded, by JSON text: unchanged records
@@ -241,6 +315,13 @@ class RedisRegistry:
         await self._put(keys.apps(), config.name, msgspec.json.encode(config), config.version,
                         "version", "app", config.name)
 
+    async def put_apps(self, configs: Sequence[AppConfig]) -> None:
+        for start in range(0, len(configs), WRITES_PER_ROUND_TRIP):
+            args: list[str | bytes | int] = [FEED_LENGTH]
+            for config in configs[start:start + WRITES_PER_ROUND_TRIP]:
+                args += [config.name, msgspec.json.encode(config), config.version]
+            await self._call(self._put_apps(keys=[keys.apps(), keys.changes()], args=args))
+
     async def app(self, name: str) -> AppConfig | None:
         raw = await self._call(self._r.hget(keys.apps(), name))
         return None if raw is None else msgspec.json.decode(raw, type=AppConfig)
@@ -279,13 +360,45 @@ class RedisRegistry:
                     last = entry_id
                     yield Change(seq=entry_id, kind=fields["kind"], key=fields["key"])
 
+    async def publish_placement(self, advert: PlacementAdvert, ttl_s: float) -> None:
+        try:
+            await self._publish_placement(
+                keys=[keys.placements()],
+                args=[advert.id, max(1, int(ttl_s * 1000)), msgspec.json.encode(advert)])
+        except (RedisError, OSError) as exc:
+            raise RegistryUnavailable(str(exc)) from exc
+
+    async def placements(self) -> list[PlacementAdvert]:
+        try:
+            raws: list[str] = await self._placements(keys=[keys.placements()], args=[])
+        except (RedisError, OSError) as exc:
+            raise RegistryUnavailable(str(exc)) from exc
+        found = []
+        for raw in raws:
+            try:
+                found.append(msgspec.json.decode(raw, type=PlacementAdvert))
+            except msgspec.DecodeError:  # another version's, or damaged: not a placement
+                continue
+        return sorted(found, key=lambda advert: advert.id)
+
     async def generation(self) -> str:
         return str(await self._call(self._generation(keys=[keys.generation()],
                                                      args=[secrets.token_hex(8)])))
 
+    async def mark_republished(self, generation: str) -> None:
+        await self._call(self._mark_republished(
+            keys=[keys.generation(), keys.republished(), keys.changes()],
+            args=[generation, FEED_LENGTH]))
+
+    async def republished(self) -> str:
+        return str(await self._call(self._r.get(keys.republished())) or "")
+
     async def feed_position(self) -> str:
         newest = await self._call(self._r.xrevrange(keys.changes(), count=1))
         return str(newest[0][0]) if newest else "0-0"
+
+    def with_own_connections(self) -> RedisRegistry:
+        return RedisRegistry(self._url, timeout_s=self._timeout_s)
 
     async def close(self) -> None:
         await self._r.aclose()

@@ -15,6 +15,16 @@ class MachineEvent(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
+class PlacementAdvert(msgspec.Struct, frozen=True):
+    """A placement's API URL, for edges to wake through (published with a TTL). `seal`:
+    HMAC of id and URL under the route key (thaw/auth/tickets.py advert_seal): anyone who
+    may write Redis can write an advert, only placements can seal one."""
+
+    id: str
+    url: str
+    seal: str = ""
+
+
 class WorkerStatus(msgspec.Struct, frozen=True):
     """A worker's heartbeat. `epoch` is a fencing token that grows on every agent start."""
 
@@ -31,12 +41,20 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     layers: dict[str, int] = msgspec.field(default_factory=dict)
     updated_at: float = 0.0
     disk_full: bool = False  # its op log could not be written: it takes no changes now
+    # why it cannot pull an image now ("" when it can): its free disk, even with what its
+    # image cache may evict gone, is below the cache's reserve. It still takes machines
+    # whose image's layers it holds.
+    pull_blocked: str = ""
     machines_running: int = 0  # starting or started (what the reservations are for)
     machines: int = 0  # that exist, in any state
     # Its whole pulls' measured rate, bytes downloaded over resolve-to-unpacked seconds
     # (an EWMA over pulls that downloaded enough to say; 0: none measured yet). Older
     # agents do not send it: placement then assumes its documented default.
     pull_bytes_per_s: float = 0.0
+    # The registry generation under which every record of this worker (its layers and
+    # machines) is published ("" until its first full publish, or from an older agent):
+    # after a loss, placement waits for it to name the new one before acting.
+    generation: str = ""
 
 
 def boot_span_ms(events: Iterable[tuple[str, float]]) -> float:
