@@ -101,6 +101,9 @@ class EdgeConfig:
     # a client's burst of new connections past which they are spread at new_conns_per_s
     new_conns_burst: int = 256
     h2_client_resets_per_s: float = 200.0  # stream resets per client, bursts of twice that
+    # requests one client may begin per turn of the event loop, over all its connections;
+    # the rest wait, unread, for the next turn (edge/core/clients.py)
+    client_requests_per_turn: int = 8
     # requests one client may have held (waiting for a machine) over all apps; beyond: 429
     # too_many_held for it alone (edge/core/holdqueue.py). A client here is the address a
     # trusted proxy names; a trusted proxy's own requests are not bounded
@@ -140,7 +143,7 @@ class EdgeConfig:
             "h2_stream_window_bytes", "h2_stream_buffer_bytes", "h2_resets_per_s",
             "h2_control_frames_per_s", "h2_max_continuations", "max_conns_per_client",
             "new_conns_per_s", "new_conns_burst", "h2_client_resets_per_s",
-            "max_held_per_client",
+            "client_requests_per_turn", "max_held_per_client",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")

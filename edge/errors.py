@@ -10,6 +10,7 @@ the end user.
 
 from __future__ import annotations
 
+import functools
 import json
 from http import HTTPStatus
 
@@ -100,13 +101,15 @@ def status_of(code: str) -> int:
     return STATUS.get(code, 500)
 
 
-def reason_phrase(status: int) -> bytes:
+@functools.lru_cache(maxsize=128)  # (every answer to a refused or failed request: each
+def reason_phrase(status: int) -> bytes:  # computed once, not per answer)
     try:
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b"Unknown"
 
 
+@functools.lru_cache(maxsize=256)  # the codes are the edge's own, a few dozen
 def error_body(code: str) -> bytes:
     return json.dumps({"error": code, "message": MESSAGES.get(code, INTERNAL_ERROR)}).encode()
 

@@ -23,6 +23,7 @@ from time import perf_counter
 from typing import Protocol
 
 from edge.config import EdgeConfig
+from edge.core.clients import ClientState
 from edge.core.exchange import (
     AFTER_END,
     AFTER_HEAD,
@@ -44,7 +45,9 @@ from edge.core.wakeeffects import Wake, server_timing
 from edge.errors import status_of
 from edge.view import AppEntry, MachineSlot
 
-PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM = 1, 2, 4  # why a client's reading is paused
+# why a client's reading is paused (PAUSE_TURN: its client began its share of requests in
+# this turn of the loop, edge/core/clients.py)
+PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM, PAUSE_TURN = 1, 2, 4, 8
 CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
 # A held request the app's predicted start would not be in time for (edge/core/appwake.py
@@ -127,6 +130,9 @@ class ClientSide(Protocol):
 
     peer: bytes
     trusted: bool
+    # its client's state in the edge's ClientTable, for its share of each loop turn (set
+    # by Shell.connection_opened; None: no share to keep, a trusted proxy's or one alone)
+    share: ClientState | None
 
     def close_if_idle(self) -> bool: ...
     def abort_transport(self) -> None: ...
@@ -178,6 +184,16 @@ class Shell:
         raise NotImplementedError
 
     def connection_closed(self, conn: ClientSide) -> None:
+        raise NotImplementedError
+
+    def turn_left(self, conn: ClientSide) -> int:
+        """How many requests the connection's client may still begin in this turn of the
+        loop (edge/core/clients.py)."""
+        raise NotImplementedError
+
+    def turn_take(self, conn: ClientSide, count: int = 1) -> bool:
+        """`count` requests of the connection's client begin in this turn: False if its
+        client has not that many left (they wait, unread, for a later turn)."""
         raise NotImplementedError
 
 

@@ -195,6 +195,11 @@ class EdgeCollector(Collector):
         yield CounterMetricFamily("thaw_edge_client_connections_cut",
                                   "Client connections cut for abuse (an HTTP/2 budget spent)",
                                   value=clients.struck)
+        yield CounterMetricFamily(
+            "thaw_edge_client_requests_deferred",
+            "Times a request was left for the loop's next turn because its client had begun "
+            "its share of requests in this one (client_requests_per_turn)",
+            value=clients.deferred)
         yield GaugeMetricFamily("thaw_edge_clients_tracked",
                                 "Clients the edge keeps limits for now", value=len(clients))
         load_share = edge.load_share

@@ -58,6 +58,9 @@ log = logging.getLogger("thaw.edge")
 wake_log = logging.getLogger("thaw.edge.wake")
 
 
+UNSHARED = 1 << 16  # client_requests_per_turn this large or more: no share is kept
+
+
 class Edge(Shell):
     def __init__(self, config: EdgeConfig, view: View) -> None:
         self.config = config
@@ -81,7 +84,12 @@ class Edge(Shell):
         self.hsts = hsts_value(config.tls.hsts_max_age_s if config.tls is not None else 0)
         self.clients = ClientTable(config.max_conns_per_client, config.new_conns_per_s,
                                    config.h2_client_resets_per_s,
-                                   conns_burst=config.new_conns_burst)
+                                   conns_burst=config.new_conns_burst,
+                                   per_turn=config.client_requests_per_turn)
+        self.turn = 0  # the loop's turns in which a client began a request (turn_take)
+        self.turn_ends = False  # end_turn is queued
+        # a share of UNSHARED requests a turn or more is none: no connection keeps one
+        self._turn_shares = config.client_requests_per_turn < UNSHARED
         self._ids = itertools.count(1)
         self.instance_id = os.urandom(4).hex()  # names this edge (request ids, reports)
         self._id_prefix = self.instance_id.encode()
@@ -116,6 +124,8 @@ class Edge(Shell):
             refused = self.clients.open(conn.peer, self.loop.time(), new)
             if refused is not None:
                 return refused
+            if self._turn_shares:
+                conn.share = self.clients.state(conn.peer)
         self.connections.add(conn)
         return None
 
@@ -124,6 +134,31 @@ class Edge(Shell):
             self.connections.discard(conn)
             if not conn.trusted:
                 self.clients.close(conn.peer)
+
+    def turn_left(self, conn: ClientSide) -> int:
+        share = conn.share
+        if share is None or share.open < 2:  # (see turn_take)
+            return UNSHARED
+        return self.clients.turn_left(share, self.turn)
+
+    def turn_take(self, conn: ClientSide, count: int = 1) -> bool:
+        share = conn.share
+        if share is None or share.open < 2:
+            # a trusted proxy's (it speaks for many clients), or its client's only
+            # connection: its HTTP/1 requests come one at a time, and an HTTP/2
+            # connection's streams are taken REQUESTS_PER_TURN a turn anyway; nothing to
+            # share, and nothing to pay for it on the warm path
+            return True
+        if not self.turn_ends:  # the turn ends with the callbacks queued in it
+            self.turn_ends = True
+            self.loop.call_soon(self.end_turn)
+        return self.clients.take_turn(share, self.turn, count)
+
+    def end_turn(self) -> None:
+        """The loop's turn in which clients began requests is over (the loop runs this
+        once in the next turn, queued by the turn's first request)."""
+        self.turn += 1
+        self.turn_ends = False
 
     def client_arrives(self, peer: bytes) -> bool:
         return self.trust.trusts(peer) or self.clients.arrive(peer, self.loop.time()) is None

@@ -243,6 +243,11 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--h2-client-resets-per-s", type=float,
                    default=float(e("H2_CLIENT_RESETS_PER_S", "200")), metavar="R",
                    help="HTTP/2 stream resets per client address over all its connections")
+    p.add_argument("--client-requests-per-turn", type=int,
+                   default=int(e("CLIENT_REQUESTS_PER_TURN", "8")), metavar="N",
+                   help="requests one client address may begin per turn of the event loop "
+                        "(the rest wait for the next turn: a burst from one client does "
+                        "not delay everyone else's)")
     p.add_argument("--max-held-per-client", type=int,
                    default=int(e("MAX_HELD_PER_CLIENT", "256")), metavar="N",
                    help="requests one client address may have held over all apps "
@@ -359,6 +364,7 @@ async def run_edge(args: argparse.Namespace) -> int:
                         new_conns_per_s=args.new_conns_per_s,
                         new_conns_burst=args.new_conns_burst,
                         h2_client_resets_per_s=args.h2_client_resets_per_s,
+                        client_requests_per_turn=args.client_requests_per_turn,
                         max_held_per_client=args.max_held_per_client,
                         underscore_headers=args.underscore_headers,
                         trusted_proxies=tuple(c for c in args.trusted_proxies.split(",")

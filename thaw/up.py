@@ -153,6 +153,7 @@ class Platform:
                        # this host, one address; `thaw edge` keeps its per-client limits
                        max_conns_per_client=UNLIMITED_CLIENT,
                        new_conns_per_s=UNLIMITED_CLIENT, new_conns_burst=UNLIMITED_CLIENT,
+                       client_requests_per_turn=UNLIMITED_CLIENT,
                        max_held_per_client=UNLIMITED_CLIENT),
             self.registry,
         )

@@ -24,6 +24,7 @@ from typing import cast
 import httptools
 
 from edge.adapters.http2 import H2Connection
+from edge.core.clients import ClientState
 from edge.core.exchange import Phase, response_framing
 from edge.core.framing import (
     BODY_CHUNKED,
@@ -43,6 +44,7 @@ from edge.exchange import (
     CRLF,
     PAUSE_BUFFER,
     PAUSE_PIPELINE,
+    PAUSE_TURN,
     Downstream,
     Exchange,
     Shell,
@@ -57,6 +59,11 @@ def _placeholder_head() -> RequestHead:
     return RequestHead(host="", authority=b"", target=b"", body=BODY_NONE, content_length=0,
                        expect_continue=False, request_id=None, forwarded_for=None,
                        hold_timeout_s=None, forward=b"")
+
+
+# the answer to a connection whose client is over its limits (made once: a flood of them
+# costs no more than it must)
+OVER_LIMITS = error_response("too_many_requests", keep_alive=False)
 
 
 class _Stop(Exception):
@@ -86,10 +93,12 @@ class ClientConnection(Downstream):
         self.opening: bytes | None = b""  # the first bytes, while they may be an h2 preface
         self.early: list[bytes] = []  # bytes the client sent before the 101 (bounded)
         self.early_bytes = 0
+        self.waiting = b""  # a request's first bytes, left for a later turn (_wait_turn)
         self.made_up_head = False
         self.transport: asyncio.Transport | None = None
         self.peer = b"unknown"
         self.trusted = False
+        self.share: ClientState | None = None  # its client's (Shell.connection_opened)
         self.exchanges: deque[Exchange] = deque()
         self.parsing: Exchange | None = None
         self.raw_head_bytes = 0
@@ -124,7 +133,7 @@ class ClientConnection(Downstream):
         if refused is not None:  # the client is over its limits: 429 to it alone
             log.debug("refused a connection from %s: %s", self.peer.decode("latin-1"), refused)
             self.closed = self.stopped = True
-            transport.write(error_response("too_many_requests", keep_alive=False))
+            transport.write(OVER_LIMITS)
             transport.close()
             return
         self.last_active = self.loop.time()
@@ -141,6 +150,9 @@ class ClientConnection(Downstream):
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer the requests it sent whole,
         then close. One cut off in its head or body is abandoned (the transport closes)."""
+        if self.waiting:  # a request waiting for its turn: it is read now, turn or not
+            data, self.waiting = self.waiting, b""
+            self._feed(data)
         if self.parsing is not None or self.in_head or not self.exchanges or self.tunnel:
             return False  # (a tunnel's client closing its side ends the tunnel)
         self.exchanges[-1].close_after = True
@@ -164,6 +176,12 @@ class ClientConnection(Downstream):
             data = self._opening(data)
             if not data:
                 return
+        if not self.exchanges and not self.in_head and not self.shell.turn_take(self):
+            self._wait_turn(data)  # a new request, and its client's turn is spent
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         while not self.stopped:
             try:
                 self.parser.feed_data(data)
@@ -196,6 +214,19 @@ class ClientConnection(Downstream):
                 if self.raw_head_bytes > self.config.max_header_bytes:
                     self._reject("headers_too_large", "request head too large")
             return
+
+    def _wait_turn(self, data: bytes) -> None:
+        """Keep a request's first bytes, unread, until the loop's next turn."""
+        self.waiting += data
+        if not self.pause_reasons & PAUSE_TURN:
+            self.pause(PAUSE_TURN)
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        data, self.waiting = self.waiting, b""
+        self.unpause(PAUSE_TURN)
+        if data and not self.closed:
+            self.data_received(data)
 
     # -- parser callbacks ----------------------------------------------------------------
 

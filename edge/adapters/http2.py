@@ -45,6 +45,7 @@ import os
 from typing import cast
 
 from edge.adapters.h2stream import H2Stream, StreamOwner
+from edge.core.clients import ClientState
 from edge.core.exchange import Phase
 from edge.core.framing import BODY_LENGTH
 from edge.core.h2budget import FrameBudget, Limits
@@ -84,6 +85,7 @@ class H2Connection(StreamOwner):
         self.loop = shell.loop
         self.scheme = scheme
         self.peer = peer
+        self.share: ClientState | None = None  # its client's (Shell.connection_opened)
         self.trusted = shell.trust.trusts(peer)
         self.counted = counted
         self.hsts = shell.hsts if scheme == b"https" else b""
@@ -111,6 +113,7 @@ class H2Connection(StreamOwner):
         self.write_paused = False
         self.write_soon = False  # a send of h2's queued bytes is scheduled
         self.slicing = False  # a read is taken in slices (REQUESTS_PER_TURN): reading paused
+        self.unread = b""  # read while the client's turn was spent: taken next turn
         self.closed = False
         self.going_away = False
         self.last_active = self.loop.time()
@@ -165,14 +168,23 @@ class H2Connection(StreamOwner):
             self._take(data)
 
     def _take(self, data: bytes) -> None:
-        """Handle the client's bytes, REQUESTS_PER_TURN streams at most: with more, the
-        rest waits for the loop's next turn (reading paused until it is all taken), and
+        """Handle the client's bytes, REQUESTS_PER_TURN streams at most, and no more than
+        its client has left of its share of this turn over all its connections
+        (Shell.turn_left): with more, the rest waits for the loop's next turn (reading
+        paused until it is all taken), and
         only the streams of earlier slices are dispatched now, those of this one after
         the next slice is read (a reset right after them in the read still cancels them
         first: rapid reset's pairs never reach a machine, sliced or not)."""
+        left = self.shell.turn_left(self)  # the client's share of this turn
+        if left <= 0:
+            self.unread += data
+            self._slice()
+            return
         mark = len(self.arrived)
         try:
-            more = self.h2.receive(data, self.loop.time(), REQUESTS_PER_TURN)
+            more = self.h2.receive(self.unread + data if self.unread else data,
+                                   self.loop.time(), min(REQUESTS_PER_TURN, left))
+            self.unread = b""
         except H2ConnectionError as exc:
             if exc.code == ENHANCE_YOUR_CALM:
                 log.warning("HTTP/2 client %s over budget (%s): GOAWAY",
@@ -183,12 +195,10 @@ class H2Connection(StreamOwner):
                           exc.reason)
             self._close_with(exc.code, exc.reason)
             return
+        if self.h2.opened:
+            self.shell.turn_take(self, self.h2.opened)
         if more:
-            if not self.slicing:
-                self.slicing = True
-                if self.transport is not None:
-                    self.transport.pause_reading()
-            self.loop.call_soon(self._take_more)
+            self._slice()
             if mark:
                 self._dispatch_arrived(mark)
         else:
@@ -199,6 +209,14 @@ class H2Connection(StreamOwner):
             if self.arrived:
                 self._dispatch_arrived(len(self.arrived))
         self._write_out()
+
+    def _slice(self) -> None:
+        """The rest of what was read waits for the loop's next turn, reading paused."""
+        if not self.slicing:
+            self.slicing = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+        self.loop.call_soon(self._take_more)
 
     def _take_more(self) -> None:
         if not self.closed:

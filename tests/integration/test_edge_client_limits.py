@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import h2.exceptions
 import pytest
 
 from edge.config import TlsConfig
+from edge.core.clients import PER_TURN
 from tests.support.edge_fakes import start_warm_edge
 from tests.support.h2client import H2Client
 from thaw.localca import LocalCA
@@ -74,6 +76,74 @@ async def test_5000_idle_connections_from_one_client_leave_another_clients_reque
         finally:
             for _, writer in idle:
                 writer.close()
+
+
+HEADERS = b"GET /headers HTTP/1.1\r\nHost: web.localhost\r\n\r\n"
+
+
+def forwarded_at(headers: bytes) -> int:
+    """The place among the edge's forwarded requests of the one whose headers the
+    backend echoed (/headers): the edge numbers them in the order it forwards them."""
+    request_id = dict(json.loads(headers))["X-Request-Id"]
+    return int(request_id.rsplit("-", 1)[1], 16)
+
+
+async def echoed_headers(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n")[0])
+    return await reader.readexactly(length)
+
+
+async def test_a_clients_burst_of_requests_is_taken_a_share_a_turn_and_anothers_goes_first(
+) -> None:
+    """64 connections from one client send a request each in the same instant as one from
+    another client: the edge takes PER_TURN of the burst a turn, so the other client's
+    request is among the first forwarded, not after the whole burst."""
+    async with await start_warm_edge() as edge:
+        burst = await asyncio.gather(*(asyncio.open_connection(
+            "127.0.0.1", edge.port, local_addr=("127.0.0.2", 0)) for _ in range(64)))
+        other = await asyncio.open_connection("127.0.0.1", edge.port)
+        await asyncio.sleep(0.1)  # every connection accepted before the requests
+        try:
+            for _, writer in burst:  # all written before the loop turns: one read for
+                writer.write(HEADERS)  # the edge, the other client's last
+            other[1].write(HEADERS)
+            places = await asyncio.wait_for(asyncio.gather(
+                *(echoed_headers(reader) for reader, _ in [*burst, other])), 30)
+        finally:
+            for _, writer in [*burst, other]:
+                writer.close()
+        ranks = sorted(forwarded_at(h) for h in places)
+        # taken all in one turn, it would be forwarded last (65th)
+        assert ranks.index(forwarded_at(places[-1])) < 2 * PER_TURN, ranks
+        assert edge.shell.clients.deferred >= 64 // PER_TURN - 1
+
+
+async def test_a_clients_streams_over_several_h2_connections_share_one_turn_budget() -> None:
+    """4 HTTP/2 connections from one client open 32 streams each in the same instant as
+    another client's stream: the client's streams are taken PER_TURN a turn over all its
+    connections (not 8 per connection: 32), the other client's among the first."""
+    async with await start_warm_edge() as edge:
+        clients = [await H2Client.open(edge.port, source="127.0.0.2") for _ in range(4)]
+        other = await H2Client.open(edge.port)
+        try:
+            for client in [*clients, other]:  # settings exchanged
+                assert (await client.request(WEB)).status == 200
+            streams = [(client, client.start(WEB, b"/headers"))
+                       for client in clients for _ in range(32)]
+            await asyncio.sleep(0)  # the edge reads them in the loop's next turn
+            streams.append((other, other.start(WEB, b"/headers")))  # read in the one after
+            for client, sid in streams:
+                await asyncio.wait_for(client.answers[sid].done.wait(), 30)
+        finally:
+            for client in [*clients, other]:
+                await client.close()
+        answers = [client.answers[sid] for client, sid in streams]
+        assert all(answer.status == 200 for answer in answers)
+        ranks = sorted(forwarded_at(bytes(a.body)) for a in answers)
+        # taken 8 per connection a turn, it would be forwarded after 32 of the burst
+        assert ranks.index(forwarded_at(bytes(answers[-1].body))) < 2 * PER_TURN, ranks
 
 
 async def reset_storm(port: int, source: str, streams: int, kind: str = "rapid-reset"

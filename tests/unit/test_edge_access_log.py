@@ -97,8 +97,9 @@ async def test_lines_past_the_memory_bound_are_dropped_and_counted(tmp_path: Pat
 
 
 class MemoryTransport:
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "10.1.2.3") -> None:
         self.out: list[bytes] = []
+        self.peer = peer
 
     def write(self, data: bytes) -> None:
         self.out.append(data)
@@ -107,7 +108,7 @@ class MemoryTransport:
         self.out.append(b"".join(parts))
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("10.1.2.3", 40000) if name == "peername" else default
+        return (self.peer, 40000) if name == "peername" else default
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -177,9 +178,9 @@ async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_count
 
     path = tmp_path / "access.log"
     edge = logging_edge(path)
-    for _ in range(100):
+    for n in range(100):  # from 100 clients (one client's would be taken 8 a turn)
         client = ClientConnection(edge)
-        client.connection_made(MemoryTransport())  # type: ignore[arg-type]
+        client.connection_made(MemoryTransport(f"10.1.0.{n}"))  # type: ignore[arg-type]
         client.data_received(REQUEST)  # forwarded (an upstream connect is under way)...
         client.connection_lost(None)  # ...and abandoned
     log = edge.access_log

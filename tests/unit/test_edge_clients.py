@@ -94,3 +94,23 @@ def test_a_tls_arrival_spends_a_new_connection_and_is_counted_open_after() -> No
     assert table.open_connections(b"a") == 1
     table.strike(b"a", 0.0)
     assert "barred" in (table.arrive(b"a", 0.5) or "")
+
+
+def test_a_client_begins_at_most_per_turn_requests_a_turn_over_all_its_connections() -> None:
+    table = ClientTable(max_conns=100, conns_per_s=1000, resets_per_s=10, per_turn=4)
+    for _ in range(3):
+        assert table.open(b"a", 0.0) is None
+    assert table.open(b"b", 0.0) is None
+    a, b = table.state(b"a"), table.state(b"b")
+    assert a is not None and b is not None and a.open == 3
+    assert table.turn_left(a, 1) == 4
+    assert [table.take_turn(a, 1) for _ in range(5)] == [True] * 4 + [False]
+    assert table.turn_left(a, 1) == 0
+    assert table.take_turn(b, 1)  # another client's share is its own
+    assert table.turn_left(a, 2) == 4  # a new turn, a new share
+    assert not table.take_turn(a, 2, 5)  # more than a share at once: none counted
+    assert table.take_turn(a, 2, 3) and table.turn_left(a, 2) == 1
+    assert table.deferred == 2
+    assert table.state(b"unknown") is None
+    with pytest.raises(ValueError):
+        ClientTable(max_conns=1, conns_per_s=1, resets_per_s=1, per_turn=0)

@@ -209,9 +209,14 @@ def test_connections_refused_and_cut_per_client_are_counted() -> None:
         edge.clients.open(b"10.0.0.9", 0.0)
     edge.clients.strike(b"10.0.0.9", 0.0)
     edge.clients.open(b"10.0.0.9", 0.5)
+    state = edge.clients.state(b"10.0.0.9")
+    assert state is not None
+    while edge.clients.take_turn(state, 1):  # its share of turn 1, and one more
+        pass
     got = samples(edge)
     refused = "thaw_edge_client_connections_refused_total"
     assert got[(refused, frozenset({("reason", "connections")}))] == 1
     assert got[(refused, frozenset({("reason", "barred")}))] == 1
     assert got[("thaw_edge_client_connections_cut_total", frozenset())] == 1
+    assert got[("thaw_edge_client_requests_deferred_total", frozenset())] == 1
     assert got[("thaw_edge_clients_tracked", frozenset())] == 1
