@@ -4,6 +4,7 @@ one, or none, stops placement at start with one line that does not show it."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ from tests.support.postgres import PostgresServer, postgres_server, postgres_url
 pytestmark = pytest.mark.integration
 
 __all__ = ["postgres_server", "postgres_url"]  # fixtures
+
+
+def first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """The first line `proc` writes to its stdout, within `timeout_s` ("" if none)."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return proc.stdout.readline() if ready else ""
 
 
 def placement(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -67,8 +75,10 @@ def test_placement_serves_on_postgres_with_its_password_from_a_file(
                      "--store-password-file", postgres_server.password_file)
     try:
         wait_for_port("127.0.0.1", port, timeout_s=30, alive=lambda: proc.poll() is None)
+        # its port is bound a moment before it says so: read until it has
+        first = first_line(proc, timeout_s=30)
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=30)
-    assert "thaw placement listening on" in out, err
-    assert postgres_server.password not in out + err
+    assert first.startswith("thaw placement listening on"), (first, err)
+    assert postgres_server.password not in first + out + err
