@@ -197,8 +197,9 @@ class EdgeCollector(Collector):
                                   value=clients.struck)
         yield CounterMetricFamily(
             "thaw_edge_client_requests_deferred",
-            "Times a request was left for the loop's next turn because its client had begun "
-            "its share of requests in this one (client_requests_per_turn)",
+            "Times a request (HTTP/1) or a connection's read (HTTP/2) was left for the loop's "
+            "next turn because its client had begun its share of requests in this one "
+            "(client_requests_per_turn)",
             value=clients.deferred)
         yield GaugeMetricFamily("thaw_edge_clients_tracked",
                                 "Clients the edge keeps limits for now", value=len(clients))

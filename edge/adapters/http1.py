@@ -481,9 +481,19 @@ class ClientConnection(Downstream):
         if len(self.exchanges) <= 1 and self.pause_reasons & PAUSE_PIPELINE:
             self.unpause(PAUSE_PIPELINE)
         if self.exchanges:
-            self._start(self.exchanges[0])
+            self._start_queued()
         else:
             self.last_active = self.loop.time()
+
+    def _start_queued(self) -> None:
+        """The next pipelined request starts, within its client's share of this turn (or
+        in a later turn)."""
+        if self.closed or not self.exchanges:
+            return
+        if self.shell.turn_take(self):
+            self._start(self.exchanges[0])
+        else:
+            self.loop.call_soon(self._start_queued)
 
     def _reject(self, code: str, message: str) -> None:
         """Stop parsing and answer `code` after the exchanges already queued, then close.
@@ -548,7 +558,7 @@ class ClientConnection(Downstream):
             self.transport.abort()
 
     def close_if_idle(self) -> bool:
-        if not self.exchanges:
+        if not self.exchanges and not self.waiting:  # (a request waiting for its turn)
             self._close()
             return True
         return False
@@ -567,7 +577,7 @@ class ClientConnection(Downstream):
                 self.stopped = True
                 self._answer_and_close("request_timeout", "request head not received in time")
             return
-        if (not self.exchanges and not self.in_head
+        if (not self.exchanges and not self.in_head and not self.waiting
                 and now - self.last_active >= self.config.idle_timeout_s):
             self._close()
             return

@@ -177,6 +177,7 @@ class H2Connection(StreamOwner):
         first: rapid reset's pairs never reach a machine, sliced or not)."""
         left = self.shell.turn_left(self)  # the client's share of this turn
         if left <= 0:
+            self.shell.turn_take(self)  # refused (none left): counted as put off
             self.unread += data
             self._slice()
             return

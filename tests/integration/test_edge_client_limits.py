@@ -282,3 +282,24 @@ async def test_a_reset_storm_with_reconnects_is_cut_off_while_others_are_served_
         assert edge.placement.wakes == []  # the app's one machine was enough throughout
         barred = await reset_storm(edge.port, "127.0.0.3", 150, kind)
         assert barred == (0, h2.errors.ErrorCodes.ENHANCE_YOUR_CALM) or barred[0] <= 20, barred
+
+
+async def test_pipelined_requests_of_a_client_start_within_its_share_and_all_are_answered(
+) -> None:
+    """16 connections from one client each pipeline 4 requests: the queued ones start
+    within the client's share of each turn, and every one is answered, in order on its
+    connection (none is left waiting for a turn that never comes)."""
+    async with await start_warm_edge() as edge:
+        conns = await asyncio.gather(*(asyncio.open_connection(
+            "127.0.0.1", edge.port, local_addr=("127.0.0.2", 0)) for _ in range(16)))
+        await asyncio.sleep(0.1)
+        try:
+            for _, writer in conns:
+                writer.write(HEADERS * 4)
+            places = [[forwarded_at(await asyncio.wait_for(echoed_headers(reader), 30))
+                       for _ in range(4)] for reader, _ in conns]
+        finally:
+            for _, writer in conns:
+                writer.close()
+        assert all(sorted(mine) == mine for mine in places)  # each connection's in order
+        assert edge.shell.clients.deferred >= 1
