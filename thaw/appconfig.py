@@ -241,8 +241,8 @@ def _merge(base: Any, patch: Any) -> Any:
 def did_you_mean(message: str, kind: Any) -> str:
     """For msgspec's "unknown field `imgae` - at `$.guest`": "; did you mean `image`?"
     naming the closest field of the struct at that path ("" when none is close)."""
-    found = re.match(r"Object contains unknown field `([^`]*)`(?: - at `\$((?:\.\w+)*)`)?$",
-                     message)
+    found = re.match(r"Object contains unknown field `(.*?)`(?: - at `\$((?:\.\w+)*)`)?$",
+                     message)  # (a name may hold a backtick: the shortest that ends the line)
     if found is None:
         return ""
     info: Any = msgspec.inspect.type_info(kind)
@@ -260,8 +260,8 @@ def did_you_mean(message: str, kind: Any) -> str:
 def field_of(message: str) -> str:
     """The field a msgspec error names: "... - at `$.a.b`", "... in `$.env`" or
     "... required field `image`"; an unknown field is named with its path."""
-    unknown = re.match(r"Object contains unknown field `([^`]*)`(?: - at `\$\.([^`]+)`)?",
-                       message)
+    unknown = re.match(r"Object contains unknown field `(.*?)`(?: - at `\$\.([^`]+)`)?$",
+                       message)  # (a name may hold a backtick: the shortest that ends the line)
     if unknown:
         return f"{unknown.group(2)}.{unknown.group(1)}" if unknown.group(2) else unknown.group(1)
     at = re.search(r"`\$\.([^`]+)`", message)

@@ -184,3 +184,11 @@ def test_any_decoded_config_is_within_bounds_or_refused_naming_a_field(body: dic
         assert exc.field
         return
     assert within_bounds(config)
+
+
+def test_an_unknown_field_whose_name_holds_a_backtick_is_named_with_its_path() -> None:
+    # found by the fuzz above: msgspec quotes the name as it is, backticks and all
+    from thaw.appconfig import field_of
+
+    assert field_of("Object contains unknown field ``` - at `$.guest`") == "guest.`"
+    assert field_of("Object contains unknown field `a`b`") == "a`b"
