@@ -97,8 +97,9 @@ class LoadShare:
     def __init__(self, view: View, board: LoadBoard, edge_id: str,
                  held: Callable[[str], int], held_apps: Callable[[], Iterable[str]],
                  room: Callable[[AppEntry], None], interval_s: float = INTERVAL_S) -> None:
-        """`held(app)`/`held_apps()`: the requests this edge holds; `room(app)`: an app's
-        machines may take more (others' load fell): release what is held."""
+        """`held(app)`/`held_apps()`: the requests this edge holds; `room(app)`: others' load
+        on an app's machines changed: release what now fits, ask for machines if the held
+        requests need more."""
         self.view = view
         self.board = board
         self.edge_id = edge_id
@@ -139,8 +140,8 @@ class LoadShare:
 
     def apply(self, others: Loads) -> list[AppEntry]:
         """Count the other edges' requests at each machine; the apps whose machines now
-        carry less than before."""
-        eased: dict[str, AppEntry] = {}
+        carry more or less of them than before."""
+        changed: dict[str, AppEntry] = {}
         loaded: set[MachineSlot] = set()
         apps = self.view.apps
         now = self.view.clock()
@@ -151,8 +152,8 @@ class LoadShare:
             for machine, requests in machines.items():
                 slot = entry.machines.get(machine)
                 if slot is not None and requests > 0:
-                    if requests < slot.elsewhere:
-                        eased[name] = entry
+                    if requests != slot.elsewhere:
+                        changed[name] = entry
                     slot.in_flight += requests - slot.elsewhere
                     slot.elsewhere = requests
                     slot.last_start = now  # busy: its idle time counts from when it is not
@@ -162,9 +163,9 @@ class LoadShare:
             slot.elsewhere = 0
             entry = apps.get(slot.app)
             if entry is not None:
-                eased[slot.app] = entry
+                changed[slot.app] = entry
         self._loaded = loaded
-        return list(eased.values())
+        return list(changed.values())
 
     async def once(self) -> None:
         loads, demand = self.collect()
@@ -172,7 +173,7 @@ class LoadShare:
                                         self.interval_s * TTL_INTERVALS)
         self.published(demand)
         for entry in self.apply(others):
-            if self.held(entry.name):
+            if self.held(entry.name):  # room to release into, or more machines to ask for
                 self.room(entry)
 
     def _alone(self) -> None:

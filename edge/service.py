@@ -368,6 +368,7 @@ class Edge(Shell):
             soft_limit=concurrency.soft_limit, max_machines=config.max_machines,
             auto_start=config.auto_start, hold_timeout_s=config.hold_timeout_s,
             max_pending=config.max_pending,
+            elsewhere=sum(m.elsewhere for m in app.routable),
         )
 
     def _hold(self, exchange: Exchange, app: AppEntry) -> None:

@@ -9,12 +9,16 @@ and carries out the effects returned: `CallPlacement`, `Release`, `Fail`,
 `ArmTimer`. Nothing here polls: a held request leaves when capacity appears
 (an event) or when its deadline's timer fires.
 
-How many machines a wake asks for: `ceil((in_flight + held) / soft_limit) -
-started`, capped by `max_machines - started`, never below 0; one wake in flight
+How many machines a wake asks for: `ceil((in_flight + elsewhere + held) /
+soft_limit) - started`, capped by `max_machines - started`, never below 0; one wake in flight
 per app (when it answers the need is counted again, so a burst of 1,000 at
 soft_limit 20 starts 50 machines, not 1,000 and not 1). The wake also says the
-demand (`in_flight + held`): placement sizes it from every edge's demand, since
-an edge counts machines other edges' wakes started as its own. A wake that adds
+demand here (`in_flight + held`): placement sizes it from every edge's demand, since
+an edge counts machines other edges' wakes started as its own. `elsewhere` (other
+edges' requests at the app's machines, from the load share) makes an edge ask when
+the machines are full of others' requests too: with only its own counted, two edges
+whose first wakes were sized from a burst's first requests would each find the
+machines enough for their half and never ask again. A wake that adds
 no machine, or fails, backs off `backoff_s` before the next (a machine appearing
 ends the backoff); a failure other than `deadline` with no machine started
 answers every held request with its code.
@@ -59,13 +63,16 @@ class Shape:
     """An app at one instant, as the shell sees it."""
 
     started: int  # machines that can be routed to
-    in_flight: int  # requests being forwarded to them
+    in_flight: int  # this edge's requests being forwarded to them
     free: int  # more requests they can take now (hard limits)
     soft_limit: int
     max_machines: int
     auto_start: bool = True
     hold_timeout_s: float = 30.0
     max_pending: int = 1000
+    # other edges' requests at these machines (the load share): counted in whether the
+    # machines are enough, never in the demand this edge reports (placement sums those)
+    elsewhere: int = 0
 
 
 def machines_to_start(demand: int, started: int, soft_limit: int, max_machines: int) -> int:
@@ -156,12 +163,15 @@ class AppWakes(Generic[T]):
         return self.holds.remove(app, item)
 
     def on_capacity(self, app: str, now: float, shape: Shape) -> list[Effect[T]]:
-        """The app's machines have room again (a request ended, a machine stopped draining)."""
+        """The app's machines may have room again (a request ended, a machine stopped
+        draining) or carry more of other edges' requests: what fits is released, and what
+        is still held may call for a wake."""
         if not self.holds.held(app):
             return []
         effects: list[Effect[T]] = []
         state = self._state(app)
-        self._release(app, state, now, shape, effects)
+        shape = self._release(app, state, now, shape, effects)
+        self._maybe_wake(app, state, now, shape, effects)
         self._arm(app, state, now, effects)
         return effects
 
@@ -316,7 +326,8 @@ class AppWakes(Generic[T]):
                 or now < state.backoff_until):
             return
         demand = shape.in_flight + held
-        count = machines_to_start(demand, shape.started, shape.soft_limit, shape.max_machines)
+        count = machines_to_start(demand + shape.elsewhere, shape.started, shape.soft_limit,
+                                  shape.max_machines)
         if count <= 0:
             return
         wake = state.wake = Wake(app, count, now)

@@ -119,7 +119,9 @@ def test_a_burst_of_200_split_across_two_edges_starts_exactly_ceil_200_over_soft
     # Exactly what the burst needs: the two placements' wakes are planned one after the
     # other with each other's claims (without them each edge's wakes start their own), and
     # sized from both edges' demand (without it each edge counts the machines the other's
-    # wakes started as its own capacity, and together they start too few).
+    # wakes started as its own capacity, and together they start too few), and each edge
+    # asks again when the machines are full of the other's requests too (counting only its
+    # own, each found 5 machines enough for its 100 and held the rest: 5 != 8 once in CI).
     assert len(live_machines(services, "burst")) == math.ceil(200 / 25)
 
 

@@ -180,6 +180,33 @@ def test_each_wake_says_the_demand_here_for_placement_to_sum_over_edges() -> Non
     assert [(c.count, c.demand) for c in again] == [(4, 100)]
 
 
+def test_other_edges_requests_at_the_machines_count_in_the_ask_but_not_in_the_demand() -> None:
+    # Two edges, a burst of 100 each; the first wakes were sized from its first requests and
+    # started 5 machines (hard_limit 30, 150 slots). Here: 75 in flight and 25 held, and
+    # 75 of the other edge's at the same machines. Counting only its own (100), 4 machines
+    # look enough and it would never ask again; with the others' it asks, saying its own.
+    core: AppWakes[str] = AppWakes(10_000)
+    full = replace(COLD, started=5, in_flight=75, free=0, soft_limit=25)
+    for n in range(25):
+        assert only(core.hold("app", f"r{n}", 0.0, full), CallPlacement) == []
+    core2: AppWakes[str] = AppWakes(10_000)
+    shared = replace(full, elsewhere=75)
+    calls = only(core2.hold("app", "r0", 0.0, shared), CallPlacement)
+    assert [(c.count, c.demand) for c in calls] == [(2, 76)]  # ceil(151/25) - 5; 75 + 1 here
+
+
+def test_others_load_growing_on_full_machines_asks_for_a_wake_for_what_is_held() -> None:
+    core: AppWakes[str] = AppWakes(10_000)
+    alone = replace(COLD, started=5, in_flight=75, free=0, soft_limit=25)
+    for n in range(25):  # the others' load not yet shared: 100 fit 5 machines
+        assert only(core.hold("app", f"r{n}", 0.0, alone), CallPlacement) == []
+    # the load share counts the other edge's 75: the held 25 call for 2 more machines
+    effects = core.on_capacity("app", 0.25, replace(alone, elsewhere=75))
+    assert [(c.count, c.demand) for c in only(effects, CallPlacement)] == [(2, 100)]
+    assert only(core.on_capacity("app", 0.5, replace(alone, elsewhere=75)),
+                CallPlacement) == []  # one wake in flight at a time
+
+
 def test_a_machine_appearing_ends_the_backoff_of_an_app_with_requests_held() -> None:
     core: AppWakes[str] = AppWakes(100, backoff_s=1.0)
     wake = only(core.hold("app", "r1", 0.0, COLD), CallPlacement)[0].wake
