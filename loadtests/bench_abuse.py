@@ -15,8 +15,12 @@ per-client limits see another client than the warm load from 127.0.0.1.
 
 `--pin` gives the edge a core of its own (taskset: CPU 1) and keeps everything else on
 CPU 0, the attackers at nice 19: on a 2-core machine the attacker's own CPU then does not
-take the edge's core or the warm load's, and what is left in the warm p99 is the edge's
-own work for the attack. Without it nothing is pinned.
+take the edge's core. Without it nothing is pinned. Even pinned, the attack is not the
+edge's work alone: the kernel's work for the attacker's connections (loopback packets
+are processed on the sender's CPU) lands on CPU 0 beside the warm load and the backend.
+So a second load as large, *direct*, goes from the same process straight to the backend
+(no edge) throughout: its p99 under an attack against its own baselines is what the
+attack costs the measuring side, whatever the edge does.
 
 Phases, interleaved: baseline, attack 1, 10 s cool-down, baseline, attack 2, ...,
 baseline. The warm load (`--rate` GETs/s to app `web` over keep-alive connections,
@@ -605,6 +609,8 @@ class Phase:
     conns_max: int = 0  # and its open client connections
     edge_counts: dict[str, float] = field(default_factory=dict)  # /metrics deltas
     answers: list[Answer] = field(default_factory=list)
+    # the same load straight to the backend, beside it: what the machine adds without an edge
+    direct: list[Answer] = field(default_factory=list)
     cold: list[tuple[float, int, float, str]] = field(default_factory=list)
     stale: int = 0  # warm requests sent again: their kept-alive connection had closed
 
@@ -612,8 +618,9 @@ class Phase:
         ok = sum(1 for a in self.answers if a.status == 200)
         return 100.0 * ok / max(1, len(self.answers))
 
-    def latency_ms(self, q: float) -> float:
-        ok = [a.seconds * 1000 for a in self.answers if a.status == 200]
+    def latency_ms(self, q: float, direct: bool = False) -> float:
+        ok = [a.seconds * 1000 for a in (self.direct if direct else self.answers)
+              if a.status == 200]
         return percentile(ok, q) if ok else float("nan")
 
 
@@ -656,8 +663,9 @@ async def sample(pid: int, admin_port: int, phase: Phase, until: asyncio.Event) 
 EDGE_CPU = ("taskset", "-c", "1")  # --pin: the edge's own core
 NICE = ("nice", "-n", "19")  # --pin: attackers yield core 0 to the warm load
 
-async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, args: argparse.Namespace,
-                    ports: dict[str, int], work: Path, cold_apps: list[str]) -> None:
+async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, direct: WarmLoad,
+                    args: argparse.Namespace, ports: dict[str, int], work: Path,
+                    cold_apps: list[str]) -> None:
     phase.rss_before = phase.rss_max = rss_kib(edge_pid)
     cpu_before = cpu_s(edge_pid)
     stale_before = load.stale
@@ -710,9 +718,11 @@ async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, args: argparse.
         await asyncio.sleep(max(0.0, phase.ended + COOLDOWN_S - time.monotonic()))
     phase.rss_after = rss_kib(edge_pid)
     phase.answers = [a for a in load.answers if phase.began <= a.started < phase.ended]
+    phase.direct = [a for a in direct.answers if phase.began <= a.started < phase.ended]
     phase.cold = [c for c in load.cold if phase.began <= c[0] < phase.ended]
     print(f"{phase.name:15s} warm {len(phase.answers)} req, {phase.success():.2f}% ok, "
-          f"p50 {phase.latency_ms(50):.2f} ms p99 {phase.latency_ms(99):.2f} ms; RSS "
+          f"p50 {phase.latency_ms(50):.2f} ms p99 {phase.latency_ms(99):.2f} ms (direct "
+          f"p99 {phase.latency_ms(99, direct=True):.2f} ms); RSS "
           f"{phase.rss_before / 1024:.1f}/{phase.rss_max / 1024:.1f}/"
           f"{phase.rss_after / 1024:.1f} MiB; edge CPU {phase.edge_cpu_s:.1f} s; "
           f"held max {phase.held_max}, connections max {phase.conns_max}; "
@@ -756,7 +766,8 @@ async def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
         if time.monotonic() > deadline:
             raise TimeoutError(f"the warm app never answered 200: {probe.answers}")
         await asyncio.sleep(0.2)
-    runner = asyncio.create_task(load.run())
+    direct = WarmLoad(ports["backend"], args.rate)
+    runners = [asyncio.create_task(load.run()), asyncio.create_task(direct.run())]
     await asyncio.sleep(2.0)  # warm-up: connections made, not measured
     phases: list[Phase] = []
     try:
@@ -765,11 +776,13 @@ async def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
             order += [name, "baseline"]
         for name in order:
             phase = Phase(name)
-            await run_phase(phase, edge_pid, load, args, ports, work, cold_apps)
+            await run_phase(phase, edge_pid, load, direct, args, ports, work, cold_apps)
             phases.append(phase)
     finally:
-        await load.stop()
-        runner.cancel()
+        for each in (load, direct):
+            await each.stop()
+        for runner in runners:
+            runner.cancel()
     return phases
 
 
@@ -783,9 +796,13 @@ def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
     baselines = [p for p in phases if p.name == "baseline"]
     pooled = Phase("baseline", answers=[a for p in baselines for a in p.answers])
     reference = pooled.latency_ms(99)
+    pooled.direct = [a for p in baselines for a in p.direct]
+    direct_reference = pooled.latency_ms(99, direct=True)
     rows = ["| phase | warm requests | warm success | p50 ms | p99 ms | p99 ÷ baseline p99 | "
+            "direct p99 ms | direct p99 ÷ its baseline | "
             "RSS MiB before / max / after 10 s | edge CPU s | success ≥ 99.9 % | "
-            "p99 ≤ twice | RSS within 10 % |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "p99 ≤ twice | RSS within 10 % |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for phase in phases:
         ratio = phase.latency_ms(99) / reference
@@ -809,7 +826,9 @@ def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
                             f"one had closed): {phase.stale}" if phase.stale else ""))
         rows.append(f"| {phase.name} | {len(phase.answers)} | {phase.success():.2f} % | "
                     f"{phase.latency_ms(50):.2f} | {phase.latency_ms(99):.2f} | "
-                    f"{ratio:.2f} | {rss} | {phase.edge_cpu_s:.1f} | {targets} |")
+                    f"{ratio:.2f} | {phase.latency_ms(99, direct=True):.2f} | "
+                    f"{phase.latency_ms(99, direct=True) / direct_reference:.2f} | {rss} | "
+                    f"{phase.edge_cpu_s:.1f} | {targets} |")
     cold_lines = []
     for label, group in (("baselines", baselines),
                          ("hold-flood", [p for p in phases if p.name == "hold-flood"])):
@@ -837,7 +856,11 @@ def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
         "from 127.0.0.1 to app `web` over keep-alive connections (open loop, 5 s "
         f"timeout). Each phase {args.seconds:g} s; after each attack {COOLDOWN_S:.0f} s "
         "more before RSS *after* is read and the next baseline starts. p99 ÷ baseline "
-        f"p99 is against all baselines pooled (p99 {reference:.2f} ms). Targets (issue "
+        f"p99 is against all baselines pooled (p99 {reference:.2f} ms). *Direct*: the "
+        f"same load ({args.rate:g} GET/s more) straight to the backend, no edge, in the "
+        "same phase: what the attack costs the measuring side itself (the load, the "
+        "backend and the attacker's kernel work share CPU 0); its p99 against its own "
+        f"pooled baselines ({direct_reference:.2f} ms). Targets (issue "
         "26): warm success ≥ 99.9 %, p99 ≤ twice the baseline's, RSS 10 s after the attack within "
         "10 % of RSS before it.", "",
         *rows, "",

@@ -85,9 +85,8 @@ class ClientConnection(Downstream):
         hsts = shell.hsts if scheme == b"https" else b""
         self.hsts = b"Strict-Transport-Security: %s\r\n" % hsts if hsts else b""
         self.max_body_bytes = self.config.max_body_bytes
-        self.reader = RequestHeadReader(self.config.max_headers, self.config.max_header_bytes,
-                                        underscore_headers=self.config.underscore_headers)
-        self.parser = self._new_parser(False)
+        # the head reader and the parser are made once the connection is let in
+        # (connection_made): a connection refused for its client's limits costs neither
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
         self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
         self.opening: bytes | None = b""  # the first bytes, while they may be an h2 preface
@@ -136,6 +135,10 @@ class ClientConnection(Downstream):
             transport.write(OVER_LIMITS)
             transport.close()
             return
+        config = self.config
+        self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
+                                        underscore_headers=config.underscore_headers)
+        self.parser = self._new_parser(False)
         self.last_active = self.loop.time()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
