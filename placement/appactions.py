@@ -50,7 +50,7 @@ class AppWork:
     creating: Counter[bool] = field(default_factory=Counter)  # start? -> new machines
     declined: dict[str, float] = field(default_factory=dict)  # machine -> until (monotonic)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    made: list[dict[str, Any]] = field(default_factory=list)  # views of machines made
+    made: list[MachineView] = field(default_factory=list)  # machines made
     shortfall: str = ""
     lease: Lease | None = None  # the reconcile lease its actions run under
     no_room: core.NoRoom | None = None  # the last create that found no room (core)
@@ -92,7 +92,7 @@ class AppActions:
         work.failing = None if up else core.found_no_room(
             work.failing, work.workers, asyncio.get_running_loop().time())
 
-    async def launch(self, config: AppConfig, views: list[dict[str, Any]],
+    async def launch(self, config: AppConfig, views: list[MachineView],
                 actions: list[core.Action], work: AppWork) -> None:
         creates: list[core.Create | core.Replace] = []
         for action in actions:
@@ -103,7 +103,7 @@ class AppActions:
             elif isinstance(action, core.Unfence):
                 await self.store.unfence(action.machine)
                 await self._event(config, "unfence", action.reason, action.machine)
-                view = next((v for v in views if v["id"] == action.machine), None)
+                view = next((v for v in views if v.id == action.machine), None)
                 if view is not None:
                     self._spawn(config.name, work, self.fleet.restore(config.name, view))
             elif isinstance(action, core.CompleteRelease):
@@ -135,7 +135,7 @@ class AppActions:
 
     # -- actions -----------------------------------------------------------------------
 
-    async def _start(self, config: AppConfig, views: list[dict[str, Any]],
+    async def _start(self, config: AppConfig, views: list[MachineView],
                      action: core.Start) -> None:
         work = self.work[config.name]
         try:
@@ -155,7 +155,7 @@ class AppActions:
                           ) -> MachineView | Refused | Unreachable:
         return await self.fleet.start(url, mid, config.health.timeout_s, slack_s=5.0)
 
-    async def _destroy(self, config: AppConfig, views: list[dict[str, Any]],
+    async def _destroy(self, config: AppConfig, views: list[MachineView],
                        action: core.Destroy) -> None:
         work = self.work[config.name]
         try:
@@ -182,7 +182,7 @@ class AppActions:
         await self.fleet.mark(config.name, mid, "replaced", self.clock())
         await asyncio.sleep(self.drain_s)
 
-    async def _create_all(self, config: AppConfig, views: list[dict[str, Any]],
+    async def _create_all(self, config: AppConfig, views: list[MachineView],
                           actions: list[core.Create | core.Replace], work: AppWork) -> None:
         """New machines, placed one after another in one market round (each avoiding the
         workers the earlier ones went to), then pulled and started side by side."""
@@ -214,21 +214,21 @@ class AppActions:
                 continue
             placed_on.add(placed.worker)
             # until it is up, it is no standby to start, trim or count twice as a spare
-            work.busy[placed.view["id"]] = "create"
+            work.busy[placed.view.id] = "create"
             self._room_found(work, True)
             note = (f"; shares worker {placed.worker}: no other worker fits"
                     if placed.worker in action.avoid else "")
             starts.append(self._bring_up(config, views, placed, action, note, rnd))
         await asyncio.gather(*starts)
 
-    async def _bring_up(self, config: AppConfig, views: list[dict[str, Any]],
+    async def _bring_up(self, config: AppConfig, views: list[MachineView],
                         placed: NewMachine, action: core.Create | core.Replace, note: str,
                         rnd: Round | None) -> None:
         """Pull the image on the new machine's worker, start it if it is to run; a
         replacement that comes up takes its old machine's place (destroyed), one that
         does not fails the release."""
         work = self.work[config.name]
-        mid = placed.view["id"]
+        mid = placed.view.id
         try:
             outcome, view = "ok", placed.view
             try:
@@ -239,7 +239,7 @@ class AppActions:
                 answer = await self._start_call(config, placed.url, mid)
                 outcome = _outcome(answer)
                 if isinstance(answer, MachineView):
-                    view = msgspec.to_builtins(answer)
+                    view = answer
             if not await self.store.is_current(config):  # deleted (or made again) meanwhile
                 await self.fleet.destroy(mid, url=placed.url)
                 return
@@ -268,11 +268,10 @@ class AppActions:
             work.creating[action.start] -= 1
 
     async def note_ends(self, config: AppConfig, work: AppWork,
-                        views: list[dict[str, Any]]) -> None:
+                        views: list[MachineView]) -> None:
         """Crashes and failures of the app's machines (how each ended: `oom`, `exited(3)`,
         a crash loop's last output) become app events, each once (placement/core/ends)."""
-        events = {v["id"]: [(float(e["at"]), str(e["event"]), str(e.get("reason", "")))
-                            for e in v.get("events") or []] for v in views}
+        events = {v.id: [(e.at, e.event, e.reason) for e in v.events] for v in views}
         ends, work.ends_seen = new_ends(events, work.ends_seen)
         for end in ends:
             await self._event(config, end.event, end.reason, machine=end.machine,
@@ -310,8 +309,8 @@ class AppActions:
                                                         outcome))
 
 
-def _worker_of(views: list[dict[str, Any]], mid: str) -> str:
-    return next((v["worker"] for v in views if v["id"] == mid), "")
+def _worker_of(views: list[MachineView], mid: str) -> str:
+    return next((v.worker for v in views if v.id == mid), "")
 
 
 def _verb(action: core.Create | core.Replace) -> str:

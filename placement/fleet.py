@@ -15,12 +15,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
-import msgspec
 from msgspec.structs import replace as replace_struct
 
-from agent.api import HealthView, MachineView
+from agent.api import EventView, Guest, HealthView, MachineView
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
@@ -203,8 +202,8 @@ class Fleet:
             return self.statuses[worker_id].url
         raise Unavailable(f"worker {worker_id} is not available", code="worker_unavailable")
 
-    def remember(self, app: str, view: dict[str, Any]) -> None:
-        self.known[view["id"]] = (app, view["worker"], view.get("app_uid", ""))
+    def remember(self, app: str, view: MachineView) -> None:
+        self.known[view.id] = (app, view.worker, view.app_uid)
 
     async def sealed_machines(self, app: str) -> list[MachineRecord]:
         """The app's machine records that are sealed by their worker's ticket (all of them
@@ -221,32 +220,29 @@ class Fleet:
         workers.update(w for a, w, _ in self.known.values() if a == app)
         return workers
 
-    async def registered_machines(self, config: AppConfig) -> list[dict[str, Any]]:
-        """The app's machines as the registry last heard of them (no agent round trip).
-        Advisory: a stale entry costs a refused start, never a wrong result."""
-        return [
-            {"id": r.id, "worker": r.worker, "state": r.state, "address": r.address,
-             "created_at": r.created_at, "release": r.release, "image_digest": r.image_digest}
-            for r in await self.sealed_machines(config.name) if r.app_uid == config.uid
-        ]
+    async def registered_machines(self, config: AppConfig) -> list[MachineView]:
+        """The app's machines as the registry last heard of them (no agent round trip;
+        what the registry does not keep — image, pid, guest — is left empty). Advisory: a
+        stale entry costs a refused start, never a wrong result."""
+        return [registered_view(r) for r in await self.sealed_machines(config.name)
+                if r.app_uid == config.uid]
 
-    async def own_machines(self, config: AppConfig) -> list[dict[str, Any]]:
+    async def own_machines(self, config: AppConfig) -> list[MachineView]:
         """The machines of this app — this incarnation of the name — from their agents."""
-        return [v for v in await self.app_machines(config.name)
-                if v.get("app_uid", "") == config.uid]
+        return [v for v in await self.app_machines(config.name) if v.app_uid == config.uid]
 
     async def app_machines(
         self, app: str, workers: dict[str, WorkerStatus] | None = None
-    ) -> list[dict[str, Any]]:
-        """Every machine named for `app` as their agents report them (machine views,
-        JSON), whatever incarnation of the name made them (see `own_machines`)."""
+    ) -> list[MachineView]:
+        """Every machine named for `app` as their agents report them, whatever
+        incarnation of the name made them (see `own_machines`)."""
         if workers is None:
             workers = {w.id: w for w in await self.workers()}
         asked = [workers[w] for w in sorted(await self.app_workers(app)) if w in workers]
         replies = await asyncio.gather(
             *(self._machines_on(w.url, app) for w in asked), return_exceptions=True
         )
-        views: list[dict[str, Any]] = []
+        views: list[MachineView] = []
         for reply in replies:
             if isinstance(reply, list):
                 views.extend(reply)
@@ -254,10 +250,9 @@ class Fleet:
             self.remember(app, view)
         return views
 
-    async def _machines_on(self, url: str, app: str) -> list[dict[str, Any]]:
+    async def _machines_on(self, url: str, app: str) -> list[MachineView]:
         answer = await self.agents.machines(url, app)
-        return [msgspec.to_builtins(view) for view in answer] if isinstance(answer, list) \
-            else []
+        return answer if isinstance(answer, list) else []
 
     async def locate(self, config: AppConfig, machine_id: str) -> str:
         """The URL of the agent that owns `machine_id` of this app (this incarnation of
@@ -347,21 +342,20 @@ class Fleet:
         except Exception as exc:
             log.warning("could not mark machine %s %s in the registry: %s", mid, state, exc)
 
-    async def restore(self, app: str, view: dict[str, Any]) -> None:
+    async def restore(self, app: str, view: MachineView) -> None:
         """A fenced machine taken back: its `lost` record (which outranks anything its
         agent publishes) replaced by what its agent says, so edges route to it again.
         Advisory like `mark`: the agent's next resync would not get past `lost`."""
         try:
             for record in await self.sealed_machines(app):
-                if record.id == view["id"]:
-                    back = replace_struct(record, state=view["state"],
-                                          address=view.get("address", ""),
-                                          updated_at=float(view["updated_at"]))
+                if record.id == view.id:
+                    back = replace_struct(record, state=view.state, address=view.address,
+                                          updated_at=view.updated_at)
                     await self.registry.delete_machine(app, record.id)
                     await self.registry.put_machine(
                         replace_struct(back, seal=self.routes.resealed(back)))
         except Exception as exc:
-            log.warning("could not restore machine %s in the registry: %s", view["id"], exc)
+            log.warning("could not restore machine %s in the registry: %s", view.id, exc)
 
     async def pull(self, url: str, ref: str) -> ImageInfo:
         answer = await self.agents.pull(url, ref, self.pull_timeout_s)
@@ -377,3 +371,16 @@ class Fleet:
             for worker in await self.registry.layer_holders(digest):
                 held[worker] = held.get(worker, 0) + size
         return held
+
+
+def registered_view(record: MachineRecord) -> MachineView:
+    """A machine's registry record as a machine view: what the registry does not keep
+    (image, pid, guest) empty, its events without their names (the state is the event)."""
+    return MachineView(
+        id=record.id, app=record.app, worker=record.worker, region=record.region,
+        state=record.state, image="", image_digest=record.image_digest,
+        address=record.address, pid=0, created_at=record.created_at,
+        updated_at=record.updated_at, guest=Guest(),
+        events=[EventView(state=e.state, event=e.state, at=e.at, reason=e.reason)
+                for e in record.events],
+        app_uid=record.app_uid, release=record.release)

@@ -29,25 +29,25 @@ async def app_logs(fleet: Fleet, config: AppConfig, cursor: str,
     """The newest MAX_CURSOR_MACHINES machines' logs (or only `machine`'s)."""
     offsets = parse_cursor(cursor)
     views = sorted((v for v in await fleet.own_machines(config)
-                    if v["state"] not in GONE and machine in ("", v["id"])),
-                   key=lambda v: v["created_at"])[-MAX_CURSOR_MACHINES:]
+                    if v.state not in GONE and machine in ("", v.id)),
+                   key=lambda v: v.created_at)[-MAX_CURSOR_MACHINES:]
     urls = {w.id: w.url for w in await fleet.workers()}
     share = MAX_ANSWER // max(len(views), 1)
     reads = await asyncio.gather(*(
-        _read(fleet.agents, urls.get(v["worker"], ""), v["id"], offsets.get(v["id"], -1),
-              min(tail_bytes if v["id"] not in offsets else FOLLOW_CHUNK, share))
+        _read(fleet.agents, urls.get(v.worker, ""), v.id, offsets.get(v.id, -1),
+              min(tail_bytes if v.id not in offsets else FOLLOW_CHUNK, share))
         for v in views
     ))
     logs, unreachable, after = [], [], dict(offsets)
     for view, got in zip(views, reads, strict=True):
         if got is None:
-            unreachable.append(view["id"])
+            unreachable.append(view.id)
             continue
         start, chunk = got
-        after[view["id"]] = start + len(chunk)
-        logs.append(MachineLog(machine=view["id"], worker=view["worker"], state=view["state"],
+        after[view.id] = start + len(chunk)
+        logs.append(MachineLog(machine=view.id, worker=view.worker, state=view.state,
                                lines=lines(chunk)))
-    live = {v["id"] for v in views}
+    live = {v.id for v in views}
     return LogsAnswer(logs=logs, unreachable=unreachable,
                       cursor=format_cursor({m: o for m, o in after.items() if m in live}))
 

@@ -56,7 +56,7 @@ class Round:
 class NewMachine:
     worker: str
     url: str
-    view: dict[str, Any]
+    view: MachineView
 
 
 class Placer:
@@ -90,14 +90,14 @@ class Placer:
         self.releases: set[asyncio.Task[None]] = set()
 
     async def round(
-        self, config: AppConfig, region: str, machines: list[dict[str, Any]]
+        self, config: AppConfig, region: str, machines: list[MachineView]
     ) -> Round:
         """`machines`: the app's machines as their agents report them (for `spread`)."""
         await self.index.start()
         await self.index.catch_up()
         image = await self.fleet.image(config)
         on_workers = Counter(
-            m["worker"] for m in machines if m["state"] not in ("destroying", "destroyed")
+            m.worker for m in machines if m.state not in ("destroying", "destroyed")
         )
         sealed = await self.seal(config) if self.seal is not None and config.secrets else ""
         return Round(config, region, image, on_workers, sealed_env=sealed)
@@ -204,7 +204,7 @@ class Placer:
 
     async def _offer(
         self, rnd: Round, step: OfferTo, start: bool, spare: bool, for_spares: bool = False
-    ) -> tuple[Answer, dict[str, Any] | None]:
+    ) -> tuple[Answer, MachineView | None]:
         offer = offer_request(rnd.config, step.key, start, spare, rnd.sealed_env)
         if for_spares:
             offer = msgspec.structs.replace(offer, for_spares=True)
@@ -219,8 +219,7 @@ class Placer:
             return Answer(step.worker, Reply.UNREACHABLE, message=answer.message), None
         if isinstance(answer, MachineView):
             self.metrics.offers.labels(Reply.ACCEPTED.value).inc()
-            return Answer(step.worker, Reply.ACCEPTED, machine_id=answer.id), \
-                msgspec.to_builtins(answer)
+            return Answer(step.worker, Reply.ACCEPTED, machine_id=answer.id), answer
         result = OFFER_REFUSALS.get(answer.code, Reply.UNREACHABLE)
         self.metrics.offers.labels(result.value).inc()
         return Answer(step.worker, result, message=f"{answer.status} {answer.message}"), None

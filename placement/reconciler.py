@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
+from agent.api import MachineView
 from placement.adapters.agents import fenced_by
 from placement.appactions import ROLLING_OUT, AppActions, AppWork
 from placement.applocks import AppLocks
@@ -137,7 +136,7 @@ class Reconciler:
         """Workers live at the last pass."""
         return len(self._workers_seen)
 
-    async def settle(self, app: str, timeout_s: float) -> tuple[list[dict[str, Any]], str]:
+    async def settle(self, app: str, timeout_s: float) -> tuple[list[MachineView], str]:
         """Wait (at most `timeout_s`) for what the reconciler is doing to `app`; the views
         of the machines it made meanwhile and why any could not be made."""
         work = self.work.get(app)
@@ -171,18 +170,18 @@ class Reconciler:
         live, standing = await self.fleet.standing_workers()
         self._workers_seen = set(live)
         views = [v for v in await self.fleet.app_machines(app, standing)
-                 if v.get("app_uid", "") == config.uid]
+                 if v.app_uid == config.uid]
         records = [r for r in await self.fleet.sealed_machines(app) if r.app_uid == config.uid]
         fenced = await self.store.fenced(config.uid)
         # a fenced machine's `lost` record keeps the epoch its worker had when it was lost
         lost_under = {r.id: r.epoch for r in records if r.state == "lost"}
         epochs = {w: s.epoch for w, s in standing.items()}
-        seen = [core.Seen(v["id"], v["worker"], v["state"], machine_release(v, config),
-                          reason=last_reason(v), same_epoch=v["id"] in fenced
-                          and lost_under.get(v["id"], -1) == epochs.get(v["worker"]),
-                          for_spares=bool(v.get("for_spares")))
+        seen = [core.Seen(v.id, v.worker, v.state, machine_release(v, config),
+                          reason=last_reason(v), same_epoch=v.id in fenced
+                          and lost_under.get(v.id, -1) == epochs.get(v.worker),
+                          for_spares=v.for_spares)
                 for v in views]
-        known = {v["id"] for v in views}
+        known = {v.id for v in views}
         await self.acts.note_ends(config, work, views)
         for record in records:
             # a machine its agent did not report: on a standing worker (in doubt, its agent
@@ -192,7 +191,7 @@ class Reconciler:
                                                            or record.state == "lost")):
                 continue
             seen.append(core.Seen(record.id, record.worker, record.state,
-                                  machine_release(msgspec.to_builtins(record), config),
+                                  machine_release(record, config),
                                   live=standing_worker))
             if not standing_worker and record.id in fenced and record.state != "lost":
                 # a write that failed, or lost
@@ -281,7 +280,6 @@ class Reconciler:
         return work.lease is not None and self.keeper.valid(work.lease)
 
 
-def last_reason(view: dict[str, Any]) -> str:
+def last_reason(view: MachineView) -> str:
     """The reason of a machine view's last event ("" if none)."""
-    events = view.get("events") or []
-    return str(events[-1].get("reason", "")) if events else ""
+    return view.events[-1].reason if view.events else ""

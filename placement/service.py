@@ -25,6 +25,7 @@ from placement.api import (
     AppDeleted,
     AppEvent,
     CreateMachineRequest,
+    DeployResult,
     LogsAnswer,
     Release,
     SuspectAnswer,
@@ -155,12 +156,12 @@ class Placement:
         destroyed, as far as their agents answer, to give their capacity back. Those that
         cannot be are no harm: they carry the earlier app's uid, so they are never this
         one's (never listed, routed, started or stopped as its)."""
-        views = [v for v in await self.fleet.app_machines(name) if v["state"] not in GONE]
+        views = [v for v in await self.fleet.app_machines(name) if v.state not in GONE]
         destroyed = await asyncio.gather(*(self._destroy(name, v) for v in views))
         for view, done in zip(views, destroyed, strict=True):
             if not done:
                 log.warning("machine %s left by an earlier app %s could not be destroyed",
-                            view["id"], name)
+                            view.id, name)
 
     async def app(self, name: str) -> AppConfig:
         return await self.store.get(name)
@@ -216,18 +217,18 @@ class Placement:
             await self.registry.delete_app(name)
             views = await self.fleet.app_machines(name)
             destroyed = await asyncio.gather(
-                *(self._destroy(name, v) for v in views if v["state"] not in GONE)
+                *(self._destroy(name, v) for v in views if v.state not in GONE)
             )
         return AppDeleted(deleted=name, machines=[mid for mid in destroyed if mid])
 
-    async def _destroy(self, app: str, view: dict[str, Any]) -> str:
-        answer = await self.fleet.destroy(view["id"], worker=view["worker"])
-        return view["id"] if isinstance(answer, MachineView) else ""
+    async def _destroy(self, app: str, view: MachineView) -> str:
+        answer = await self.fleet.destroy(view.id, worker=view.worker)
+        return view.id if isinstance(answer, MachineView) else ""
 
     # -- deploy ----------------------------------------------------------------
 
     async def deploy(self, name: str, image: str | None, strategy: Strategy | None = None,
-                     patch: dict[str, Any] | None = None) -> dict[str, Any]:
+                     patch: dict[str, Any] | None = None) -> DeployResult:
         """Apply `patch` (the owner's fields, as update_app takes them), resolve the image
         (it may have moved) and pin it: a change of what machines are made from is one new
         release, rolled out by the reconciler. Answers once the first reconcile pass is
@@ -250,8 +251,7 @@ class Placement:
                 raise Unavailable(f"no live worker in region {region}", code="no_capacity")
         await self.reconciler.pass_now(name)  # or the lease's holder does, from the feed
         made, shortfall = await self.reconciler.settle(name, DEPLOY_SETTLE_S)
-        return {"app": msgspec.to_builtins(config), "machines": made, "shortfall": shortfall,
-                "release": None if release is None else msgspec.to_builtins(release)}
+        return DeployResult(app=config, machines=made, shortfall=shortfall, release=release)
 
     async def rollback(self, name: str, version: int) -> Release:
         """A new release made from release `version`'s machine fields (image, env, guest,
@@ -290,20 +290,20 @@ class Placement:
 
     # -- machines --------------------------------------------------------------
 
-    async def machines(self, app: str) -> list[dict[str, Any]]:
+    async def machines(self, app: str) -> list[MachineView]:
         config = await self.store.get(app)
-        return sorted(await self.fleet.own_machines(config), key=lambda v: v["created_at"])
+        return sorted(await self.fleet.own_machines(config), key=lambda v: v.created_at)
 
-    async def create_machine(self, app: str, options: CreateMachineRequest) -> dict[str, Any]:
+    async def create_machine(self, app: str, options: CreateMachineRequest) -> MachineView:
         async with self.locks.hold(app):
             return await self._create_machine(await self.store.get(app), options)
 
     async def _create_machine(self, config: AppConfig, options: CreateMachineRequest
-                              ) -> dict[str, Any]:
+                              ) -> MachineView:
         app = config.name
         region = options.region or config.regions[0]
         views = await self.fleet.own_machines(config)
-        if sum(1 for v in views if v["state"] not in GONE) >= config.max_machines:
+        if sum(1 for v in views if v.state not in GONE) >= config.max_machines:
             raise Conflict(f"app {app} has max_machines={config.max_machines}",
                            code="max_machines")
         rnd = await self.placer.round(config, region, views)
@@ -382,7 +382,7 @@ class Placement:
         self._woken[name] = config
         return config
 
-    async def autostop(self, app: str, mid: str) -> dict[str, Any]:
+    async def autostop(self, app: str, mid: str) -> MachineView:
         return await self.waker.autostop(await self.store.get(app), mid)
 
     async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:

@@ -125,7 +125,7 @@ class NewMachines:
     start), and how many this wake has placed that still exist."""
 
     def __init__(self, placer: Placer, config: AppConfig, region: str,
-                 views: list[dict[str, Any]], live_workers: Collection[str],
+                 views: list[MachineView], live_workers: Collection[str],
                  answer_by: float = float("inf")) -> None:
         """`views`: the app's machines the wake was planned from; `live_workers`: every
         live worker then, in any region (as `plan_wake` counts machines); `answer_by`:
@@ -222,11 +222,8 @@ def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     return isinstance(outcome, Failed) and outcome.code == "declined"
 
 
-def woken(view: MachineView | dict[str, Any]) -> WokenMachine:
-    """A machine for the edge: from its worker's answer, or from a fleet view (still a
-    dict until the fleet's views are typed too: issue 27's next step)."""
-    if isinstance(view, dict):
-        return WokenMachine(id=view["id"], address=view["address"], worker=view["worker"])
+def woken(view: MachineView) -> WokenMachine:
+    """A machine for the edge (from its worker's answer, or the fleet's view)."""
     return WokenMachine(id=view.id, address=view.address, worker=view.worker)
 
 

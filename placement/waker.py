@@ -71,6 +71,7 @@ from placement.wakeparts import (
 from placement.workers import Refused, Unreachable
 from thaw.appconfig import AppConfig
 from thaw.logs import event
+from thaw.registry import WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 
@@ -124,7 +125,7 @@ class Waker:
                   count=request.count, reuse=len(plan.reuse), new=plan.new,
                   others_placing=claims.placing, others_starting=len(claims.starting),
                   machines=" ".join(f"{state}:{n}" for state, n in
-                                    sorted(Counter(v["state"] for v in views).items())))
+                                    sorted(Counter(v.state for v in views).items())))
             if plan.reuse:  # entries only while machines are claimed (see _restart)
                 self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
             self.placing[config.name] += plan.new
@@ -160,7 +161,7 @@ class Waker:
                                         max(0.0, ttl_s) + DEMAND_AFTER_S)
 
     async def _start(self, config: AppConfig, plan: WakePlan, new: NewMachines,
-                     everywhere: dict[str, Any], answer_by: float,
+                     everywhere: dict[str, WorkerStatus], answer_by: float,
                      received: float) -> WakeResponse:
         """Start what `plan` says, answer as soon as all are ready or at `answer_by`."""
         forecast = WakeForecast(config.name, len(plan.reuse) + plan.new, everywhere,
@@ -183,7 +184,7 @@ class Waker:
         return msgspec.structs.replace(answer, predicted_ms=predicted_ms, ready_ms=ready_ms)
 
     async def _observe(self, config: AppConfig,
-                       answer_by: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                       answer_by: float) -> tuple[dict[str, WorkerStatus], list[MachineView]]:
         """Live workers and the app's machines, from the registry's view (no round trip to
         the agents on the cold path): starts are checked transitions at the agent, and
         start?wait_s accepts a machine someone else started, so a stale view costs a
@@ -230,16 +231,16 @@ class Waker:
             shortfall="; ".join(notes),
         )
 
-    def _nothing_to_start(self, config: AppConfig, views: list[dict[str, Any]], shortfall: str,
+    def _nothing_to_start(self, config: AppConfig, views: list[MachineView], shortfall: str,
                           claims: Claims) -> WakeResponse:
         """The machines started, or, when other wakes are starting what the demand needs
         (`claims`, as the plan saw them), none: the edge sees theirs come up. Else
         no_capacity."""
-        started = [v for v in views if v["state"] == "started" and v.get("address")]
+        started = [v for v in views if v.state == "started" and v.address]
         if started:
             return WakeResponse(machines=[woken(v) for v in started], shortfall=shortfall)
         coming_up = claims.placing + len(claims.starting | {
-            v["id"] for v in views if v["state"] == "starting"})
+            v.id for v in views if v.state == "starting"})
         if coming_up:
             return WakeResponse(machines=[], shortfall=shortfall or (
                 f"{coming_up} machines other wakes are starting are enough for the demand"))
@@ -329,15 +330,15 @@ class Waker:
             # yet, or show it created while its image is pulled: no other wake takes it).
             self.placing[app] -= 1
             if not isinstance(placed, Failed):
-                self.claimed.setdefault(app, set()).add(placed.view["id"])
-                new.claimed.add(placed.view["id"])
+                self.claimed.setdefault(app, set()).add(placed.view.id)
+                new.claimed.add(placed.view.id)
             self.claims.changed(app)
         if isinstance(placed, Failed):
             return placed
         try:
             outcome = await self._start_placed(app, new, rnd, placed, answer_by, began)
         finally:
-            self.claims.unclaim(app, placed.view["id"])
+            self.claims.unclaim(app, placed.view.id)
         if isinstance(outcome, Ready):
             self.boots.observe(app, False, outcome.timings.boot_ms, slot.stretch)
         return outcome
@@ -349,17 +350,17 @@ class Waker:
             current = await store_retried(lambda: self.is_current(new.config), answer_by,
                                           self.placer.metrics.waited)
         except (TimeoutError, StoreUnavailable):
-            await self._release(placed.url, placed.view["id"])
+            await self._release(placed.url, placed.view.id)
             return Failed("deadline", f"app {app}: the store did not answer before the "
                                       "deadline (is it still there?)")
         if not current:  # deleted (or re-made) while this was placed
-            await self._release(placed.url, placed.view["id"])
+            await self._release(placed.url, placed.view.id)
             return Failed("no_capacity", f"app {app} was deleted while a machine was placed")
         outcome = await self._pull_and_start(placed, rnd.image.ref, answer_by, began)
         if is_declined(outcome):
             log.info("%s: worker %s declined to start it; destroying it",
-                     placed.view["id"], placed.worker)
-            destroyed = await self._release(placed.url, placed.view["id"])
+                     placed.view.id, placed.worker)
+            destroyed = await self._release(placed.url, placed.view.id)
             new.declined(rnd, placed.worker, destroyed=destroyed)
         return outcome
 
@@ -376,10 +377,10 @@ class Waker:
         pull_ms = ms_since(pull_began)
         try:
             outcome = await self._start_and_wait(
-                placed.url, placed.view["id"], answer_by, began, pull_ms
+                placed.url, placed.view.id, answer_by, began, pull_ms
             )
         except PlacementError as exc:
-            return Failed("start_failed", f"{placed.view['id']}: {exc.message}")
+            return Failed("start_failed", f"{placed.view.id}: {exc.message}")
         if isinstance(outcome, Ready):
             timings = outcome.timings
             return Ready(outcome.view, WakeTimings(place_ms, timings.pull_ms, timings.boot_ms))
@@ -412,7 +413,7 @@ class Waker:
         log.warning("machine %s could not be destroyed now: %s", machine_id, answer.message)
         return False
 
-    async def autostop(self, config: AppConfig, machine_id: str) -> dict[str, Any]:
+    async def autostop(self, config: AppConfig, machine_id: str) -> MachineView:
         url = await self.fleet.locate(config, machine_id)
         views = await self.fleet.own_machines(config)
         states = states_of(views, config)
@@ -431,4 +432,4 @@ class Waker:
             raise worker_said(answer)
         event(log, "autostop", app=config.name, machine=machine_id,
               result="suspended" if decision.suspend else "stopped")
-        return msgspec.to_builtins(answer)  # type: ignore[no-any-return]
+        return answer

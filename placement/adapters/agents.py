@@ -56,6 +56,11 @@ def fenced_by(token: int) -> Iterator[None]:
         _fence.reset(previous)
 
 
+def current_fence() -> int | None:
+    """The fencing token calls made here carry (`fenced_by`), None if none."""
+    return _fence.get()
+
+
 class AgentUnreachable(PlacementError):
     status = 502
     code = "worker_unreachable"
@@ -99,7 +104,7 @@ class AgentClient:
     ) -> tuple[int, dict[str, str], bytes]:
         """The answer as it came: status, headers and body (a log is not JSON)."""
         data = msgspec.json.encode(body) if body is not None else b""
-        fence = _fence.get()
+        fence = current_fence()
         if fence is not None and method != "GET":
             params = {**(params or {}), "fence": str(fence)}
         target = yarl.URL(url + path)

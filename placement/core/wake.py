@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from thaw.appconfig import AppConfig
 
@@ -191,15 +191,30 @@ def wake_failure(failures: Sequence[str], pending: int) -> str:
     return "no_capacity"
 
 
-def states_of(views: list[dict[str, Any]], config: AppConfig) -> list[MachineState]:
-    return [MachineState(v["id"], v["worker"], v["state"], machine_release(v, config))
-            for v in views]
+class Machine(Protocol):
+    """What these rules read of a machine: its agent's view (agent.api.MachineView) and
+    its registry record (thaw.registry.MachineRecord) both have it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def release(self) -> int: ...
+    @property
+    def image_digest(self) -> str: ...
 
 
-def machine_release(view: dict[str, Any], config: AppConfig) -> int:
-    """The release a machine (view or registry record) was made for. One made before
-    releases existed counts as the app's current release while it runs its image."""
-    release = int(view.get("release") or 0)
-    if release == 0 and view.get("image_digest", "") in ("", config.image_digest):
+def states_of(machines: Sequence[Machine], config: AppConfig) -> list[MachineState]:
+    return [MachineState(m.id, m.worker, m.state, machine_release(m, config))
+            for m in machines]
+
+
+def machine_release(machine: Machine, config: AppConfig) -> int:
+    """The release a machine was made for. One made before releases existed counts as
+    the app's current release while it runs its image."""
+    if machine.release == 0 and machine.image_digest in ("", config.image_digest):
         return config.release
-    return release
+    return machine.release

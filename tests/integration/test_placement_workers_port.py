@@ -1,6 +1,8 @@
-"""The `Workers` port (placement/workers.py) over HTTP, against a real agent: every answer
-typed — what was asked for, `Refused` with the agent's code and message, or
-`Unreachable` naming the call and not the worker — and nothing else escapes."""
+"""The `Workers` port's contract (placement/workers.py), run on each backend: over HTTP
+against a real agent (`HttpWorkers`), and from memory (tests/support/memory_workers.py,
+what unit tests use). Every answer typed — what was asked for, `Refused` with the
+agent's code and message, or `Unreachable` naming the call and not the worker — and
+nothing else escapes."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import pytest
 from agent.api import HealthView, MachineGone, MachineView, OfferRequest, PulledImage
 from agent.core.records import Guest
 from placement.adapters.agents import AgentClient, HttpWorkers, fenced_by
-from placement.workers import LogChunk, Refused, Unreachable
+from placement.workers import LogChunk, Refused, Unreachable, Workers
 from tests.support.agent_process import AgentProcess
 from tests.support.credentials import SIGNER
+from tests.support.memory_workers import MemoryWorkers
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -26,17 +29,26 @@ def image(hello_layout: str) -> str:  # (tests/conftest.py's: examples/hello as 
     return hello_layout
 
 
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    with AgentProcess(tmp_path / "agent", cpus=1, memory_mb=512) as proc:  # cleaned up at the end
-        yield proc
+@pytest.fixture(params=["http", "memory"])
+def agent_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of one worker of 1 cpu and 512 MB: a real agent's, or "" for memory."""
+    if request.param == "memory":
+        yield ""
+        return
+    with AgentProcess(tmp_path / "agent", cpus=1, memory_mb=512) as proc:  # (sync: it
+        yield proc.url  # sweeps what its machines left with asyncio.run)
 
 
 @pytest.fixture
-async def workers() -> AsyncIterator[HttpWorkers]:
+async def port(agent_url: str) -> AsyncIterator[tuple[Workers, str]]:
+    """A backend of the port, and its worker's URL."""
+    if not agent_url:
+        workers = MemoryWorkers()
+        yield workers, workers.add("w1", cpus=1, memory_mb=512)
+        return
     client = AgentClient(10.0, SIGNER)
     try:
-        yield HttpWorkers(client)
+        yield HttpWorkers(client), agent_url
     finally:
         await client.close()
 
@@ -47,9 +59,9 @@ def offer(image: str, key: str, **fields: object) -> OfferRequest:
 
 
 async def test_a_machine_offered_started_stopped_and_destroyed_answers_typed_views(
-    agent: AgentProcess, workers: HttpWorkers, image: str,
+    port: tuple[Workers, str], image: str,
 ) -> None:
-    url = agent.url
+    workers, url = port
     made = await workers.offer(url, offer(image, "k1", start=False))
     assert isinstance(made, MachineView) and made.app == "hello", made
     again = await workers.offer(url, offer(image, "k1", start=False))  # idempotent by key
@@ -77,9 +89,9 @@ async def test_a_machine_offered_started_stopped_and_destroyed_answers_typed_vie
 
 
 async def test_refusals_carry_the_agents_code_and_message(
-    agent: AgentProcess, workers: HttpWorkers, image: str,
+    port: tuple[Workers, str], image: str,
 ) -> None:
-    url = agent.url
+    workers, url = port
     unknown = await workers.start(url, "0123456789abcdef", 1.0, 5.0)
     assert isinstance(unknown, Refused) and unknown.gone() and unknown.code == "not_found"
     big = await workers.offer(url, OfferRequest(key="k2", app="hello", image=image,
@@ -98,8 +110,9 @@ async def test_refusals_carry_the_agents_code_and_message(
 
 
 async def test_no_agent_is_unreachable_naming_the_call_not_the_worker(
-    workers: HttpWorkers,
+    port: tuple[Workers, str],
 ) -> None:
+    workers, _ = port
     url = f"http://127.0.0.1:{free_port()}"  # nobody listens
     for answer in (await workers.health(url, 1.0), await workers.machines(url, "hello"),
                    await workers.destroy(url, "0123456789abcdef")):

@@ -1,0 +1,137 @@
+"""Placement's wake path — the real Waker, Placer, Fleet and fleet index — over workers in
+memory (tests/support/memory_workers.py) and a registry in memory: no process, no socket,
+so the wake's rules can be tried case by case (what test_placement_*.py and the e2e
+tests show against real agents)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from placement.api import WakeRequest
+from placement.core.market import MarketParams
+from placement.errors import PlacementError
+from placement.fleet import Fleet
+from placement.fleetindex import FleetIndex
+from placement.metrics import PlacementMetrics
+from placement.placer import Placer
+from placement.waker import Waker
+from tests.support.memory_workers import MemoryWorkers
+from thaw.appconfig import AppConfig, Concurrency, GuestConfig
+from thaw.registry.memory import MemoryRegistry
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+
+
+class Pinned:
+    """No image's layers kept: placed by resources only."""
+
+    async def layers(self, digest: str) -> dict[str, int] | None:
+        return None
+
+
+@dataclass
+class Setup:
+    workers: MemoryWorkers
+    urls: dict[str, str]  # worker id -> url
+    registry: MemoryRegistry
+    waker: Waker
+
+    async def beat(self) -> None:
+        """Every worker's heartbeat, as its agent publishes it (none for one that is down)."""
+        for url, worker in self.workers.workers.items():
+            if not worker.down:
+                await self.registry.publish_worker(self.workers.status(url), ttl_s=60)
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[Setup]:
+    registry = MemoryRegistry()
+    workers = MemoryWorkers(registry)
+    urls = {wid: workers.add(wid, cpus=1.0, memory_mb=512) for wid in ("w1", "w2")}
+    fleet = Fleet(registry, workers, None, Pinned(), 30.0, 10.0)  # type: ignore[arg-type]
+    index = FleetIndex(registry, hold_s=30.0, flush_interval_s=0.01)
+    placer = Placer(fleet, workers, MarketParams(), PlacementMetrics(), max_offers=3,
+                    decisions_kept=10, rng=random.Random(1), index=index)
+
+    async def current(config: AppConfig) -> bool:
+        return True
+
+    waker = Waker(fleet, placer, 0, current)
+    ready = Setup(workers, urls, registry, waker)
+    await ready.beat()
+    try:
+        yield ready
+    finally:
+        await waker.close()
+        await placer.close()
+        await index.stop()
+        await registry.close()
+
+
+def app(**fields: object) -> AppConfig:
+    settings: dict[str, object] = {"guest": GuestConfig(cpus=0.5, memory_mb=256), **fields}
+    return AppConfig(name="web", image="example/web:v1", regions=["local"],
+                     **settings)  # type: ignore[arg-type]
+
+
+def running(setup: Setup) -> dict[str, list[str]]:
+    """Machines started on each worker (ids), from the workers' own state."""
+    return {w.id: sorted(m.id for m in w.state.machines.values() if m.state.value == "started")
+            for w in setup.workers.workers.values()}
+
+
+async def test_a_cold_wake_starts_one_machine_and_answers_its_address(setup: Setup) -> None:
+    config = app()
+    answer = await setup.waker.wake(config, WakeRequest(count=1, deadline_ms=5000))
+    [woken] = answer.machines
+    assert woken.address.startswith(f"{woken.worker}.machines:")
+    assert running(setup)[woken.worker] == [woken.id]
+    # a wake for a demand that machine covers finds it up (its record is in the
+    # registry): nothing new is made, its address is the answer
+    again = await setup.waker.wake(config, WakeRequest(count=1, deadline_ms=5000,
+                                                       demand=1, edge="e1"))
+    assert [m.id for m in again.machines] == [woken.id]
+    assert sum(len(ids) for ids in running(setup).values()) == 1
+
+
+async def test_a_burst_is_sized_by_demand_and_spread_over_the_workers(setup: Setup) -> None:
+    config = app(concurrency=Concurrency(soft_limit=10, hard_limit=20), max_machines=8)
+    answer = await setup.waker.wake(config, WakeRequest(count=1, deadline_ms=5000,
+                                                        demand=40, edge="e1"))
+    # 40 requests at soft_limit 10 want 4 machines (max_machines 8); 1 cpu and 512 MB a
+    # worker fit 2 of 0.5 cpu / 256 MB each: 4 in all, two on each worker
+    assert len(answer.machines) == 4
+    assert {w: len(ids) for w, ids in running(setup).items()} == {"w1": 2, "w2": 2}
+
+
+async def test_a_stopped_machine_is_started_again_rather_than_a_new_one_made(
+    setup: Setup,
+) -> None:
+    config = app()
+    [first] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
+    stopped = await setup.workers.stop(setup.urls[first.worker], first.id)
+    assert getattr(stopped, "state", "") == "stopped"
+    [again] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
+    assert again.id == first.id
+    assert sum(len(w.state.machines) for w in setup.workers.workers.values()) == 1
+
+
+async def test_with_one_worker_down_the_machine_goes_to_the_other(setup: Setup) -> None:
+    setup.workers.workers[setup.urls["w1"]].down = True  # its agent answers nothing
+    config = app()
+    [woken] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
+    assert woken.worker == "w2"
+
+
+async def test_no_room_anywhere_is_no_capacity_and_nothing_is_left_half_made(
+    setup: Setup,
+) -> None:
+    big = app(guest=GuestConfig(cpus=2.0, memory_mb=256))  # more than any worker has
+    with pytest.raises(PlacementError) as failed:
+        await setup.waker.wake(big, WakeRequest(deadline_ms=2000))
+    assert failed.value.code == "no_capacity", failed.value.message
+    assert all(not w.state.machines for w in setup.workers.workers.values())
