@@ -232,27 +232,44 @@ def _holding(current: Sequence[Seen]) -> frozenset[str]:
 
 def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
            busy: Busy, workers: Collection[str]) -> list[Action]:
-    """Min running, spares, and the max_machines cap. Machines of an older release still
-    count while they serve or stand by: each is replaced one for one (rule 3)."""
-    actions: list[Action] = []
+    """Min running, spares, and the max_machines cap, in that order (each rule sees what
+    the one before it took). Machines of an older release still count while they serve
+    or stand by: each is replaced one for one (rule 3)."""
     serving = [m for m in (*current, *old) if m.state in RUNNING or m.id in busy.starting]
     standby = sorted((m for m in current if m.state in STANDBY and m.id not in busy.machines),
                      key=lambda m: (STANDBY_ORDER.index(m.state), m.id))
-    old_standby = sum(1 for m in old if m.state in STANDBY)
     # What exists or is on its way counts against max_machines (a replacement in flight
     # is the one surge a rollout may take).
     exists = len(current) + len(old) + busy.creating_running + busy.creating_standby
     room = max(0, declared.max_machines - exists)
-    holding = set(_holding(current))
+    holding = _holding(current)
+    running, room, short = _to_min_running(declared, serving, standby, room, holding, busy,
+                                           workers)
+    # not while a rollout replaces machines (its replacement standbys stand in for old
+    # ones, which count among `spares` until they are destroyed)
+    rolling = bool(old) or busy.replacing > 0 or declared.rolling_out
+    spares = _to_spares(declared, standby, old, room, holding, busy, short > 0 or rolling)
+    gone = {a.machine for a in spares if isinstance(a, Destroy)}
+    started = {a.machine for a in running if isinstance(a, Start)}
+    return [*running, *spares,
+            *_over_max(declared, current, old, busy, len(serving) + len(started), started,
+                       gone)]
 
+
+def _to_min_running(declared: Declared, serving: Sequence[Seen], standby: list[Seen],
+                    room: int, holding: frozenset[str], busy: Busy, workers: Collection[str]
+                    ) -> tuple[list[Start | Create], int, int]:
+    """Starts and creates up to min_machines_running: a standby on a worker where none of
+    the app's machines runs; failing that, a new machine on such a worker; only then a
+    start beside a running machine. Takes the standbys it starts out of `standby`; the
+    actions, the room left under max_machines, and how many are still short."""
+    actions: list[Start | Create] = []
     running_workers = {m.worker for m in serving}
     running = len(serving) + busy.creating_running
     short = declared.min_running - running
     free = len(set(workers) - running_workers)  # workers where none of the app's runs
     reason = f"min_machines_running={declared.min_running}: {running} running"
     while short > 0:
-        # a standby on a worker where none of the app's machines runs; failing that, a
-        # new machine on such a worker; only then a start beside a running machine
         pick = next((m for m in standby if m.worker not in running_workers), None)
         if pick is None and (room == 0 or free == 0) and standby:
             pick = standby[0]
@@ -262,46 +279,53 @@ def _shape(declared: Declared, current: Sequence[Seen], old: Sequence[Seen],
             running_workers.add(pick.worker)
             actions.append(Start(pick.id, reason))
         elif room > 0:
-            actions.append(Create(True, reason, frozenset(holding)))
+            actions.append(Create(True, reason, holding))
             room -= 1
             free -= 1
         else:
             break
         short -= 1
+    return actions, room, short
 
-    spares = len(standby) + old_standby + busy.creating_standby
-    for _ in range(min(room, max(0, declared.spares - spares))):
-        actions.append(Create(False, f"spares={declared.spares}: {spares} standing by",
-                              frozenset(holding)))
-        room -= 1
-    # not while a rollout replaces machines (its replacement standbys stand in for old
-    # ones, which count among `spares` until they are destroyed)
-    rolling = bool(old) or busy.replacing > 0 or declared.rolling_out
-    trimmed = _trim_spares(declared, standby, spares, short > 0 or rolling)
-    actions += trimmed
-    gone = {a.machine for a in trimmed}
 
-    # Only machines seen make a surplus: one being created may already be among them
-    # (an agent reports it before its creator hears back), and a count twice is a
-    # machine destroyed for nothing.
+def _to_spares(declared: Declared, standby: Sequence[Seen], old: Sequence[Seen], room: int,
+               holding: frozenset[str], busy: Busy, hold: bool) -> list[Create | Destroy]:
+    """New standbys up to `spares` (within the `room` left), or the never-started ones
+    made for it beyond it, unless `hold` (see `_trim_spares`). `standby`: the idle
+    standbys of the current release left after the starts."""
+    spares = len(standby) + sum(1 for m in old if m.state in STANDBY) + busy.creating_standby
+    actions: list[Create | Destroy] = [
+        Create(False, f"spares={declared.spares}: {spares} standing by", holding)
+        for _ in range(min(room, max(0, declared.spares - spares)))]
+    return actions + _trim_spares(declared, standby, spares, hold)
+
+
+def _over_max(declared: Declared, current: Sequence[Seen], old: Sequence[Seen], busy: Busy,
+              running_left: int, started: set[str], gone: set[str]) -> list[Destroy]:
+    """Destroys down to max_machines, never below min_machines_running: failed machines,
+    never-started spares, stopped, suspended, then running ones, a crowded worker's
+    first; not while old machines are replaced. `running_left`: machines running once
+    the starts are done; `started`, `gone`: machines the rules before started, or
+    destroyed as spares. Only machines seen make a surplus: one being created may
+    already be among them (an agent reports it before its creator hears back), and a
+    count twice is a machine destroyed for nothing."""
     seen = len(current) + len(old) - len(gone)
     surplus = seen - declared.max_machines
-    if surplus > 0 and not old and busy.replacing == 0:
-        started = {a.machine for a in actions if isinstance(a, Start)}
-        running_left = len(serving) + len(started)
-        idle = (m for m in current
-                if m.id not in busy.machines and m.id not in started and m.id not in gone)
-        crowd = Counter(m.worker for m in current)  # a crowded worker's machines go first
-        for m in sorted(idle, key=lambda m: (_surplus_rank(m), -crowd[m.worker], m.id)):
-            if surplus == 0:
+    if surplus <= 0 or old or busy.replacing > 0:
+        return []
+    actions: list[Destroy] = []
+    idle = (m for m in current
+            if m.id not in busy.machines and m.id not in started and m.id not in gone)
+    crowd = Counter(m.worker for m in current)  # a crowded worker's machines go first
+    for m in sorted(idle, key=lambda m: (_surplus_rank(m), -crowd[m.worker], m.id)):
+        if surplus == 0:
+            break
+        if m.state in RUNNING:
+            if running_left <= declared.min_running:
                 break
-            if m.state in RUNNING:
-                if running_left <= declared.min_running:
-                    break
-                running_left -= 1
-            actions.append(Destroy(m.id, f"max_machines={declared.max_machines}: "
-                                         f"{seen} machines"))
-            surplus -= 1
+            running_left -= 1
+        actions.append(Destroy(m.id, f"max_machines={declared.max_machines}: {seen} machines"))
+        surplus -= 1
     return actions
 
 
