@@ -62,7 +62,42 @@ class LeaseStore(Protocol):
         """Whether each name is held by anyone now (one call for them all)."""
         ...
 
+    def watch(self, name: str) -> asyncio.Event:
+        """An event set when `name` is next released by its holder, by any process (watch
+        before trying to take it: a release between a refused `acquire` and the wait is
+        not missed). The word may be lost (a store away): wait with a bound. Each `watch`
+        is ended by `unwatch`."""
+        ...
+
+    def unwatch(self, name: str, event: asyncio.Event) -> None: ...
+
     async def close(self) -> None: ...
+
+
+class Watchers:
+    """Events waiting for leases' releases, by name (what `watch` hands out)."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, set[asyncio.Event]] = {}
+
+    def watch(self, name: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._events.setdefault(name, set()).add(event)
+        return event
+
+    def unwatch(self, name: str, event: asyncio.Event) -> None:
+        events = self._events.get(name)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._events[name]
+
+    def released(self, name: str) -> None:
+        for event in self._events.get(name, ()):
+            event.set()
+
+    def __bool__(self) -> bool:
+        return bool(self._events)
 
 
 class MemoryLeaseStore:
@@ -72,6 +107,7 @@ class MemoryLeaseStore:
         self._clock = clock
         self._held: dict[str, tuple[str, int, float]] = {}  # name -> holder, token, until
         self._last_token = 0
+        self._watchers = Watchers()
 
     async def acquire(self, name: str, holder: str, ttl_s: float) -> int | Taken:
         now = self._clock()
@@ -101,10 +137,17 @@ class MemoryLeaseStore:
         current = self._held.get(name)
         if current is not None and current[:2] == (holder, token):
             del self._held[name]
+            self._watchers.released(name)
 
     async def held(self, names: list[str]) -> list[bool]:
         now = self._clock()
         return [name in self._held and self._held[name][2] > now for name in names]
+
+    def watch(self, name: str) -> asyncio.Event:
+        return self._watchers.watch(name)
+
+    def unwatch(self, name: str, event: asyncio.Event) -> None:
+        self._watchers.unwatch(name, event)
 
     async def close(self) -> None:
         return None

@@ -41,7 +41,9 @@ log = logging.getLogger("thaw.placement.wakes")
 CLAIM_TTL_S = 3.0
 DEMAND_AFTER_S = 3.0  # an edge's demand counts while its wake runs and this long after
 WAKE_LEASE_TTL_S = 2.0  # planning takes milliseconds: the lease only outlives a dead planner
-LEASE_POLL_S = 0.005
+# A wake waiting for another placement's wake lease is woken by its release; should that
+# word be lost (the release channel away), it tries again this often.
+LEASE_RECHECK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -157,15 +159,25 @@ class WakeClaims:
                 del self._locks[app]
 
     async def _take_wake_lease(self, app: str, until: float) -> int:
+        """The app's wake lease, waiting (until `until`) for another placement's planning
+        to release it: woken by the release, not by polling."""
         loop = asyncio.get_running_loop()
+        name = f"wake:{app}"
         while True:
-            answer = await self.leases.acquire(f"wake:{app}", self.me, WAKE_LEASE_TTL_S)
-            if not isinstance(answer, Taken):
-                return answer
-            if loop.time() + LEASE_POLL_S >= until:
-                raise PlacementError(f"another placement is planning a wake of {app}",
-                                     code="deadline", status=504)
-            await asyncio.sleep(LEASE_POLL_S)
+            released = self.leases.watch(name)  # before the try: its release is not missed
+            try:
+                answer = await self.leases.acquire(name, self.me, WAKE_LEASE_TTL_S)
+                if not isinstance(answer, Taken):
+                    return answer
+                left = until - loop.time()
+                if left <= 0:
+                    raise PlacementError(f"another placement is planning a wake of {app}",
+                                         code="deadline", status=504)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), min(left, LEASE_RECHECK_S,
+                                                                 answer.remaining_s))
+            finally:
+                self.leases.unwatch(name, released)
 
     async def _others(self, app: str) -> Claims:
         return await self.book.others(app, self.me)

@@ -8,16 +8,23 @@ clocks differ agree on expiry. Redis errors become `Unavailable` (503) here.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+
 import msgspec
+import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from placement.errors import Unavailable
 from placement.failuresync import MAX_REPORTS, SharedMark
-from placement.leases import Taken
+from placement.leases import Taken, Watchers
 from placement.wakeclaims import Claims
 from thaw.registry import keys
 from thaw.registry.lua import UNEXPIRED
 from thaw.registry.redis import connect
+
+log = logging.getLogger("thaw.placement")
 
 # KEYS: lease, token clock. ARGV: holder, ttl ms. -> {1, token} or {0, remaining ms}
 _ACQUIRE = """
@@ -51,8 +58,12 @@ end
 return renewed
 """
 
+# KEYS: lease. ARGV: holder|token, the release channel, the lease's name.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
 return 1
 """
 
@@ -142,7 +153,10 @@ class RedisCoordination:
     connection pool."""
 
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        self._url = url
         self._r = connect(url, timeout_s=timeout_s)
+        self._watchers = Watchers()
+        self._listener: asyncio.Task[None] | None = None  # releases heard (see watch)
         self._acquire = self._r.register_script(_ACQUIRE)
         self._renew = self._r.register_script(_RENEW)
         self._release = self._r.register_script(_RELEASE)
@@ -177,7 +191,39 @@ class RedisCoordination:
         return [bool(int(x)) for x in answer]
 
     async def release(self, name: str, holder: str, token: int) -> None:
-        await self._call(self._release(keys=[keys.lease(name)], args=[f"{holder}|{token}"]))
+        await self._call(self._release(keys=[keys.lease(name)], args=[
+            f"{holder}|{token}", keys.lease_released(), name]))
+
+    def watch(self, name: str) -> asyncio.Event:
+        """Set when a release of `name` is heard on the release channel: one subscriber
+        connection per process, opened at the first watch (a release before it is
+        subscribed is not heard: callers wait with a bound)."""
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+        return self._watchers.watch(name)
+
+    def unwatch(self, name: str, event: asyncio.Event) -> None:
+        self._watchers.unwatch(name, event)
+
+    async def _listen(self) -> None:
+        """Hear every lease release and set its watchers' events; after an error, again
+        a second later (meanwhile waiters wait out their bound)."""
+        while True:
+            subscriber = aioredis.Redis.from_url(self._url, decode_responses=True)
+            try:
+                async with subscriber.pubsub() as pubsub:
+                    await pubsub.subscribe(keys.lease_released())
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True,
+                                                           timeout=None)
+                        if message is not None:
+                            self._watchers.released(_text(message["data"]))
+            except (RedisError, OSError) as exc:
+                log.debug("lease releases not heard for now: %s", exc)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await subscriber.aclose()
+            await asyncio.sleep(1.0)
 
     async def held(self, names: list[str]) -> list[bool]:
         if not names:
@@ -227,6 +273,10 @@ class RedisCoordination:
                 for i in range(0, len(flat), 4)]
 
     async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
         await self._r.aclose()
 
 

@@ -16,6 +16,7 @@ from placement.core.failures import WorkerFailures
 from placement.failuresync import MAX_REPORTS, FailureSync, MemoryFailureBook
 from placement.leases import LeaseKeeper, MemoryLeaseStore, Taken
 from placement.wakeclaims import Claims, MemoryClaimBook, WakeClaims
+from tests.support.lease_watch import released_heard
 from thaw.registry import keys
 
 
@@ -65,6 +66,28 @@ async def test_release_frees_a_lease_only_for_its_holder(backend: Backend) -> No
     assert isinstance(await backend.leases.acquire("z", "p2", 5), Taken)
     await backend.leases.release("z", "p1", token)
     assert isinstance(await backend.leases.acquire("z", "p2", 5), int)
+
+
+async def test_a_watcher_hears_its_lease_released_and_only_by_its_holder(
+    backend: Backend,
+) -> None:
+    leases = backend.leases
+    await released_heard(leases, "wake:a", "p1")  # releases are heard
+    token = await leases.acquire("wake:a", "p1", 5)
+    assert isinstance(token, int)
+    watching, other = leases.watch("wake:a"), leases.watch("wake:b")
+    try:
+        await leases.release("wake:a", "p2", token)  # not its holder: nothing released
+        b = await leases.acquire("wake:b", "p3", 5)
+        assert isinstance(b, int)
+        await leases.release("wake:b", "p3", b)
+        await asyncio.wait_for(other.wait(), 5)  # heard in order: a's would be heard first
+        assert not watching.is_set()
+        await leases.release("wake:a", "p1", token)
+        await asyncio.wait_for(watching.wait(), 5)
+    finally:
+        leases.unwatch("wake:a", watching)
+        leases.unwatch("wake:b", other)
 
 
 async def test_tokens_grow_across_names_and_holders(backend: Backend) -> None:

@@ -19,6 +19,7 @@ from edge.adapters.loadboard import RedisLoadBoard
 from placement.adapters.coordination import RedisCoordination
 from placement.wakeclaims import Claims
 from tests.support.credentials import ENV
+from tests.support.lease_watch import released_heard
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer, start_redis_server
 from thaw.appconfig import AppConfig
@@ -78,6 +79,7 @@ async def placement_works(url: str) -> None:
         assert isinstance(token, int)
         assert await book.renew([("app:web", token)], "p1", 5) == [True]
         await book.release("app:web", "p1", token)
+        await released_heard(book, "wake:web", "p1")  # its release channel, heard
         await book.publish("web", "p1", book_claims(), 5)
         await book.others("web", "p2")
         assert await book.report("web", "e1", 2, 5) == 2

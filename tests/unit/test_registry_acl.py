@@ -34,7 +34,10 @@ def granted(role: str, key: str, write: bool, worker: str = "") -> set[str]:
 
 
 def test_every_key_family_in_keys_py_is_granted_to_some_role() -> None:
+    channels = {c for listed in acl.CHANNELS.values() for c in listed}
     for name, key in sample_keys().items():
+        if key in channels:  # a pub/sub channel, not a key: granted as one (below)
+            continue
         assert any(granted(role, key, False) for role in acl.ROLES), name
 
 
@@ -69,12 +72,18 @@ def test_the_edge_only_reads_routes_and_machines() -> None:
 def test_every_role_denies_all_but_its_listed_commands() -> None:
     for role in acl.ROLES:
         rules = acl.rules(role, "0" * 64)
-        assert rules[:5] == ["reset", "on", "#" + "0" * 64, "resetchannels", "-@all"]
+        channels = [f"&{c}" for c in acl.CHANNELS.get(role, ())]
+        assert rules[:5 + len(channels)] == ["reset", "on", "#" + "0" * 64, "resetchannels",
+                                             *channels, "-@all"]
         allowed = {word[1:] for rule in rules for word in rule.strip("()").split()
                    if word.startswith("+")}
         assert not any(c.startswith("@") for c in allowed)  # no category, only commands
         assert not allowed & {"flushall", "flushdb", "config", "keys", "scan", "debug",
-                              "shutdown", "module", "acl", "script", "eval", "monitor"}
+                              "shutdown", "module", "acl", "script", "eval", "monitor",
+                              "psubscribe", "pubsub"}
+        # pub/sub only where a channel is granted: placement's lease releases
+        assert bool(allowed & {"publish", "subscribe"}) == bool(channels), role
+    assert {"placement": (keys.lease_released(),)} == acl.CHANNELS
 
 
 def test_a_worker_id_that_could_widen_a_pattern_or_an_unknown_role_is_refused() -> None:

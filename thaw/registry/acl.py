@@ -4,9 +4,10 @@ with which commands, built from `keys.py` so that it follows the key layout.
 A role's user may run only the commands listed here, each only on the keys listed
 with it (a Redis 7 selector per grant: `(%R~PATTERN +cmd ...)` or `(~PATTERN +cmd ...)`),
 plus a few commands on no key (PING, TIME) and the scripts' EVALSHA (EVALSHA_RO), which
-may name any key of the role's (EVALSHA only those it may write). Every other command —
-FLUSHALL, CONFIG, KEYS, SCAN, DEBUG, SHUTDOWN, MODULE, ACL, SCRIPT FLUSH, pub/sub — is
-denied. A script's `redis.call` is checked against the same rules, so a user that may
+may name any key of the role's (EVALSHA only those it may write). Pub/sub only on the
+channels listed (`CHANNELS`: placement's lease releases). Every other command —
+FLUSHALL, CONFIG, KEYS, SCAN, DEBUG, SHUTDOWN, MODULE, ACL, SCRIPT FLUSH, other pub/sub —
+is denied. A script's `redis.call` is checked against the same rules, so a user that may
 run scripts can do in them only what it may do directly.
 
 An agent's user made for one worker (`worker="w1"`) writes that worker's keys only
@@ -33,6 +34,10 @@ USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # checked again on each redis.call inside). SCRIPT LOAD only loads: FLUSH/KILL stay denied.
 CONNECTION = ("ping", "select", "time")
 SCRIPTS = ("evalsha", "evalsha_ro", "script|load")
+# The channels a role may publish and subscribe to (and the commands for it): placement
+# hears its leases' releases (placement/adapters/coordination.py, placement/wakeclaims.py).
+CHANNELS = {"placement": (keys.lease_released(),)}
+PUBSUB = ("publish", "subscribe", "unsubscribe")
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,10 @@ def rules(role: str, password_sha256: str, worker: str = "") -> list[str]:
     if not re.fullmatch(r"[0-9a-f]{64}", password_sha256):
         raise ValueError("password_sha256 must be 64 lowercase hex digits")
     granted = grants(role, worker)
-    return ["reset", "on", f"#{password_sha256}", "resetchannels", "-@all",
-            *(f"+{c}" for c in (*CONNECTION, *SCRIPTS)),
+    channels = CHANNELS.get(role, ())
+    return ["reset", "on", f"#{password_sha256}", "resetchannels",
+            *(f"&{channel}" for channel in channels), "-@all",
+            *(f"+{c}" for c in (*CONNECTION, *SCRIPTS, *(PUBSUB if channels else ()))),
             *(grant.keys for grant in granted),
             *(grant.selector() for grant in granted)]
 

@@ -56,6 +56,11 @@ def lease(name: str) -> str:
     return f"{PREFIX}:lease:{name}"
 
 
+def lease_released() -> str:
+    """The channel a lease's name is published on when its holder releases it."""
+    return f"{PREFIX}:lease-released"
+
+
 def lease_tokens() -> str:
     """The last fencing token issued (tokens never go below it)."""
     return f"{PREFIX}:lease-tokens"
