@@ -5,71 +5,39 @@ tests show against real agents)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from placement.api import WakeRequest
-from placement.core.market import MarketParams
 from placement.errors import PlacementError
-from placement.fleet import Fleet
-from placement.fleetindex import FleetIndex
-from placement.metrics import PlacementMetrics
-from placement.placer import Placer
 from placement.waker import Waker
-from tests.support.memory_workers import MemoryWorkers
+from tests.support.memory_placement import MemoryPlacement, memory_placement
 from thaw.appconfig import AppConfig, Concurrency, GuestConfig
-from thaw.registry.memory import MemoryRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
 
-class Pinned:
-    """No image's layers kept: placed by resources only."""
-
-    async def layers(self, digest: str) -> dict[str, int] | None:
-        return None
-
-
-@dataclass
-class Setup:
-    workers: MemoryWorkers
-    urls: dict[str, str]  # worker id -> url
-    registry: MemoryRegistry
-    waker: Waker
-
-    async def beat(self) -> None:
-        """Every worker's heartbeat, as its agent publishes it (none for one that is down)."""
-        for url, worker in self.workers.workers.items():
-            if not worker.down:
-                await self.registry.publish_worker(self.workers.status(url), ttl_s=60)
-
-
 @pytest.fixture
 async def setup() -> AsyncIterator[Setup]:
-    registry = MemoryRegistry()
-    workers = MemoryWorkers(registry)
-    urls = {wid: workers.add(wid, cpus=1.0, memory_mb=512) for wid in ("w1", "w2")}
-    fleet = Fleet(registry, workers, None, Pinned(), 30.0, 10.0)  # type: ignore[arg-type]
-    index = FleetIndex(registry, hold_s=30.0, flush_interval_s=0.01)
-    placer = Placer(fleet, workers, MarketParams(), PlacementMetrics(), max_offers=3,
-                    decisions_kept=10, rng=random.Random(1), index=index)
+    placement = await memory_placement(cpus=1.0, memory_mb=512)
 
     async def current(config: AppConfig) -> bool:
         return True
 
-    waker = Waker(fleet, placer, 0, current)
-    ready = Setup(workers, urls, registry, waker)
-    await ready.beat()
+    waker = Waker(placement.fleet, placement.placer, 0, current)
     try:
-        yield ready
+        yield Setup(placement, waker)
     finally:
         await waker.close()
-        await placer.close()
-        await index.stop()
-        await registry.close()
+        await placement.close()
+
+
+@dataclass
+class Setup:
+    placement: MemoryPlacement
+    waker: Waker
 
 
 def app(**fields: object) -> AppConfig:
@@ -80,8 +48,7 @@ def app(**fields: object) -> AppConfig:
 
 def running(setup: Setup) -> dict[str, list[str]]:
     """Machines started on each worker (ids), from the workers' own state."""
-    return {w.id: sorted(m.id for m in w.state.machines.values() if m.state.value == "started")
-            for w in setup.workers.workers.values()}
+    return setup.placement.started_on()
 
 
 async def test_a_cold_wake_starts_one_machine_and_answers_its_address(setup: Setup) -> None:
@@ -113,15 +80,16 @@ async def test_a_stopped_machine_is_started_again_rather_than_a_new_one_made(
 ) -> None:
     config = app()
     [first] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
-    stopped = await setup.workers.stop(setup.urls[first.worker], first.id)
+    stopped = await setup.placement.workers.stop(setup.placement.urls[first.worker], first.id)
     assert getattr(stopped, "state", "") == "stopped"
     [again] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
     assert again.id == first.id
-    assert sum(len(w.state.machines) for w in setup.workers.workers.values()) == 1
+    assert sum(len(w.state.machines) for w in setup.placement.workers.workers.values()) == 1
 
 
 async def test_with_one_worker_down_the_machine_goes_to_the_other(setup: Setup) -> None:
-    setup.workers.workers[setup.urls["w1"]].down = True  # its agent answers nothing
+    w1 = setup.placement.workers.workers[setup.placement.urls["w1"]]
+    w1.down = True  # its agent answers nothing
     config = app()
     [woken] = (await setup.waker.wake(config, WakeRequest(deadline_ms=5000))).machines
     assert woken.worker == "w2"
@@ -134,4 +102,4 @@ async def test_no_room_anywhere_is_no_capacity_and_nothing_is_left_half_made(
     with pytest.raises(PlacementError) as failed:
         await setup.waker.wake(big, WakeRequest(deadline_ms=2000))
     assert failed.value.code == "no_capacity", failed.value.message
-    assert all(not w.state.machines for w in setup.workers.workers.values())
+    assert all(not w.state.machines for w in setup.placement.workers.workers.values())
