@@ -19,7 +19,7 @@ from typing import Protocol
 
 from msgspec.structs import replace as replace_struct
 
-from agent.api import EventView, Guest, HealthView, MachineView
+from agent.api import HealthView, MachineView
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
@@ -220,12 +220,10 @@ class Fleet:
         workers.update(w for a, w, _ in self.known.values() if a == app)
         return workers
 
-    async def registered_machines(self, config: AppConfig) -> list[MachineView]:
-        """The app's machines as the registry last heard of them (no agent round trip;
-        what the registry does not keep — image, pid, guest — is left empty). Advisory: a
-        stale entry costs a refused start, never a wrong result."""
-        return [registered_view(r) for r in await self.sealed_machines(config.name)
-                if r.app_uid == config.uid]
+    async def registered_machines(self, config: AppConfig) -> list[MachineRecord]:
+        """The app's machines as the registry last heard of them (no agent round trip).
+        Advisory: a stale entry costs a refused start, never a wrong result."""
+        return [r for r in await self.sealed_machines(config.name) if r.app_uid == config.uid]
 
     async def own_machines(self, config: AppConfig) -> list[MachineView]:
         """The machines of this app — this incarnation of the name — from their agents."""
@@ -372,15 +370,3 @@ class Fleet:
                 held[worker] = held.get(worker, 0) + size
         return held
 
-
-def registered_view(record: MachineRecord) -> MachineView:
-    """A machine's registry record as a machine view: what the registry does not keep
-    (image, pid, guest) empty, its events without their names (the state is the event)."""
-    return MachineView(
-        id=record.id, app=record.app, worker=record.worker, region=record.region,
-        state=record.state, image="", image_digest=record.image_digest,
-        address=record.address, pid=0, created_at=record.created_at,
-        updated_at=record.updated_at, guest=Guest(),
-        events=[EventView(state=e.state, event=e.state, at=e.at, reason=e.reason)
-                for e in record.events],
-        app_uid=record.app_uid, release=record.release)

@@ -96,9 +96,6 @@ class Watchers:
         for event in self._events.get(name, ()):
             event.set()
 
-    def __bool__(self) -> bool:
-        return bool(self._events)
-
 
 class MemoryLeaseStore:
     """One process's leases (several holders may share it, as in tests)."""

@@ -17,7 +17,7 @@ import random
 import secrets
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ import msgspec
 from agent.api import Guest, Health, MachineView, OfferRequest
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
+from placement.core.wake import Machine
 from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
@@ -90,9 +91,10 @@ class Placer:
         self.releases: set[asyncio.Task[None]] = set()
 
     async def round(
-        self, config: AppConfig, region: str, machines: list[MachineView]
+        self, config: AppConfig, region: str, machines: Sequence[Machine]
     ) -> Round:
-        """`machines`: the app's machines as their agents report them (for `spread`)."""
+        """`machines`: the app's machines, as their agents or the registry report them
+        (for `spread`)."""
         await self.index.start()
         await self.index.catch_up()
         image = await self.fleet.image(config)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
@@ -23,7 +23,7 @@ from agent.api import MachineView
 from placement.api import WakePrediction, WakeTimings, WokenMachine
 from placement.core.offers import NoCapacity
 from placement.core.predict import StartKind, StartsInFlight, WakeForecast
-from placement.core.wake import room_for_new, states_of
+from placement.core.wake import Machine, room_for_new, states_of
 from placement.errors import PlacementError
 from placement.placer import NewMachine, Placer, Round
 from placement.store import StoreUnavailable
@@ -125,7 +125,7 @@ class NewMachines:
     start), and how many this wake has placed that still exist."""
 
     def __init__(self, placer: Placer, config: AppConfig, region: str,
-                 views: list[MachineView], live_workers: Collection[str],
+                 views: Sequence[Machine], live_workers: Collection[str],
                  answer_by: float = float("inf")) -> None:
         """`views`: the app's machines the wake was planned from; `live_workers`: every
         live worker then, in any region (as `plan_wake` counts machines); `answer_by`:
@@ -222,8 +222,8 @@ def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     return isinstance(outcome, Failed) and outcome.code == "declined"
 
 
-def woken(view: MachineView) -> WokenMachine:
-    """A machine for the edge (from its worker's answer, or the fleet's view)."""
+def woken(view: Machine) -> WokenMachine:
+    """A machine for the edge (from its worker's answer, or its registry record)."""
     return WokenMachine(id=view.id, address=view.address, worker=view.worker)
 
 

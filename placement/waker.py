@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -37,6 +37,7 @@ from placement.api import (
 )
 from placement.core.predict import BootHistory, StartsInFlight, WakeForecast
 from placement.core.wake import (
+    Machine,
     MachineState,
     Refuse,
     WakePlan,
@@ -71,7 +72,7 @@ from placement.wakeparts import (
 from placement.workers import Refused, Unreachable
 from thaw.appconfig import AppConfig
 from thaw.logs import event
-from thaw.registry import WorkerStatus
+from thaw.registry import MachineRecord, WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 
@@ -184,7 +185,7 @@ class Waker:
         return msgspec.structs.replace(answer, predicted_ms=predicted_ms, ready_ms=ready_ms)
 
     async def _observe(self, config: AppConfig,
-                       answer_by: float) -> tuple[dict[str, WorkerStatus], list[MachineView]]:
+                       answer_by: float) -> tuple[dict[str, WorkerStatus], list[MachineRecord]]:
         """Live workers and the app's machines, from the registry's view (no round trip to
         the agents on the cold path): starts are checked transitions at the agent, and
         start?wait_s accepts a machine someone else started, so a stale view costs a
@@ -231,7 +232,7 @@ class Waker:
             shortfall="; ".join(notes),
         )
 
-    def _nothing_to_start(self, config: AppConfig, views: list[MachineView], shortfall: str,
+    def _nothing_to_start(self, config: AppConfig, views: Sequence[Machine], shortfall: str,
                           claims: Claims) -> WakeResponse:
         """The machines started, or, when other wakes are starting what the demand needs
         (`claims`, as the plan saw them), none: the edge sees theirs come up. Else

@@ -192,8 +192,9 @@ def wake_failure(failures: Sequence[str], pending: int) -> str:
 
 
 class Machine(Protocol):
-    """What these rules read of a machine: its agent's view (agent.api.MachineView) and
-    its registry record (thaw.registry.MachineRecord) both have it."""
+    """What placement's wake and reconcile rules read of a machine: its agent's view
+    (agent.api.MachineView) and its registry record (thaw.registry.MachineRecord) both
+    have it, so a wake plans from the records as they are."""
 
     @property
     def id(self) -> str: ...
@@ -201,6 +202,8 @@ class Machine(Protocol):
     def worker(self) -> str: ...
     @property
     def state(self) -> str: ...
+    @property
+    def address(self) -> str: ...
     @property
     def release(self) -> int: ...
     @property
