@@ -14,34 +14,51 @@ from agent.core.oplog_codec import decode
 from agent.core.state import replay
 from tests.support.agent_process import find_machine_processes, kill_group
 from tests.support.machines import sweep
-from tests.support.ports import free_port
+from tests.support.ports import free_ports
 
 
 class ThawUp:
     def __init__(self, state_dir: Path, *, agents: int = 2, hello: list[str] | None = None,
                  extra: list[str] | None = None):
         self.state_dir = state_dir
-        self.edge_port = free_port()
-        self.api_port = free_port()
-        self.admin_port = free_port()
-        # with --tls the API is HTTPS only (its CA: state_dir/tls/ca.pem)
-        scheme = "https" if "--tls" in (extra or []) else "http"
-        self.api = f"{scheme}://127.0.0.1:{self.api_port}"
-        self.edge = f"http://127.0.0.1:{self.edge_port}"
-        self.admin = f"http://127.0.0.1:{self.admin_port}"
-        self.args = [
-            sys.executable, "-m", "thaw", "up", "--state-dir", str(state_dir),
-            "--edge-port", str(self.edge_port), "--api-port", str(self.api_port),
-            "--admin-port", str(self.admin_port), "--agents", str(agents),
-            *[arg for item in (hello or []) for arg in ("--hello-set", item)],
-            # oci: layouts the tests build anywhere in this run's temp root
-            "--allow-layout", str(state_dir.parent.resolve()), *(extra or []),
-        ]
+        self.agents, self.hello, self.extra = agents, hello or [], extra or []
+        self._choose_ports()
         self.proc: subprocess.Popen[bytes] | None = None
         self.output = b""
         self.token = ""  # the admin token `thaw up` made (read once it is up)
 
-    def start(self, timeout_s: float = 60) -> ThawUp:
+    def _choose_ports(self) -> None:
+        # one call: three distinct ports (three separate picks may draw the same one)
+        self.edge_port, self.api_port, self.admin_port = free_ports(3)
+        # with --tls the API is HTTPS only (its CA: state_dir/tls/ca.pem)
+        scheme = "https" if "--tls" in self.extra else "http"
+        self.api = f"{scheme}://127.0.0.1:{self.api_port}"
+        self.edge = f"http://127.0.0.1:{self.edge_port}"
+        self.admin = f"http://127.0.0.1:{self.admin_port}"
+        self.args = [
+            sys.executable, "-m", "thaw", "up", "--state-dir", str(self.state_dir),
+            "--edge-port", str(self.edge_port), "--api-port", str(self.api_port),
+            "--admin-port", str(self.admin_port), "--agents", str(self.agents),
+            *[arg for item in self.hello for arg in ("--hello-set", item)],
+            # oci: layouts the tests build anywhere in this run's temp root
+            "--allow-layout", str(self.state_dir.parent.resolve()), *self.extra,
+        ]
+
+    def start(self, timeout_s: float = 60, tries: int = 3) -> ThawUp:
+        """Start `thaw up` and wait for its banner. A port free when chosen may be bound by
+        some other process before `thaw up` binds it: then it is started again on new
+        ports (up to `tries` times), as a user would pick another port."""
+        for attempt in range(tries):
+            try:
+                return self._start_once(timeout_s)
+            except RuntimeError as failed:
+                if "address already in use" not in str(failed) or attempt == tries - 1:
+                    raise
+                self.output = b""
+                self._choose_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> ThawUp:
         self.proc = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env={**os.environ, "THAW_LOG_LEVEL": "warning"},
