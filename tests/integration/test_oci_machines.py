@@ -84,6 +84,14 @@ def ask(machine: dict[str, Any], path: str, timeout_s: float = 10) -> Any:
         return json.loads(r.read())
 
 
+def _answers(machine: dict[str, Any]) -> bool:
+    try:
+        ask(machine, "/status", timeout_s=2)
+    except OSError:
+        return False
+    return True
+
+
 def machine_call(agent: AgentProcess, mid: str, verb: str) -> dict[str, Any]:
     status, body = call("POST", f"{agent.url}/v1/machines/{mid}/{verb}")
     assert status == 200, body
@@ -233,6 +241,9 @@ def test_stop_sends_the_images_stop_signal_and_sigkill_to_one_that_ignores_it(
     agent: AgentProcess, images: dict[str, str]
 ) -> None:
     polite = started(agent, images["usr1"])
+    # "started" is the runtime's start: the app sets its SIGUSR1 handler a moment later
+    # (pid 1 ignores a signal it has no handler for), and answers once it has
+    wait_until(lambda: _answers(polite), 20)
     machine_call(agent, polite["id"], "stop")
     stopped = agent.wait_state(polite["id"], "stopped")
     assert stopped["events"][-1]["reason"] == "exited(0)"
