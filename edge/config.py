@@ -83,6 +83,9 @@ class EdgeConfig:
     body_buffer_bytes: int = 256 * 1024  # request body buffered while held before pausing
     write_buffer_high_bytes: int = 256 * 1024  # transport write buffer high-water mark
     max_connect_attempts: int = 3  # machines tried per request before it is held
+    # times a request is sent again after a machine closed the connection without
+    # answering (edge/core/exchange.py `after_loss`): a request of death is bounded
+    max_resends: int = 2
     shutdown_grace_s: float = 5.0  # stop(): time given to in-flight responses
     h2: bool = True  # serve HTTP/2: h2c with prior knowledge, and h2 by ALPN over TLS
     h2_websockets: bool = True  # WebSockets over HTTP/2 (RFC 8441 extended CONNECT)
@@ -147,7 +150,7 @@ class EdgeConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        for name in ("max_held_total", "upstream_pool_per_machine", "wake_grace_s",
+        for name in ("max_held_total", "upstream_pool_per_machine", "wake_grace_s", "max_resends",
                      "wake_retry_after_s", "shutdown_grace_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")

@@ -200,9 +200,10 @@ class Shell:
 class Exchange:
     __slots__ = (
         "app", "attempts", "body_done", "buffered", "chunks", "client", "close_after", "code",
-        "error", "head", "held_at", "hold_s", "http10", "method", "phase", "progress_at",
-        "received", "request_id", "sent", "sent_all", "shell", "slot", "started", "status",
-        "trailers", "upgrade", "upstream", "upstream_head", "wake",
+        "error", "head", "held_at", "hold_s", "http10", "lost_on", "method", "phase",
+        "progress_at", "received", "request_id", "resends", "sent", "sent_all", "shell",
+        "slot", "started", "status", "trailers", "upgrade", "upstream", "upstream_head",
+        "wake",
     )
 
     def __init__(self, shell: Shell, client: Downstream, method: bytes, head: RequestHead,
@@ -226,6 +227,8 @@ class Exchange:
         self.sent = 0  # response body (or tunnel) bytes from the machine
         self.code = ""  # the edge's own answer, when it made one (edge/errors.py codes)
         self.attempts = 0
+        self.resends = 0  # times sent again after a machine lost it (after_loss)
+        self.lost_on: tuple[MachineSlot, ...] = ()  # machines that lost it (fresh connection)
         self.held_at = 0.0  # loop time it was first held (0: never)
         self.hold_s = 0.0  # how long it was held in all, when released
         self.wake: Wake | None = None  # the wake whose machine took it, for Server-Timing

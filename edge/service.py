@@ -192,7 +192,12 @@ class Edge(Shell):
             self._dispatch_tunnel(exchange, app)
             return
         config = app.config.concurrency
-        slot = balance.pick(app.routable, config.soft_limit, config.hard_limit, self.random)
+        if exchange.lost_on:
+            slot = balance.pick_avoiding(app.routable, config.soft_limit, config.hard_limit,
+                                         self.random, exchange.lost_on)
+        else:
+            slot = balance.pick(app.routable, config.soft_limit, config.hard_limit,
+                                self.random)
         if slot is None:
             self._hold(exchange, app)
         else:
@@ -294,16 +299,23 @@ class Edge(Shell):
         if exchange.ended:
             return
         slot = exchange.slot
+        config = self.config
         where, counts = after_loss(exchange.resendable, got_bytes, reused, exchange.attempts,
-                                   self.config.max_connect_attempts)
+                                   config.max_connect_attempts, exchange.resends,
+                                   config.max_resends)
         if where == GIVE_UP or exchange.app is None:
             machine = f"machine {slot.id} ({slot.address})" if slot is not None else "a machine"
-            self.fail(exchange, "bad_gateway", f"{machine} closed the connection before answering")
+            sent = f" (sent {exchange.resends + 1} times)" if exchange.resends else ""
+            self.fail(exchange, "bad_gateway",
+                      f"{machine} closed the connection before answering{sent}")
             return
+        exchange.resends += 1
         if reused and slot is not None:
             self.pool.close_address(slot.pool_key)  # its idle siblings are likely stale too
         if counts:
             exchange.attempts += 1
+            if slot is not None:  # sent again elsewhere while there is an elsewhere
+                exchange.lost_on = (*exchange.lost_on, slot)
         self._unslot(exchange)
         exchange.upstream = None
         exchange.to(Event.RETRY)

@@ -252,6 +252,9 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    default=int(e("MAX_HELD_PER_CLIENT", "256")), metavar="N",
                    help="requests one client address may have held over all apps "
                         "(beyond: 429 too_many_held)")
+    p.add_argument("--max-resends", type=int, default=int(e("MAX_RESENDS", "2")), metavar="N",
+                   help="times a request is sent again after a machine closed its connection "
+                        "without answering (beyond: 502; 0 never resends)")
     p.add_argument("--tunnel-share", type=float, default=float(e("TUNNEL_SHARE", "0.8")),
                    metavar="F", help="the share of a machine's hard_limit WebSocket tunnels "
                                      "may hold (beyond: 503 tunnels_full)")
@@ -366,6 +369,7 @@ async def run_edge(args: argparse.Namespace) -> int:
                         h2_client_resets_per_s=args.h2_client_resets_per_s,
                         client_requests_per_turn=args.client_requests_per_turn,
                         max_held_per_client=args.max_held_per_client,
+                        max_resends=args.max_resends,
                         underscore_headers=args.underscore_headers,
                         trusted_proxies=tuple(c for c in args.trusted_proxies.split(",")
                                               if c.strip()),

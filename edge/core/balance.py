@@ -57,6 +57,15 @@ def pick(machines: Sequence[M], soft_limit: int, hard_limit: int, rand: RandomSo
     return best if best is not None and best.in_flight < hard_limit else None
 
 
+def pick_avoiding(machines: Sequence[M], soft_limit: int, hard_limit: int,
+                  rand: RandomSource, avoid: Sequence[M]) -> M | None:
+    """`pick` for a request sent again after machines lost it: among the machines not in
+    `avoid` (those that lost it: a machine that just closed on it is likely dying, or
+    the request is what kills machines), or among all when every one of them did."""
+    others = [machine for machine in machines if machine not in avoid]
+    return pick(others or machines, soft_limit, hard_limit, rand)
+
+
 def tunnel_limit(hard_limit: int, share: float) -> int:
     """WebSocket tunnels one machine may hold: `share` of its `hard_limit` (at least one);
     the rest of its places are for requests, whatever tunnels sit idle."""

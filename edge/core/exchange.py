@@ -128,12 +128,15 @@ def after_connect_failure(attempts: int, max_attempts: int) -> int:
 
 
 def after_loss(resendable_now: bool, got_bytes: bool, reused: bool, attempts: int,
-               max_attempts: int) -> tuple[int, bool]:
+               max_attempts: int, resends: int, max_resends: int) -> tuple[int, bool]:
     """The machine's connection closed mid-exchange. Returns (where, counts): GIVE_UP
     (a 502, or a cut if the response started) unless the request may go out again;
     a *reused* pooled connection lost before any byte says nothing of the machine (an
-    idle keep-alive it closed), so it does not count as an attempt."""
-    if got_bytes or not resendable_now:
+    idle keep-alive it closed), so it does not count as an attempt. Whatever the
+    connection, a request already sent again `max_resends` times after such losses
+    gives up: a request that crashes every machine it reaches (a request of death) takes
+    down at most `max_resends + 1` of them, not one after another until its hold ends."""
+    if got_bytes or not resendable_now or resends >= max_resends:
         return GIVE_UP, False
     counts = not reused
     total = attempts + 1 if counts else attempts

@@ -446,3 +446,52 @@ async def test_a_machine_that_accepts_but_never_answers_gets_a_504_after_the_res
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_request_that_crashes_its_machine_is_sent_again_max_resends_times_then_502(
+    session: aiohttp.ClientSession,
+) -> None:
+    """A request of death: every machine it reaches dies before answering. It goes out
+    1 + max_resends times (3 by default), then 502 without a body from inside; the fourth
+    machine lives and serves the next request."""
+    edge = await start_edge([{"name": "doom"}])
+    try:
+        for i in range(4):
+            await edge.add_machine("doom", f"doom-{i}")
+        await eventually(lambda: _machines(edge, "doom", 4))
+        status, body, _ = await get(session, edge, "doom.localhost", "/crash")
+        assert status == 502 and json.loads(body)["error"] == "bad_gateway", body
+        assert "127.0.0.1" not in body and "doom-" not in body
+        # a machine's socket closes a moment before its exit can be reaped
+        await eventually(lambda: _dead(edge, 3))
+        assert not edge.placement.procs  # none was woken: three machines were left
+        status, body, _ = await get(session, edge, "doom.localhost")
+        assert status == 200 and body.startswith("hello from doom-"), body
+        assert await _dead(edge, 3)
+    finally:
+        await edge.close()
+
+
+async def test_with_max_resends_0_a_lost_request_is_never_sent_again(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await start_edge([{"name": "doom"}], max_resends=0)
+    try:
+        for i in range(2):
+            await edge.add_machine("doom", f"doom-{i}")
+        await eventually(lambda: _machines(edge, "doom", 2))
+        status, _, _ = await get(session, edge, "doom.localhost", "/crash")
+        assert status == 502
+        await eventually(lambda: _dead(edge, 1))
+        status, _, _ = await get(session, edge, "doom.localhost")
+        assert status == 200 and await _dead(edge, 1)
+
+    finally:
+        await edge.close()
+
+
+async def _dead(edge: EdgeHarness, count: int) -> bool:
+    """Exactly `count` of the edge's machines have exited (more fails at once)."""
+    dead = sum(proc.poll() is not None for proc in edge.backends)
+    assert dead <= count, f"{dead} machines died, {count} expected"
+    return dead == count

@@ -132,6 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Trailer", "X-Checksum")
             self.end_headers()
             self.wfile.write(b"3\r\nabc\r\n0\r\nX-Checksum: 900150983cd24fb0\r\n\r\n")
+        elif parts.path == "/crash":  # a request of death: the machine dies unanswering
+            os._exit(3)
         elif parts.path == "/sleep":
             time.sleep(int(query.get("ms", "0")) / 1000)
             self._send(200, b"slept")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge.core.balance import free_slots, pick
+from edge.core.balance import free_slots, pick, pick_avoiding
 
 
 @dataclass
@@ -98,3 +98,29 @@ def test_a_tunnel_goes_to_the_fewest_tunnels_under_the_limit_with_room() -> None
     a, b, c = Tunnels(4, 4), Tunnels(3, 2), Tunnels(5, 1)  # c has no room at all
     assert pick_tunnel([a, b, c], limit=4, hard_limit=5) is b
     assert pick_tunnel([a, Tunnels(4, 4)], limit=4, hard_limit=5) is None
+
+
+def test_a_request_sent_again_avoids_the_machines_that_lost_it_while_others_have_room() -> None:
+    a, b, c = Machine("a", 0), Machine("b", 3), Machine("c", 9)
+    rand = random.Random(1)
+    assert pick_avoiding([a, b, c], 10, 20, rand, [a]) is b
+    assert pick_avoiding([a, b, c], 10, 20, rand, [a, b]) is c
+    # every machine lost it: chosen among all, as a first send would be
+    assert pick_avoiding([a, b, c], 10, 20, rand, [a, b, c]) is a
+    # the others are full: held (None), not sent back to the one that lost it
+    assert pick_avoiding([a, Machine("d", 20)], 10, 20, rand, [a]) is None
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=12), st.data())
+def test_pick_avoiding_never_returns_an_avoided_machine_while_another_is_routable(
+    loads: list[int], data: st.DataObject,
+) -> None:
+    machines = [Machine(str(i), load) for i, load in enumerate(loads)]
+    avoid = data.draw(st.lists(st.sampled_from(machines), unique_by=lambda m: m.name))
+    chosen = pick_avoiding(machines, 10, 20, random.Random(0), avoid)
+    others = [m for m in machines if m not in avoid]
+    if others:
+        assert chosen is None or chosen not in avoid
+        assert (chosen is None) == (pick(others, 10, 20, random.Random(0)) is None)
+    else:
+        assert (chosen is None) == (pick(machines, 10, 20, random.Random(0)) is None)

@@ -96,14 +96,30 @@ def test_a_failed_connect_tries_another_machine_then_holds_never_gives_up() -> N
 
 
 def test_a_lost_connection_gives_up_once_bytes_came_or_the_request_cannot_be_resent() -> None:
-    assert after_loss(True, True, False, 0, 3) == (GIVE_UP, False)
-    assert after_loss(False, False, False, 0, 3) == (GIVE_UP, False)
+    assert after_loss(True, True, False, 0, 3, 0, 2) == (GIVE_UP, False)
+    assert after_loss(False, False, False, 0, 3, 0, 2) == (GIVE_UP, False)
 
 
 def test_a_lost_fresh_connection_counts_as_an_attempt_a_reused_one_does_not() -> None:
-    assert after_loss(True, False, False, 0, 3) == (AGAIN, True)
-    assert after_loss(True, False, False, 2, 3) == (HOLD, True)
-    assert after_loss(True, False, True, 2, 3) == (AGAIN, False)
+    assert after_loss(True, False, False, 0, 3, 0, 2) == (AGAIN, True)
+    assert after_loss(True, False, False, 2, 3, 1, 2) == (HOLD, True)
+    assert after_loss(True, False, True, 2, 3, 1, 2) == (AGAIN, False)
+
+
+def test_a_request_that_every_machine_loses_is_resent_max_resends_times_then_gives_up() -> None:
+    """A request of death: each machine it reaches closes without answering. It goes out
+    1 + max_resends times in all, whether the connections were fresh or pooled, held
+    or not, never once more."""
+    for max_resends in (0, 1, 2, 5):
+        for reused in (False, True):
+            resends, attempts, sent = 0, 0, 1
+            while True:
+                where, counts = after_loss(True, False, reused, attempts, 3, resends,
+                                           max_resends)
+                if where == GIVE_UP:
+                    break
+                resends, attempts, sent = resends + 1, attempts + counts, sent + 1
+            assert sent == 1 + max_resends, (max_resends, reused)
 
 
 # -- framing ---------------------------------------------------------------------------
