@@ -105,7 +105,6 @@ class Publisher:
                     self._dirty.update(self.agent.state.machines)
                     self._layers_dirty = True
                 await self._guarded(self._heartbeat(interval))
-                await self._guarded(self._watch_generation())
                 beats += 1
                 next_beat = loop.time() + interval
             await self._guarded(self._flush())
@@ -117,8 +116,10 @@ class Publisher:
                     await self._kick.wait()
 
     async def _heartbeat(self, interval: float) -> None:
-        await self.registry.publish_worker(self.worker_status(), interval * HEARTBEATS_PER_TTL)
+        token = await self.registry.publish_worker(self.worker_status(),
+                                                   interval * HEARTBEATS_PER_TTL)
         self.published = True
+        self._notice(token)
 
     async def readiness(self) -> tuple[bool, str]:
         """(ready, why not): the op log takes records, this worker was published (its
@@ -130,10 +131,10 @@ class Publisher:
             return False, "not yet published to the registry"
         return await registry_answers(self.registry.generation())
 
-    async def _watch_generation(self) -> None:
-        """A new registry generation: the view was lost; publish everything again."""
-        token = await self.registry.generation()
-        if token == self.generation.known:
+    def _notice(self, token: str) -> None:
+        """The generation a heartbeat was answered with: a new one means the view was lost
+        (and the first one, that nothing is published yet): publish everything again."""
+        if token in (self.generation.known, self._republishing):
             return
         if self.generation.lost(token):
             log.warning("the registry was lost (new generation): publishing this worker, its "

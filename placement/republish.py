@@ -34,7 +34,13 @@ from thaw.registry.generation import GenerationWatch
 
 log = logging.getLogger("thaw.placement")
 
-CHECK_EVERY_S = 1.0
+# A loss is detected, not polled: a connection to the registry made again (Redis
+# restarted: the change feed's blocked read reconnects at once) starts a check, and so
+# does every reconciler pass and wake (`trusted`, `wait_trusted`). What is left to a
+# timer: a flush on a placement nothing asks meanwhile, and apps owed after a failed
+# publish.
+SAFETY_CHECK_S = 10.0
+RETRY_S = 1.0  # a check that failed, and apps whose publish failed, are tried again
 REFILL_POLL_S = 0.1  # how often, during a refill, the workers' heartbeats are read
 REMEMBERED_S = 30.0  # a worker seen live this recently is awaited after a loss
 PUBLISH_BATCH = 500  # apps handed to one put_apps (it splits them in round trips itself)
@@ -45,8 +51,12 @@ class Republisher:
                  live_workers: Callable[[], Awaitable[Iterable[str]]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`bound_s`: the longest the reconciler waits for the agents after a loss;
-        `live_workers`: the workers live now (their ids), remembered every second so
+        `live_workers`: the workers live now (their ids), remembered at each check so
         that a loss knows whom to wait for (None: wait for nobody but the bound)."""
+        # a connection the shared client makes again (the feed's, first) starts a check
+        self._sign = asyncio.Event()
+        self._check_failed = False
+        registry.on_connect(self._sign.set)
         # on connections of its own: a refill must not wait behind every app's pass for
         # one (at 2,000 apps they ran the shared pool dry for 30 s after a restart)
         self.registry = registry.with_own_connections()
@@ -130,9 +140,9 @@ class Republisher:
         return False
 
     async def _remember_live(self) -> None:
-        """Note the workers live now: those a loss will wait for."""
-        if self.refill is None and self.live_workers is not None \
-                and self.watch.known == await self.registry.generation():
+        """Note the workers live now: those a loss will wait for (right after a check
+        that found no loss)."""
+        if self.refill is None and self.live_workers is not None:
             now = self.clock()
             for worker in await self.live_workers():
                 self.seen_live[worker] = now
@@ -204,9 +214,22 @@ class Republisher:
         if self._own_registry:
             await self.registry.close()
 
+    async def _next_check(self) -> None:
+        """Until the next check: a sign that the registry may have been lost (a
+        connection made again), or the safety timer; during a refill, the next look at
+        the workers' heartbeats."""
+        if self.refill is not None:
+            await asyncio.sleep(REFILL_POLL_S)
+            return
+        soon = self.owed or self._check_failed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RETRY_S if soon else SAFETY_CHECK_S):
+                await self._sign.wait()
+        self._sign.clear()
+
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(CHECK_EVERY_S if self.refill is None else REFILL_POLL_S)
+            await self._next_check()
             try:
                 if self.refill is not None:
                     await self.trusted()  # marks the refill done once it is
@@ -215,8 +238,11 @@ class Republisher:
                 await self._remember_live()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the registry is away: try at the next check
+            except Exception as exc:  # the registry is away: tried again soon
+                self._check_failed = True
                 log.debug("registry generation check failed: %s", exc)
+            else:
+                self._check_failed = False
 
 
 def same(a: AppConfig | None, b: AppConfig | None) -> bool:

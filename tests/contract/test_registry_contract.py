@@ -159,6 +159,15 @@ async def test_the_generation_names_the_view_and_stays_while_the_view_lives(back
     assert await registry.generation() == first  # writes keep it; only a loss changes it
 
 
+async def test_a_heartbeat_answers_the_generation_even_when_its_epoch_is_refused(backend) -> None:
+    """What a worker notices a lost view by, without asking (a new view gets its name
+    from whichever comes first, the heartbeat or `generation()`)."""
+    registry = backend.registry
+    heard = await registry.publish_worker(worker("w1", epoch=5), ttl_s=3)
+    assert heard == await registry.generation()
+    assert await registry.publish_worker(worker("w1", epoch=4), ttl_s=3) == heard
+
+
 async def test_machines_of_many_apps_is_machines_of_each_and_leaves_out_apps_with_none(
     backend,
 ) -> None:

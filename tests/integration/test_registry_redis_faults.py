@@ -46,6 +46,28 @@ async def test_a_redis_flushed_or_restarted_empty_answers_a_new_generation() -> 
     await other.close()
 
 
+async def test_a_heartbeat_after_a_flush_names_the_new_generation_and_a_restart_is_heard(
+) -> None:
+    """The two ways a loss is noticed without a poll: a heartbeat's answer (a flush keeps
+    the connections), and a connection made again (a restart)."""
+    with start_redis_server() as server:
+        registry = RedisRegistry(server.url, timeout_s=0.5)
+        connects: list[int] = []
+        registry.on_connect(lambda: connects.append(1))
+        status = WorkerStatus(id="w1", epoch=1, region="local", url="http://w1",
+                              cpus=1, memory_mb=1)
+        first = await registry.publish_worker(status, ttl_s=5)
+        assert connects and first == await registry.generation()
+        await registry._r.flushall()
+        flushed = await registry.publish_worker(status, ttl_s=5)
+        assert flushed != first and flushed == await registry.generation()
+        made = len(connects)
+    with start_redis_server(port=server.port):
+        restarted = await registry.publish_worker(status, ttl_s=5)  # retried, reconnected
+        assert restarted not in (first, flushed) and len(connects) > made
+    await registry.close()
+
+
 async def test_a_redis_pool_run_dry_makes_callers_wait_and_counts_the_wait() -> None:
     with start_redis_server() as server:
         pool = WaitingPool.from_url(server.url, max_connections=1, timeout=10)

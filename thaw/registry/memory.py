@@ -43,12 +43,12 @@ class MemoryRegistry:
             self._wakeup.set()
             self._wakeup = None
 
-    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
-        if self._epochs.get(status.id, -1) > status.epoch:
-            return
-        self._epochs[status.id] = status.epoch
-        self._workers[status.id] = (status, self._clock() + ttl_s)
-        self._emit("worker", status.id)
+    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> str:
+        if self._epochs.get(status.id, -1) <= status.epoch:
+            self._epochs[status.id] = status.epoch
+            self._workers[status.id] = (status, self._clock() + ttl_s)
+            self._emit("worker", status.id)
+        return self._generation
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
         now = self._clock()
@@ -124,6 +124,9 @@ class MemoryRegistry:
 
     async def generation(self) -> str:
         return self._generation
+
+    def on_connect(self, callback: Callable[[], None]) -> None:
+        """Nothing to connect to, nothing ever lost: never called."""
 
     async def mark_republished(self, generation: str) -> None:
         if generation == self._generation:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Protocol
 
 from thaw.appconfig import AppConfig
@@ -12,8 +12,10 @@ from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerSt
 class Registry(Protocol):
     """All writes are idempotent whole-record puts: a retried write changes nothing."""
 
-    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
-        """Upsert a heartbeat that expires after `ttl_s` unless refreshed.
+    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> str:
+        """Upsert a heartbeat that expires after `ttl_s` unless refreshed; answers the
+        registry's generation (as `generation()` would), so that a worker notices a lost
+        view on the heartbeat itself.
 
         A status whose epoch is lower than the stored one is ignored (fencing).
         """
@@ -70,6 +72,13 @@ class Registry(Protocol):
         """The name of this incarnation of the shared view, created by the first call that
         finds none. It changes when the view was lost (a Redis restarted empty, or
         flushed): whoever sees a new one publishes again what it owns."""
+        ...
+
+    def on_connect(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (no arguments, at once, cheaply) each time a connection to the
+        shared view is made or made again: after a restart the view may be a new, empty
+        one, so whoever keeps something published there checks its generation then,
+        instead of asking every second. The memory backend, never lost, never calls it."""
         ...
 
     async def mark_republished(self, generation: str) -> None:

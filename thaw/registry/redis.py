@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -32,14 +32,21 @@ T = TypeVar("T")
 READS_PER_ROUND_TRIP = 200  # apps whose records travel (and are decoded) together
 WRITES_PER_ROUND_TRIP = 200  # apps one put_apps script writes (Redis is busy meanwhile)
 
+# A heartbeat; answers the registry's generation (made here if the view was lost), so a
+# worker notices a loss on the write it makes anyway (no call of its own to ask).
 _PUBLISH_WORKER = """
+local generation = redis.call('GET', KEYS[5])
+if not generation then
+  generation = ARGV[6]
+  redis.call('SET', KEYS[5], generation)
+end
 local seen = tonumber(redis.call('GET', KEYS[2]) or '-1')
-if seen > tonumber(ARGV[3]) then return 0 end
+if seen > tonumber(ARGV[3]) then return generation end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'worker', 'key', ARGV[1])
-return 1
+return generation
 """
 
 _SET_LAYERS = """
@@ -172,7 +179,22 @@ class PoolWaits:
 
 
 class WaitingPool(aioredis.BlockingConnectionPool):
-    """redis-py's blocking pool, counting the calls that had to wait (PoolWaits)."""
+    """redis-py's blocking pool, counting the calls that had to wait (PoolWaits), and
+    telling `connected` callbacks of every connection it makes or makes again (a
+    restarted Redis is reconnected to: its view may be a new, empty one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connected: list[Callable[[], None]] = []
+
+    def make_connection(self) -> Any:
+        connection = super().make_connection()
+        connection.register_connect_callback(self._connection_made)  # (kept weakly)
+        return connection
+
+    def _connection_made(self, connection: Any) -> None:
+        for callback in self.connected:
+            callback()
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         if self.can_get_connection():
@@ -248,13 +270,13 @@ class RedisRegistry:
         except (RedisError, OSError) as exc:
             raise RegistryUnavailable(str(exc)) from exc
 
-    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> None:
-        await self._call(self._publish_worker(
+    async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> str:
+        return str(await self._call(self._publish_worker(
             keys=[keys.worker(status.id), keys.worker_epoch(status.id), keys.workers(),
-                  keys.changes()],
+                  keys.changes(), keys.generation()],
             args=[status.id, msgspec.json.encode(status), status.epoch,
-                  max(1, int(ttl_s * 1000)), FEED_LENGTH],
-        ))
+                  max(1, int(ttl_s * 1000)), FEED_LENGTH, secrets.token_hex(8)],
+        )))
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
         ids = sorted(await self._call(self._r.smembers(keys.workers())))
@@ -384,6 +406,12 @@ class RedisRegistry:
     async def generation(self) -> str:
         return str(await self._call(self._generation(keys=[keys.generation()],
                                                      args=[secrets.token_hex(8)])))
+
+    def on_connect(self, callback: Callable[[], None]) -> None:
+        for client in (self._r, self._feed):
+            pool = client.connection_pool
+            assert isinstance(pool, WaitingPool)
+            pool.connected.append(callback)
 
     async def mark_republished(self, generation: str) -> None:
         await self._call(self._mark_republished(
