@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from placement.core.index import RegionIndex, ReservationLedger
@@ -54,6 +54,8 @@ class FleetIndex:
         self._dirty: set[str] = set()
         self._unknown_dirty = False  # a dirty worker is not indexed yet (catch_up flushes)
         self._kick = asyncio.Event()
+        # told the registry generation each worker's heartbeat names (republish.py `heard`)
+        self.on_generation: Callable[[str], None] | None = None
         self._starting: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -126,6 +128,8 @@ class FleetIndex:
             self.regions[region].remove(worker.id)
         self._region_of[worker.id] = worker.region
         self.region(worker.region).upsert(worker)
+        if self.on_generation is not None and worker.generation:
+            self.on_generation(worker.generation)
 
     def forget(self, worker_id: str) -> None:
         region = self._region_of.pop(worker_id, None)

@@ -36,9 +36,10 @@ log = logging.getLogger("thaw.placement")
 
 # A loss is detected, not polled: a connection to the registry made again (Redis
 # restarted: the change feed's blocked read reconnects at once) starts a check, and so
-# does every reconciler pass and wake (`trusted`, `wait_trusted`). What is left to a
-# timer: a flush on a placement nothing asks meanwhile, and apps owed after a failed
-# publish.
+# does a worker's heartbeat naming another generation (the agents hear a new one in
+# their heartbeats' answers: a flush, which breaks no connection), and every reconciler
+# pass and wake that acts (`trusted`, `wait_trusted`). A timer is only the net, and
+# tries again what failed.
 SAFETY_CHECK_S = 10.0
 RETRY_S = 1.0  # a check that failed, and apps whose publish failed, are tried again
 REFILL_POLL_S = 0.1  # how often, during a refill, the workers' heartbeats are read
@@ -89,6 +90,7 @@ class Republisher:
                 self.refill = rule.begin(token, self.clock(), live_before)
                 self.refills += 1
                 self.whole.clear()
+                self._sign.set()  # (seen by a pass or a wake: the loop now follows the refill)
             began = time.perf_counter()
             published = await self._publish_all()
             if self.refill is None:  # (a failed mark publishes again at the next check)
@@ -213,6 +215,14 @@ class Republisher:
                 await self._task
         if self._own_registry:
             await self.registry.close()
+
+    def heard(self, generation: str) -> None:
+        """A worker's heartbeat names `generation` (what the fleet index reads from the
+        feed). The agents hear a new one in their heartbeats' answers, at once: one other
+        than the generation published under is a sign to check (a flush breaks no
+        connection)."""
+        if self.watch.known is not None and generation != self.watch.known:
+            self._sign.set()
 
     async def _next_check(self) -> None:
         """Until the next check: a sign that the registry may have been lost (a

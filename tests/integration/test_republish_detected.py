@@ -1,6 +1,7 @@
 """A lost registry is detected, not polled (placement/republish.py): with the safety
 timer out of play and no pass or wake asking, a Redis restarted empty is noticed when
-the change feed's connection is made again, and every stored app is published again."""
+the change feed's connection is made again, a flushed one when a worker's heartbeat
+names the new generation, and every stored app is published again."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from placement import republish
 from placement.applocks import AppLocks
+from placement.fleetindex import FleetIndex
 from placement.republish import Republisher
 from placement.store.factory import open_store
 from tests.support.redis_server import start_redis_server
 from thaw.appconfig import AppConfig
 from thaw.registry.follow import follow
 from thaw.registry.redis import RedisRegistry
-from thaw.registry.types import Change
+from thaw.registry.types import Change, WorkerStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -57,6 +60,46 @@ async def test_a_redis_restarted_empty_is_republished_on_the_feeds_reconnect_alo
         await republisher.close()
         await registry.close()
         await opened.close()
+
+
+async def test_a_flush_is_republished_when_a_workers_heartbeat_names_the_new_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(republish, "SAFETY_CHECK_S", 3600.0)
+    # and connections made meanwhile (the pool may grow) out of play too: the heartbeat
+    # alone must tell
+    monkeypatch.setattr(RedisRegistry, "on_connect", lambda self, callback: None)
+    opened = await open_store("sqlite", tmp_path)
+    await opened.apps.create(AppConfig(name="web", image="example/web:v1", regions=["local"]))
+    with start_redis_server() as server:
+        registry = RedisRegistry(server.url, timeout_s=0.5)
+        republisher = Republisher(registry, opened.apps, AppLocks(), 1.0)
+        index = FleetIndex(registry, hold_s=3.0, flush_interval_s=0.01)
+        index.on_generation = republisher.heard
+        try:
+            await index.start()
+            assert await republisher.check() == 1
+            republisher.start()
+            await asyncio.sleep(0.2)  # its loop waits now, for a sign
+            await registry._r.flushall()  # connections kept: no reconnect to hear
+            assert await registry.app("web") is None
+            status = WorkerStatus(id="w1", epoch=1, region="local", url="http://w1", cpus=1,
+                                  memory_mb=1)
+            # the agent hears the new generation in its heartbeat's answer, publishes what
+            # it has again, then heartbeats naming it
+            heard = await registry.publish_worker(status, ttl_s=5)
+            await registry.publish_worker(msgspec.structs.replace(status, generation=heard),
+                                          ttl_s=5)
+            deadline = asyncio.get_running_loop().time() + 20
+            while await _copy(registry, "web") is None:
+                assert asyncio.get_running_loop().time() < deadline, "never republished"
+                await asyncio.sleep(0.05)
+            assert republisher.watch.known == heard
+        finally:
+            await index.stop()
+            await republisher.close()
+            await registry.close()
+            await opened.close()
 
 
 async def _copy(registry: RedisRegistry, name: str) -> AppConfig | None:
