@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from agent.api import MachineView
+from placement.core.secrets import MAX_SECRET_VALUE_BYTES
 from thaw.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
 
 MAX_DEADLINE_MS = 3_600_000
 MAX_DEMAND = 1_000_000
-MAX_SECRET_VALUE_BYTES = 32 * 1024  # one secret's value (UTF-8)
-MAX_SECRETS_BYTES = 64 * 1024  # all of an app's secrets' names and values
 # An edge process's id in wake requests (random per process): whose demand it is.
 EdgeId = Annotated[str, msgspec.Meta(pattern="^[a-z0-9-]{1,64}$")]
 

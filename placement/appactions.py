@@ -27,11 +27,11 @@ from placement.core.ends import new_ends
 from placement.core.offers import NoCapacity
 from placement.errors import PlacementError
 from placement.fleet import Fleet
-from placement.leases import Lease
 from placement.metrics import outcome_class
 from placement.placer import NewMachine, Placer, Round
+from placement.ports.leases import Lease
+from placement.ports.workers import Refused, Unreachable
 from placement.store import AppStore
-from placement.workers import Refused, Unreachable
 from thaw.appconfig import ROLLBACK_FIELDS, AppConfig
 from thaw.registry import Registry
 

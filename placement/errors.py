@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placement.workers import Refused, Unreachable
+from placement.ports.workers import Refused, Unreachable
 from thaw.errors import ServiceError
 
 
@@ -50,12 +50,12 @@ class AgentReplied(PlacementError):
 
     @classmethod
     def of(cls, refused: Refused) -> AgentReplied:
-        """A worker's refusal (placement/workers.py), passed through as it said it."""
+        """A worker's refusal (placement/ports/workers.py), passed through as it said it."""
         return cls(refused.status, {"error": refused.code, "message": refused.message})
 
 
 def worker_said(answer: Refused | Unreachable) -> PlacementError:
-    """A worker's no (placement/workers.py) as placement's error: its refusal passed
+    """A worker's no (placement/ports/workers.py) as placement's error: its refusal passed
     through (its status, code and message); no answer at all, 503
     `worker_unreachable`."""
     if isinstance(answer, Refused):

@@ -15,79 +15,16 @@ judging alone, as with one; nothing waits on it.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
 
 from placement.core.failures import WorkerFailures
 from placement.errors import PlacementError
+from placement.ports.failures import FailureBook
 from thaw.periodic import Periodic
 
 log = logging.getLogger("thaw.placement")
 
 POLL_S = 0.5
-MAX_REPORTS = 256  # (reporter, machine) pairs kept per worker within the window
-
-
-class SharedMark(NamedTuple):
-    worker: str
-    epoch: int
-    remaining_s: float
-    reason: str
-
-
-class FailureBook(Protocol):
-    """Where placements share edges' reports and the marks they make."""
-
-    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
-                      window_s: float) -> list[tuple[str, str]]:
-        """Add a report about `worker` running under `epoch`; every (reporter, machine)
-        pair reported of that incarnation within `window_s` (a worker back under a new
-        epoch starts with none)."""
-        ...
-
-    async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
-        """Publish a mark for `ttl_s` (a standing one of the same or a newer epoch stays)."""
-        ...
-
-    async def failed_workers(self) -> list[SharedMark]:
-        """Every standing mark, with the time it has left."""
-        ...
-
-
-@dataclass
-class MemoryFailureBook:
-    """Several placements in one process (tests)."""
-
-    clock: Callable[[], float] = time.monotonic
-    reports: dict[tuple[str, int], dict[tuple[str, str], float]] = field(
-        default_factory=dict)  # (worker, epoch) -> (reporter, machine) -> when
-    marks: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # epoch, until
-
-    async def suspect(self, worker: str, epoch: int, reporter: str, machine: str,
-                      window_s: float) -> list[tuple[str, str]]:
-        now = self.clock()
-        seen = {key: at for key, at in self.reports.get((worker, epoch), {}).items()
-                if now - at <= window_s}
-        if len(seen) < MAX_REPORTS or (reporter, machine) in seen:
-            seen[(reporter, machine)] = now
-        self.reports[(worker, epoch)] = seen
-        return list(seen)
-
-    async def mark_failed(self, worker: str, epoch: int, reason: str, ttl_s: float) -> None:
-        now = self.clock()
-        current = self.marks.get(worker)
-        if current is not None and current[1] > now and current[0] >= epoch:
-            return
-        self.marks[worker] = (epoch, now + ttl_s, reason)
-
-    async def failed_workers(self) -> list[SharedMark]:
-        now = self.clock()
-        for worker in [w for w, (_, until, _) in self.marks.items() if until <= now]:
-            del self.marks[worker]
-        return [SharedMark(w, epoch, until - now, reason)
-                for w, (epoch, until, reason) in self.marks.items()]
 
 
 class FailureSync:

@@ -25,8 +25,9 @@ from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
 from placement.core.liveness import Beat, Judgement, Liveness
 from placement.errors import NotFound, PlacementError, Unavailable, worker_said
-from placement.failuresync import FailureBook, FailureSync
-from placement.workers import Refused, Unreachable, Workers
+from placement.failuresync import FailureSync
+from placement.ports.failures import FailureBook
+from placement.ports.workers import Refused, Unreachable, Workers
 from thaw.appconfig import AppConfig, InvalidConfig
 from thaw.auth.tickets import RecordCheck, RouteKeys
 from thaw.periodic import Periodic
@@ -82,7 +83,7 @@ class Fleet:
         (core/failures.py)."""
         self.routes = RecordCheck(route_keys)
         self.registry = registry
-        self.agents = workers  # the Workers port (placement/workers.py)
+        self.agents = workers  # the Workers port (placement/ports/workers.py)
         self.resolver = resolver
         self.pinned = pinned
         self.freshness_s = freshness_s

@@ -13,7 +13,8 @@ both believe they hold it (barring a clock running faster than `margin` allows).
 The keeper renews every held lease every `ttl / 3` in one round trip; a lease that
 could not be renewed in time is dropped and its actions stop at their next check.
 
-Two backends: memory (one process: `thaw up`, tests) and Redis (many processes).
+The port is placement/ports/leases.py; two backends: memory (one process: `thaw up`,
+tests; placement/adapters/memory.py) and Redis (many processes; adapters/coordination.py).
 No consensus beyond this: the leases are advisory coordination, the agents and the
 store still check what they are asked to do.
 """
@@ -26,128 +27,12 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+
+from placement.ports.leases import Lease, LeaseStore, Taken
 
 log = logging.getLogger("thaw.placement.leases")
 
 MARGIN_S = 0.5  # a holder stops trusting its lease this long before Redis would free it
-
-
-@dataclass(frozen=True)
-class Lease:
-    name: str
-    token: int  # fencing token: grows with every new holder of the name
-    expires: float  # the holder's own monotonic clock: trust it until then
-
-
-@dataclass(frozen=True)
-class Taken:
-    """Someone else holds the name, for about `remaining_s` more."""
-
-    remaining_s: float
-
-
-class LeaseStore(Protocol):
-    """Where leases live. `acquire` by the current holder renews it with the same token."""
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> int | Taken: ...
-
-    async def renew(self, leases: list[tuple[str, int]], holder: str,
-                    ttl_s: float) -> list[bool]: ...
-
-    async def release(self, name: str, holder: str, token: int) -> None: ...
-
-    async def held(self, names: list[str]) -> list[bool]:
-        """Whether each name is held by anyone now (one call for them all)."""
-        ...
-
-    def watch(self, name: str) -> asyncio.Event:
-        """An event set when `name` is next released by its holder, by any process (watch
-        before trying to take it: a release between a refused `acquire` and the wait is
-        not missed). The word may be lost (a store away): wait with a bound. Each `watch`
-        is ended by `unwatch`."""
-        ...
-
-    def unwatch(self, name: str, event: asyncio.Event) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class Watchers:
-    """Events waiting for leases' releases, by name (what `watch` hands out)."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, set[asyncio.Event]] = {}
-
-    def watch(self, name: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._events.setdefault(name, set()).add(event)
-        return event
-
-    def unwatch(self, name: str, event: asyncio.Event) -> None:
-        events = self._events.get(name)
-        if events is not None:
-            events.discard(event)
-            if not events:
-                del self._events[name]
-
-    def released(self, name: str) -> None:
-        for event in self._events.get(name, ()):
-            event.set()
-
-
-class MemoryLeaseStore:
-    """One process's leases (several holders may share it, as in tests)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._held: dict[str, tuple[str, int, float]] = {}  # name -> holder, token, until
-        self._last_token = 0
-        self._watchers = Watchers()
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> int | Taken:
-        now = self._clock()
-        current = self._held.get(name)
-        if current is not None and current[2] > now and current[0] != holder:
-            return Taken(current[2] - now)
-        if current is not None and current[2] > now:
-            token = current[1]
-        else:
-            self._last_token = token = max(self._last_token + 1, time.time_ns() // 1000)
-        self._held[name] = (holder, token, now + ttl_s)
-        return token
-
-    async def renew(self, leases: list[tuple[str, int]], holder: str,
-                    ttl_s: float) -> list[bool]:
-        now = self._clock()
-        renewed = []
-        for name, token in leases:
-            current = self._held.get(name)
-            ok = current is not None and current[:2] == (holder, token) and current[2] > now
-            if ok:
-                self._held[name] = (holder, token, now + ttl_s)
-            renewed.append(ok)
-        return renewed
-
-    async def release(self, name: str, holder: str, token: int) -> None:
-        current = self._held.get(name)
-        if current is not None and current[:2] == (holder, token):
-            del self._held[name]
-            self._watchers.released(name)
-
-    async def held(self, names: list[str]) -> list[bool]:
-        now = self._clock()
-        return [name in self._held and self._held[name][2] > now for name in names]
-
-    def watch(self, name: str) -> asyncio.Event:
-        return self._watchers.watch(name)
-
-    def unwatch(self, name: str, event: asyncio.Event) -> None:
-        self._watchers.unwatch(name, event)
-
-    async def close(self) -> None:
-        return None
 
 
 class LeaseKeeper:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from placement.core.sweep import sweep_gap_s
 from placement.errors import NotFound, PlacementError
-from placement.leases import Lease, LeaseKeeper, Taken
+from placement.leases import LeaseKeeper
+from placement.ports.leases import Lease, Taken
 from thaw.registry import Change, Registry
 from thaw.registry.follow import follow
 

@@ -30,7 +30,7 @@ from placement.core.wake import Machine
 from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
-from placement.workers import Unreachable, Workers
+from placement.ports.workers import Unreachable, Workers
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 

@@ -27,16 +27,18 @@ from typing import Any
 
 from agent.api import MachineView
 from placement.adapters.agents import fenced_by
+from placement.adapters.memory import MemoryLeaseStore
 from placement.appactions import ROLLING_OUT, AppActions, AppWork
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core import sweep
 from placement.core.wake import machine_release
 from placement.fleet import Fleet
-from placement.leases import Lease, LeaseKeeper, LeaseStore, MemoryLeaseStore
+from placement.leases import LeaseKeeper
 from placement.metrics import machine_counts
 from placement.passes import Passes
 from placement.placer import Placer
+from placement.ports.leases import Lease, LeaseStore
 from placement.republish import Republisher
 from placement.store import AppStore
 from placement.waker import Waker

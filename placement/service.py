@@ -45,9 +45,9 @@ from placement.errors import (
     worker_said,
 )
 from placement.fleet import Fleet
-from placement.leases import LeaseStore
 from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
+from placement.ports.leases import LeaseStore
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
 from placement.store import AppStore, SecretWrites, StoreUnavailable

@@ -27,14 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import AsyncIterator
 
+from placement.adapters.memory import MemoryClaimBook, MemoryLeaseStore
 from placement.errors import PlacementError
-from placement.leases import LeaseStore, MemoryLeaseStore, Taken
+from placement.ports.claims import ClaimBook, Claims
+from placement.ports.leases import LeaseStore, Taken
 
 log = logging.getLogger("thaw.placement.wakes")
 
@@ -44,72 +43,6 @@ WAKE_LEASE_TTL_S = 2.0  # planning takes milliseconds: the lease only outlives a
 # A wake waiting for another placement's wake lease is woken by its release; should that
 # word be lost (the release channel away), it tries again this often.
 LEASE_RECHECK_S = 0.1
-
-
-@dataclass(frozen=True)
-class Claims:
-    placing: int = 0  # new machines being placed, not reported by an agent yet
-    starting: frozenset[str] = frozenset()  # machines being started
-
-    def plus(self, other: Claims) -> Claims:
-        return Claims(self.placing + other.placing, self.starting | other.starting)
-
-
-class ClaimBook(Protocol):
-    """Where placements publish what their wakes of an app are starting."""
-
-    async def others(self, app: str, me: str) -> Claims:
-        """The unexpired claims of every placement but `me`."""
-        ...
-
-    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
-        """Replace `me`'s claims of `app` (empty: withdraw them)."""
-        ...
-
-    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
-        """Replace `edge`'s demand for `app` (requests it holds or has in flight; 0:
-        withdraw it) for `ttl_s`; the sum of every edge's unexpired demand, this one's
-        included."""
-        ...
-
-
-@dataclass
-class MemoryClaimBook:
-    """Several placements in one process (tests); `thaw up` has one, which sees none."""
-
-    clock: Callable[[], float] = time.monotonic
-    book: dict[str, dict[str, tuple[Claims, float]]] = field(default_factory=dict)
-    demands: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
-
-    async def others(self, app: str, me: str) -> Claims:
-        now = self.clock()
-        total = Claims()
-        for who, (claims, until) in self.book.get(app, {}).items():
-            if who != me and until > now:
-                total = total.plus(claims)
-        return total
-
-    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
-        entries = self.book.setdefault(app, {})
-        if claims == Claims():
-            entries.pop(me, None)
-            if not entries:
-                del self.book[app]
-        else:
-            entries[me] = (claims, self.clock() + ttl_s)
-
-    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
-        now = self.clock()
-        entries = self.demands.setdefault(app, {})
-        if demand > 0:
-            entries[edge] = (demand, now + ttl_s)
-        else:
-            entries.pop(edge, None)
-        for who in [w for w, (_, until) in entries.items() if until <= now]:
-            del entries[who]
-        if not entries:
-            del self.demands[app]
-        return sum(d for d, _ in entries.values())
 
 
 class WakeClaims:

@@ -49,8 +49,10 @@ from placement.core.wake import (
 from placement.errors import Conflict, PlacementError, worker_said
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
+from placement.ports.claims import Claims
+from placement.ports.workers import Refused, Unreachable
 from placement.store import StoreUnavailable
-from placement.wakeclaims import DEMAND_AFTER_S, Claims, WakeClaims
+from placement.wakeclaims import DEMAND_AFTER_S, WakeClaims
 from placement.wakeparts import (
     IMAGE_REFUSALS,
     Failed,
@@ -69,7 +71,6 @@ from placement.wakeparts import (
     total_ms,
     woken,
 )
-from placement.workers import Refused, Unreachable
 from thaw.appconfig import AppConfig
 from thaw.logs import event
 from thaw.registry import MachineRecord, WorkerStatus

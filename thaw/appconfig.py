@@ -17,9 +17,8 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 import msgspec
 import msgspec.inspect
 
-from imagecache.core.reference import parse_reference
-from imagecache.errors import ImageError
 from thaw.hostnames import BadHost, normalize_host
+from thaw.imageref import BadReference, parse_reference
 
 APP_NAME_PATTERN = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"  # one DNS label: {app}.{domain}
 APP_NAME = re.compile(APP_NAME_PATTERN)
@@ -152,7 +151,7 @@ def check(config: AppConfig) -> AppConfig:
     config with its host names normalised."""
     try:
         parse_reference(config.image)
-    except ImageError as exc:
+    except BadReference as exc:
         raise InvalidConfig("image", exc.message) from None
     if config.max_machines < config.min_machines_running:
         raise InvalidConfig("max_machines", "must be >= max(1, min_machines_running)")

@@ -3,6 +3,8 @@
 Pure: decides nothing about the network beyond the URL scheme (plain http for
 loopback hosts only). A reference without a registry host is a Docker Hub name.
 Invariant: a parsed reference re-renders to an equivalent string with `str()`.
+Shared ground: app configs are checked with it (thaw/appconfig.py) and the image cache
+pulls by it (imagecache/core/reference.py gives its refusal the cache's error code).
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-
-from imagecache.errors import ImageError
 
 DOCKER_HUB = "registry-1.docker.io"
 DEFAULT_TAG = "latest"
@@ -21,6 +21,14 @@ _REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # IPv6 in brackets may end in dotted IPv4 (`[::ffff:10.0.0.1]`); the egress policy judges it.
 _HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+
+
+class BadReference(ValueError):
+    """Not an image reference: `message` names what is wrong."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -84,9 +92,9 @@ def _strip_port(host: str) -> str:
 
 
 def parse_reference(text: str) -> ImageRef:
-    """Parse an image reference; raise ImageError('bad_reference') naming what is wrong."""
+    """Parse an image reference; raise BadReference naming what is wrong."""
     if not text or text != text.strip():
-        raise ImageError("bad_reference", f"empty or padded reference {text!r}")
+        raise BadReference(f"empty or padded reference {text!r}")
     if text.startswith("oci:"):
         return _parse_layout(text)
     return _parse_registry(text)
@@ -105,7 +113,7 @@ def _parse_layout(text: str) -> LayoutRef:
         if colon and rest and all(_REPO_COMPONENT.match(p) for p in name.split("/")):
             path, tag = rest, f"{name}:{tag}"
     if not path:
-        raise ImageError("bad_reference", f"{text!r}: no layout path")
+        raise BadReference(f"{text!r}: no layout path")
     return LayoutRef(path=path, tag=tag)
 
 
@@ -114,7 +122,7 @@ def _parse_registry(text: str) -> RegistryRef:
     if "@" in text:
         name, digest = text.split("@", 1)
         if not is_digest(digest):
-            raise ImageError("bad_reference", f"{text!r}: digest must be sha256:<64 hex>")
+            raise BadReference(f"{text!r}: digest must be sha256:<64 hex>")
     host, remainder = _split_host(name)
     repository, tag = remainder, DEFAULT_TAG
     last = remainder.rsplit("/", 1)[-1]
@@ -122,7 +130,7 @@ def _parse_registry(text: str) -> RegistryRef:
         repository, tag = remainder.rsplit(":", 1)
     _check_repository(text, repository)
     if not _TAG.match(tag):
-        raise ImageError("bad_reference", f"{text!r}: bad tag {tag!r}")
+        raise BadReference(f"{text!r}: bad tag {tag!r}")
     if host == DOCKER_HUB and "/" not in repository:
         repository = f"library/{repository}"
     return RegistryRef(host=host, repository=repository, tag=tag, digest=digest)
@@ -134,11 +142,11 @@ def _split_host(name: str) -> tuple[str, str]:
     if not sep or not looks_like_host:
         return DOCKER_HUB, name
     if not _HOST.match(first):
-        raise ImageError("bad_reference", f"{name!r}: bad registry host {first!r}")
+        raise BadReference(f"{name!r}: bad registry host {first!r}")
     return first, rest
 
 
 def _check_repository(text: str, repository: str) -> None:
     parts = repository.split("/")
     if not repository or not all(_REPO_COMPONENT.match(p) for p in parts):
-        raise ImageError("bad_reference", f"{text!r}: bad repository {repository!r}")
+        raise BadReference(f"{text!r}: bad repository {repository!r}")

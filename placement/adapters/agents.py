@@ -1,5 +1,5 @@
 """HTTP client of the agents' internal API, and the `Workers` port over it (`HttpWorkers`,
-placement/workers.py). Foreign exceptions stop here.
+placement/ports/workers.py). Foreign exceptions stop here.
 
 Every call is signed with the cluster key (thaw/auth) and returns `(status, JSON
 body)`; a transport failure or timeout becomes `AgentUnreachable`, whose message
@@ -35,7 +35,7 @@ from agent.api import (
     PullRequest,
 )
 from placement.errors import PlacementError
-from placement.workers import LogChunk, Refused, Unreachable
+from placement.ports.workers import LogChunk, Refused, Unreachable
 from thaw.auth.aiohttp_glue import Signer
 
 T = TypeVar("T")
@@ -140,7 +140,7 @@ def _refused(status: int, raw: bytes) -> Refused:
 
 
 class HttpWorkers:
-    """The `Workers` port (placement/workers.py) over the agents' signed HTTP API: the
+    """The `Workers` port (placement/ports/workers.py) over the agents' signed HTTP API: the
     only code that knows their paths and status codes."""
 
     def __init__(self, client: AgentClient) -> None:

@@ -17,9 +17,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from placement.errors import Unavailable
-from placement.failuresync import MAX_REPORTS, SharedMark
-from placement.leases import Taken, Watchers
-from placement.wakeclaims import Claims
+from placement.ports.claims import Claims
+from placement.ports.failures import MAX_REPORTS, SharedMark
+from placement.ports.leases import Taken, Watchers
 from thaw.registry import keys
 from thaw.registry.lua import UNEXPIRED
 from thaw.registry.redis import connect

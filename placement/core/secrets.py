@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.api import MAX_SECRET_VALUE_BYTES, MAX_SECRETS_BYTES
 from thaw.appconfig import MAX_SECRETS, RESERVED_ENV, InvalidConfig
+
+MAX_SECRET_VALUE_BYTES = 32 * 1024  # one secret's value (UTF-8)
+MAX_SECRETS_BYTES = 64 * 1024  # all of an app's secrets' names and values
 
 
 class UnknownSecret(KeyError):

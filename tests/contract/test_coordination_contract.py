@@ -12,10 +12,14 @@ import pytest
 import redis.asyncio as redis
 
 from placement.adapters.coordination import RedisCoordination
+from placement.adapters.memory import MemoryClaimBook, MemoryFailureBook, MemoryLeaseStore
 from placement.core.failures import WorkerFailures
-from placement.failuresync import MAX_REPORTS, FailureSync, MemoryFailureBook
-from placement.leases import LeaseKeeper, MemoryLeaseStore, Taken
-from placement.wakeclaims import Claims, MemoryClaimBook, WakeClaims
+from placement.failuresync import FailureSync
+from placement.leases import LeaseKeeper
+from placement.ports.claims import Claims
+from placement.ports.failures import MAX_REPORTS
+from placement.ports.leases import Taken
+from placement.wakeclaims import WakeClaims
 from tests.support.lease_watch import released_heard
 from thaw.registry import keys
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from placement.adapters.memory import MemoryFailureBook
 from placement.core.failures import WorkerFailures
 from placement.errors import Unavailable
-from placement.failuresync import FailureSync, MemoryFailureBook, SharedMark
+from placement.failuresync import FailureSync
+from placement.ports.failures import SharedMark
 
 
 class Flaky(MemoryFailureBook):

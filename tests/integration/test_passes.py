@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from placement.leases import Lease, LeaseKeeper, MemoryLeaseStore
+from placement.adapters.memory import MemoryLeaseStore
+from placement.leases import LeaseKeeper
 from placement.passes import Passes, lease_name
+from placement.ports.leases import Lease
 from thaw.appconfig import parse
 from thaw.registry.memory import MemoryRegistry
 

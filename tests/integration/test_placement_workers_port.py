@@ -1,4 +1,4 @@
-"""The `Workers` port's contract (placement/workers.py), run on each backend: over HTTP
+"""The `Workers` port's contract (placement/ports/workers.py), run on each backend: over HTTP
 against a real agent (`HttpWorkers`), and from memory (tests/support/memory_workers.py,
 what unit tests use). Every answer typed — what was asked for, `Refused` with the
 agent's code and message, or `Unreachable` naming the call and not the worker — and
@@ -14,7 +14,7 @@ import pytest
 from agent.api import HealthView, MachineGone, MachineView, OfferRequest, PulledImage
 from agent.core.records import Guest
 from placement.adapters.agents import AgentClient, HttpWorkers, fenced_by
-from placement.workers import LogChunk, Refused, Unreachable, Workers
+from placement.ports.workers import LogChunk, Refused, Unreachable, Workers
 from tests.support.agent_process import AgentProcess
 from tests.support.credentials import SIGNER
 from tests.support.memory_workers import MemoryWorkers

@@ -17,7 +17,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from edge.adapters.loadboard import RedisLoadBoard
 from placement.adapters.coordination import RedisCoordination
-from placement.wakeclaims import Claims
+from placement.ports.claims import Claims
 from tests.support.credentials import ENV
 from tests.support.lease_watch import released_heard
 from tests.support.ports import free_port

@@ -1,4 +1,4 @@
-"""The `Workers` port (placement/workers.py) answered from memory, for tests without
+"""The `Workers` port (placement/ports/workers.py) answered from memory, for tests without
 processes: each worker is an agent's state (agent/core/state.py) changed by the agent's
 own pure rules — offers and starts judged by agent/core/offers.py, transitions by the
 state table of agent/core/machine.py, fencing by `stale_fence`, specs validated as the
@@ -34,7 +34,7 @@ from agent.core.records import Boot, Fenced
 from agent.core.state import AgentState, Machine, stale_fence, transition_record
 from agent.errors import AgentError
 from placement.adapters.agents import current_fence
-from placement.workers import LogChunk, Refused, Unreachable
+from placement.ports.workers import LogChunk, Refused, Unreachable
 from thaw.registry import MachineRecord, Registry, WorkerStatus
 from thaw.registry.types import MachineEvent as RegistryEvent
 

@@ -3,32 +3,16 @@ for type checking and imports inside functions; adapters never import the shell.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.imports import ROOT, imported, module_name
+
 EDGE = ROOT / "edge"
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
 def edge_imports(path: Path, modules: set[str]) -> set[str]:
     """Every edge module `path` imports, wherever the import statement is."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found |= {name for name in names if name in modules}
-    return found
+    return imported(path) & modules
 
 
 def graph() -> dict[str, set[str]]:

@@ -8,8 +8,7 @@ import io
 
 import pytest
 
-from placement.api import MAX_SECRET_VALUE_BYTES
-from placement.core.secrets import UnknownSecret, plan_secrets
+from placement.core.secrets import MAX_SECRET_VALUE_BYTES, UnknownSecret, plan_secrets
 from thaw.appconfig import MAX_SECRETS, InvalidConfig
 from thaw.auth.sealing import (
     SecretKeys,

@@ -1,0 +1,34 @@
+"""The claim book port: what every placement's wakes of an app are starting, and the
+edges' demand (placement/wakeclaims.py says how wakes use it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Claims:
+    placing: int = 0  # new machines being placed, not reported by an agent yet
+    starting: frozenset[str] = frozenset()  # machines being started
+
+    def plus(self, other: Claims) -> Claims:
+        return Claims(self.placing + other.placing, self.starting | other.starting)
+
+
+class ClaimBook(Protocol):
+    """Where placements publish what their wakes of an app are starting."""
+
+    async def others(self, app: str, me: str) -> Claims:
+        """The unexpired claims of every placement but `me`."""
+        ...
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        """Replace `me`'s claims of `app` (empty: withdraw them)."""
+        ...
+
+    async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
+        """Replace `edge`'s demand for `app` (requests it holds or has in flight; 0:
+        withdraw it) for `ttl_s`; the sum of every edge's unexpired demand, this one's
+        included."""
+        ...
