@@ -222,6 +222,17 @@ def is_declined(outcome: Outcome) -> TypeGuard[Failed]:
     return isinstance(outcome, Failed) and outcome.code == "declined"
 
 
+def is_lost(outcome: Outcome) -> TypeGuard[Failed]:
+    """The machine's worker stopped answering while it was pulled or started (its host
+    died or was cut off mid-wake): nothing more will come of the machine there."""
+    return isinstance(outcome, Failed) and outcome.code == "worker_lost"
+
+
+def goes_elsewhere(outcome: Outcome) -> TypeGuard[Failed]:
+    """A start that another worker may do instead: declined, or its worker lost."""
+    return is_declined(outcome) or is_lost(outcome)
+
+
 def woken(view: Machine) -> WokenMachine:
     """A machine for the edge (from its worker's answer, or its registry record)."""
     return WokenMachine(id=view.id, address=view.address, worker=view.worker)

@@ -61,7 +61,9 @@ from placement.wakeparts import (
     Ready,
     Slot,
     boot_ms,
+    goes_elsewhere,
     is_declined,
+    is_lost,
     is_ready,
     ms_since,
     outcome_of,
@@ -266,32 +268,37 @@ class Waker:
         if isinstance(outcome, Ready):
             self.boots.observe(app, machine.state == "suspended", outcome.timings.boot_ms,
                                slot.stretch)
-        if not is_declined(outcome):
+        if not goes_elsewhere(outcome):
             return outcome
         refused = self._count_another(app, new, answer_by, outcome.message)
         if refused is not None:
             return refused
-        log.info("%s: worker %s has no room to start it now; placing another machine",
-                 machine.id, machine.worker)
+        log.info("%s: worker %s %s; placing another machine", machine.id, machine.worker,
+                 "has no room to start it now" if is_declined(outcome) else "is not answering")
         return await self._start_new(app, new, answer_by, slot)
 
     async def _start_new(self, app: str, new: NewMachines, answer_by: float,
                          slot: Slot) -> Outcome:
         """Place a machine and start it (counted in `placing` by the caller until placed).
         A worker that declines the start (its room taken since its last heartbeat) has
-        that machine destroyed, and one more is placed on another worker: once. `slot`:
-        the machine's in its wake (a replacement keeps the slot of the one it replaces)."""
+        that machine destroyed, and one more is placed on another worker: once; so is one
+        whose worker stops answering mid-wake (its host died: the machine stays there, for
+        the reconciler once it is back). `slot`: the machine's in its wake (a replacement
+        keeps the slot of the one it replaces)."""
         began = time.perf_counter()
         outcome = await self._place_and_start(app, new, answer_by, began, slot)
-        if not is_declined(outcome):
+        if not goes_elsewhere(outcome):
             return outcome
         refused = self._count_another(app, new, answer_by, outcome.message)
         if refused is not None:
             return refused
         again = await self._place_and_start(app, new, answer_by, began, slot)
-        if is_declined(again):
+        if is_declined(again) and is_declined(outcome):
             return Failed("no_capacity",
                           f"two workers declined to start a new machine: {again.message}")
+        if goes_elsewhere(again):
+            return Failed("start_failed", f"a second worker failed too: {again.message} "
+                                          f"(first: {outcome.message})")
         return again
 
     def _count_another(
@@ -364,6 +371,10 @@ class Waker:
                      placed.view.id, placed.worker)
             destroyed = await self._release(placed.url, placed.view.id)
             new.declined(rnd, placed.worker, destroyed=destroyed)
+        elif is_lost(outcome):  # no destroy to ask of a worker that does not answer
+            log.warning("%s: worker %s stopped answering mid-wake: %s", placed.view.id,
+                        placed.worker, outcome.message)
+            new.declined(rnd, placed.worker, destroyed=False)
         return outcome
 
     async def _pull_and_start(
@@ -374,7 +385,8 @@ class Waker:
         try:
             await self.fleet.pull(placed.url, image_ref)
         except PlacementError as exc:
-            code = "image_unavailable" if exc.code in IMAGE_REFUSALS else "start_failed"
+            code = ("image_unavailable" if exc.code in IMAGE_REFUSALS else
+                    "worker_lost" if exc.code == "worker_unreachable" else "start_failed")
             return Failed(code, f"pull on {placed.worker}: {exc.message}")
         pull_ms = ms_since(pull_began)
         try:
@@ -396,7 +408,7 @@ class Waker:
             return Failed("deadline", f"{mid}: no time left to start it")
         answer = await self.fleet.start(url, mid, remaining)
         if isinstance(answer, Unreachable):
-            return Failed("deadline", f"{mid}: no answer from its worker in time")
+            return Failed("worker_lost", f"{mid}: its worker did not answer the start")
         if isinstance(answer, MachineView):
             boot = boot_ms(answer)
             place_ms = max(0.0, ms_since(began) - pull_ms - boot)

@@ -121,3 +121,16 @@ async def test_a_new_release_replaces_each_machine_once_and_completes(setup: Set
     assert {m.spec.release for m in after} == {2} and not before & {m.id for m in after}
     made = sum(1 for call, _ in setup.placement.workers.calls if call == "POST /v1/offers")
     assert made == 4  # two at first, one replacement each: none twice
+
+
+async def test_a_second_pass_over_a_settled_app_asks_no_worker_to_change_anything(
+    setup: Setup,
+) -> None:
+    await stored(setup, min_machines_running=2, spares=1)
+    await settled(setup)
+    calls = setup.placement.workers.calls
+    seen = len(calls)
+    await settled(setup)
+    changes = [call for call, _ in calls[seen:] if not call.startswith("GET ")]
+    assert changes == [], changes
+    assert setup.placement.states() == ["created", "started", "started"]

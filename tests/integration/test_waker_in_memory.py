@@ -14,6 +14,7 @@ from placement.api import WakeRequest
 from placement.errors import PlacementError
 from placement.waker import Waker
 from tests.support.memory_placement import MemoryPlacement, memory_placement
+from tests.support.memory_workers import MemoryWorker
 from thaw.appconfig import AppConfig, Concurrency, GuestConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -103,3 +104,50 @@ async def test_no_room_anywhere_is_no_capacity_and_nothing_is_left_half_made(
         await setup.waker.wake(big, WakeRequest(deadline_ms=2000))
     assert failed.value.code == "no_capacity", failed.value.message
     assert all(not w.state.machines for w in setup.placement.workers.workers.values())
+
+
+async def test_an_offer_declined_goes_to_the_next_worker_which_accepts(setup: Setup) -> None:
+    """The worker offered first declines (it began draining after its last heartbeat):
+    the machine is offered to the next one, which starts it."""
+    workers = setup.placement.workers
+    workers.on_first["POST /v1/offers"] = lambda worker: setattr(worker, "draining", True)
+    [woken] = (await setup.waker.wake(app(), WakeRequest(deadline_ms=5000))).machines
+    offers = [url for call, url in workers.calls if call == "POST /v1/offers"]
+    assert len(offers) == 2 and offers[1] == setup.placement.urls[woken.worker] != offers[0]
+    assert running(setup)[woken.worker] == [woken.id]
+    assert not workers.workers[offers[0]].state.machines  # declined: nothing made there
+
+
+@pytest.mark.parametrize("dies_at", ["POST /v1/images/pull", "POST /v1/machines/{id}/start"])
+async def test_a_worker_dying_mid_wake_has_the_machine_started_on_another(
+    setup: Setup, dies_at: str,
+) -> None:
+    """Its machine was accepted there, then the worker stops answering (its host died):
+    another machine is placed on the other worker within the same wake (it used to fail
+    the wake as `deadline` at once); the one left on the dead worker is the reconciler's
+    once it is back."""
+    workers = setup.placement.workers
+    workers.on_first[dies_at] = lambda worker: setattr(worker, "down", True)
+    [woken] = (await setup.waker.wake(app(), WakeRequest(deadline_ms=5000))).machines
+    offers = [url for call, url in workers.calls if call == "POST /v1/offers"]
+    assert len(offers) == 2 and offers[1] == setup.placement.urls[woken.worker] != offers[0]
+    assert running(setup)[woken.worker] == [woken.id]
+    assert [m.state.value for m in workers.workers[offers[0]].state.machines.values()] == [
+        "created"]
+
+
+async def test_both_workers_dying_mid_wake_fail_it_as_start_failed_naming_both(
+    setup: Setup,
+) -> None:
+    workers = setup.placement.workers
+    start = "POST /v1/machines/{id}/start"
+
+    def dies(worker: MemoryWorker) -> None:  # every worker its start reaches
+        worker.down = True
+        workers.on_first[start] = dies
+
+    workers.on_first[start] = dies
+    with pytest.raises(PlacementError) as failed:
+        await setup.waker.wake(app(), WakeRequest(deadline_ms=5000))
+    assert failed.value.code == "start_failed", failed.value.message
+    assert failed.value.message.count("did not answer the start") == 2

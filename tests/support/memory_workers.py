@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.adapters.http import spec_from_offer
@@ -66,6 +67,9 @@ class MemoryWorkers:
         self._ids = itertools.count(1)
         self._now = itertools.count(1)
         self.calls: list[tuple[str, str]] = []  # (call, url), in order
+        # call -> what befalls the first worker it reaches, before it answers (a host
+        # that dies, or starts draining, just then)
+        self.on_first: dict[str, Callable[[MemoryWorker], None]] = {}
 
     def add(self, worker_id: str, **fields: object) -> str:
         """A worker, booted (epoch 1); its URL."""
@@ -81,6 +85,9 @@ class MemoryWorkers:
     def _worker(self, call: str, url: str) -> MemoryWorker | Unreachable:
         self.calls.append((call, url))
         worker = self.workers.get(url)
+        befall = self.on_first.pop(call, None)
+        if befall is not None and worker is not None:
+            befall(worker)
         if worker is None or worker.down:
             return Unreachable(f"a worker did not answer {call}")
         return worker
