@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from placement.ports.workers import Refused, Unreachable
 from thaw.errors import ServiceError
 
@@ -35,23 +33,12 @@ class Unavailable(PlacementError):
 
 
 class AgentReplied(PlacementError):
-    """An agent's error answer, passed through with its status and JSON body."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        message = body.get("message", "") if isinstance(body, dict) else str(body)
-        code = body.get("error", "agent_error") if isinstance(body, dict) else "agent_error"
-        super().__init__(message, code=code, status=status)
-        self.reply = body
-
-    def body(self) -> dict[str, Any]:
-        if isinstance(self.reply, dict):
-            return self.reply
-        return super().body()
+    """A worker's refusal (placement/ports/workers.py), passed through as it said it: its
+    status, code and message."""
 
     @classmethod
     def of(cls, refused: Refused) -> AgentReplied:
-        """A worker's refusal (placement/ports/workers.py), passed through as it said it."""
-        return cls(refused.status, {"error": refused.code, "message": refused.message})
+        return cls(refused.message, code=refused.code, status=refused.status)
 
 
 def worker_said(answer: Refused | Unreachable) -> PlacementError:

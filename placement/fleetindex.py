@@ -54,8 +54,8 @@ class FleetIndex:
         self._dirty: set[str] = set()
         self._unknown_dirty = False  # a dirty worker is not indexed yet (catch_up flushes)
         self._kick = asyncio.Event()
-        # told the registry generation each worker's heartbeat names (republish.py `heard`)
-        self.on_generation: Callable[[str], None] | None = None
+        # told each worker's heartbeat as it is applied (republish.py `heard`)
+        self.on_worker: Callable[[WorkerStatus], None] | None = None
         self._starting: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -128,8 +128,8 @@ class FleetIndex:
             self.regions[region].remove(worker.id)
         self._region_of[worker.id] = worker.region
         self.region(worker.region).upsert(worker)
-        if self.on_generation is not None and worker.generation:
-            self.on_generation(worker.generation)
+        if self.on_worker is not None:
+            self.on_worker(worker)
 
     def forget(self, worker_id: str) -> None:
         region = self._region_of.pop(worker_id, None)

@@ -19,11 +19,11 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
 from agent.api import Guest, Health, MachineView, OfferRequest
+from placement.api import DecisionView, FilteredWorker, OfferView, RankedWorker
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
 from placement.core.wake import Machine
@@ -87,7 +87,7 @@ class Placer:
         self.max_offers = max_offers
         self.decisions_kept = decisions_kept
         self.rng = rng or random.Random()
-        self.decisions: dict[str, deque[dict[str, Any]]] = {}
+        self.decisions: dict[str, deque[DecisionView]] = {}
         self.releases: set[asyncio.Task[None]] = set()
 
     async def round(
@@ -241,7 +241,7 @@ class Placer:
         score = next((s.score for s in decision.ranked
                       if chosen is not None and s.worker == chosen.worker), 0.0)
         event(decision_log, "placement", app=decision.app, region=decision.region,
-              outcome=view["outcome"], worker=chosen.worker if chosen else "",
+              outcome=view.outcome, worker=chosen.worker if chosen else "",
               machine=chosen.machine_id if chosen else "", score=round(score, 4),
               candidates=len(decision.ranked), considered=decision.considered,
               fleet=decision.fleet, filtered=len(decision.filtered), offers=len(answers))
@@ -268,25 +268,14 @@ def offer_request(config: AppConfig, key: str, start: bool, spare: bool = False,
     )
 
 
-def decision_view(decision: Decision, answers: list[Answer], at: float) -> dict[str, Any]:
-    return {
-        "at": at,
-        "app": decision.app,
-        "region": decision.region,
-        "outcome": "placed" if any(a.reply is Reply.ACCEPTED for a in answers) else "no_capacity",
-        "fleet": decision.fleet,
-        "considered": decision.considered,
-        "ranked": [
-            {"worker": s.worker, "score": round(s.score, 4),
-             "terms": {k: round(v, 4) for k, v in s.terms.items()}}
-            for s in decision.ranked[:10]
-        ],
-        "filtered": [
-            {"worker": f.worker, "stage": f.stage, "reason": f.reason} for f in decision.filtered
-        ],
-        "offers": [
-            {"worker": a.worker, "reply": a.reply.value, "machine_id": a.machine_id,
-             "message": a.message}
-            for a in answers
-        ],
-    }
+def decision_view(decision: Decision, answers: list[Answer], at: float) -> DecisionView:
+    return DecisionView(
+        at=at, app=decision.app, region=decision.region,
+        outcome="placed" if any(a.reply is Reply.ACCEPTED for a in answers) else "no_capacity",
+        fleet=decision.fleet, considered=decision.considered,
+        ranked=[RankedWorker(s.worker, round(s.score, 4),
+                             {k: round(v, 4) for k, v in s.terms.items()})
+                for s in decision.ranked[:10]],
+        filtered=[FilteredWorker(f.worker, f.stage, f.reason) for f in decision.filtered],
+        offers=[OfferView(a.worker, a.reply.value, a.machine_id, a.message) for a in answers],
+    )

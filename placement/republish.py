@@ -29,7 +29,7 @@ from placement.core import refill as rule
 from placement.errors import NotFound
 from placement.store import AppStore
 from thaw.appconfig import AppConfig
-from thaw.registry import Registry
+from thaw.registry import Registry, WorkerStatus
 from thaw.registry.generation import GenerationWatch
 
 log = logging.getLogger("thaw.placement")
@@ -53,7 +53,9 @@ class Republisher:
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`bound_s`: the longest the reconciler waits for the agents after a loss;
         `live_workers`: the workers live now (their ids), remembered at each check so
-        that a loss knows whom to wait for (None: wait for nobody but the bound)."""
+        that a loss knows whom to wait for (None: wait for nobody but the bound); the
+        heartbeats the fleet index reads from the feed are remembered as they come
+        (`heard`)."""
         # a connection the shared client makes again (the feed's, first) starts a check
         self._sign = asyncio.Event()
         self._check_failed = False
@@ -216,12 +218,15 @@ class Republisher:
         if self._own_registry:
             await self.registry.close()
 
-    def heard(self, generation: str) -> None:
-        """A worker's heartbeat names `generation` (what the fleet index reads from the
-        feed). The agents hear a new one in their heartbeats' answers, at once: one other
-        than the generation published under is a sign to check (a flush breaks no
-        connection)."""
-        if self.watch.known is not None and generation != self.watch.known:
+    def heard(self, status: WorkerStatus) -> None:
+        """A worker's heartbeat, as the fleet index reads it from the feed. The worker is
+        live: one a loss will wait for. And the agents hear a new generation in their
+        heartbeats' answers, at once: a heartbeat naming another generation than the one
+        published under is a sign to check (a flush breaks no connection)."""
+        if self.refill is None and not status.draining:
+            self.seen_live[status.id] = self.clock()
+        if self.watch.known is not None and status.generation \
+                and status.generation != self.watch.known:
             self._sign.set()
 
     async def _next_check(self) -> None:

@@ -120,7 +120,7 @@ class PlacementRuntime:
             log.info("secrets: %d re-encrypted under the first key of the secrets key file",
                      rewrapped)
         metrics.watch(lambda: placement.app_names, placement.reconciler)
-        self._index.on_generation = self.placement.republisher.heard
+        self._index.on_worker = self.placement.republisher.heard
         published = await self.placement.republisher.check()
         self.placement.republisher.start()
         self.placement.reconciler.start()

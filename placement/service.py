@@ -25,6 +25,7 @@ from placement.api import (
     AppDeleted,
     AppEvent,
     CreateMachineRequest,
+    DecisionView,
     DeployResult,
     LogsAnswer,
     Release,
@@ -421,7 +422,7 @@ class Placement:
         return await app_logs(self.fleet, await self.store.get(app), cursor,
                               tail_bytes, machine)
 
-    async def placements(self, app: str) -> list[dict[str, Any]]:
+    async def placements(self, app: str) -> list[DecisionView]:
         await self.store.get(app)
         return list(reversed(self.placer.decisions.get(app, [])))
 

@@ -26,6 +26,7 @@ from placement.api import (
     AutostopRequest,
     CreateMachineRequest,
     DeployRequest,
+    ErrorBody,
     Readiness,
     RollbackRequest,
     SecretsRequest,
@@ -63,13 +64,12 @@ def json_response(value: object, status: int = 200, headers: dict[str, str] | No
                         content_type="application/json", headers=headers)
 
 
-def error_body(exc: PlacementError, principal: Principal | None) -> dict[str, Any]:
-    body = exc.body()
+def error_body(exc: PlacementError, principal: Principal | None) -> ErrorBody:
     if isinstance(exc, HostTaken) and principal is not None and principal.may_act_on(
             exc.holder):
-        body["message"] = f"host {exc.host} is held by app {exc.holder}"
-        body["holder"] = exc.holder
-    return body
+        return ErrorBody(exc.code, f"host {exc.host} is held by app {exc.holder}",
+                         holder=exc.holder)
+    return ErrorBody(exc.code, exc.message)
 
 
 def errors_middleware(metrics: PlacementMetrics) -> Any:
@@ -82,15 +82,14 @@ def errors_middleware(metrics: PlacementMetrics) -> Any:
             response = json_response(error_body(exc, request.get(PRINCIPAL)), exc.status,
                                      headers)
         except InvalidConfig as exc:
-            response = json_response(
-                {"error": "invalid_config", "field": exc.field, "message": exc.reason}, 422
-            )
+            response = json_response(ErrorBody("invalid_config", exc.reason, field=exc.field),
+                                     422)
         except web.HTTPException as exc:  # aiohttp's own 404/405/413: JSON like the rest
             code = exc.reason.lower().replace(" ", "_")
-            response = json_response({"error": code, "message": exc.reason}, exc.status)
+            response = json_response(ErrorBody(code, exc.reason), exc.status)
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            response = json_response({"error": "internal", "message": "internal error"}, 500)
+            response = json_response(ErrorBody("internal", "internal error"), 500)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
         metrics.requests.labels(name, str(response.status)).inc()

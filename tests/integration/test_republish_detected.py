@@ -75,7 +75,7 @@ async def test_a_flush_is_republished_when_a_workers_heartbeat_names_the_new_gen
         registry = RedisRegistry(server.url, timeout_s=0.5)
         republisher = Republisher(registry, opened.apps, AppLocks(), 1.0)
         index = FleetIndex(registry, hold_s=3.0, flush_interval_s=0.01)
-        index.on_generation = republisher.heard
+        index.on_worker = republisher.heard
         try:
             await index.start()
             assert await republisher.check() == 1
@@ -97,6 +97,34 @@ async def test_a_flush_is_republished_when_a_workers_heartbeat_names_the_new_gen
             assert republisher.watch.known == heard
         finally:
             await index.stop()
+            await republisher.close()
+            await registry.close()
+            await opened.close()
+
+
+async def test_a_worker_heard_in_the_feed_is_awaited_after_a_loss_without_any_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whom a loss waits for is learnt from the heartbeats the feed brings, not from a
+    look every few seconds: a worker heard once before a loss is awaited (a second
+    machine was made for an app whose worker had not been looked at yet: its machine
+    was not back in the view when the reconciler acted)."""
+    monkeypatch.setattr(republish, "SAFETY_CHECK_S", 3600.0)
+    opened = await open_store("sqlite", tmp_path)
+    with start_redis_server() as server:
+        registry = RedisRegistry(server.url, timeout_s=0.5)
+        republisher = Republisher(registry, opened.apps, AppLocks(), 30.0)
+        try:
+            await republisher.check()
+            republisher.heard(WorkerStatus(id="w1", epoch=1, region="local", url="http://w1",
+                                           cpus=1, memory_mb=1))
+            republisher.heard(WorkerStatus(id="w2", epoch=1, region="local", url="http://w2",
+                                           cpus=1, memory_mb=1, draining=True))
+            await registry._r.flushall()
+            assert not await republisher.trusted()  # the refill waits for w1's heartbeat
+            assert republisher.refill is not None
+            assert republisher.refill.awaited == frozenset({"w1"})
+        finally:
             await republisher.close()
             await registry.close()
             await opened.close()
