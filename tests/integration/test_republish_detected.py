@@ -49,10 +49,7 @@ async def test_a_redis_restarted_empty_is_republished_on_the_feeds_reconnect_alo
         await asyncio.sleep(0.2)  # its loop waits now, for a sign (no timer in play)
     try:  # Redis was killed; now it comes back at the same address, empty
         with start_redis_server(port=server.port):
-            deadline = asyncio.get_running_loop().time() + 20
-            while (copy := await _copy(registry, "web")) is None:
-                assert asyncio.get_running_loop().time() < deadline, "never republished"
-                await asyncio.sleep(0.1)
+            copy = await _republished(registry, "web")
             assert copy.uid == stored.uid
             assert republisher.watch.known == await registry.generation() != first
     finally:
@@ -83,17 +80,13 @@ async def test_a_flush_is_republished_when_a_workers_heartbeat_names_the_new_gen
             await asyncio.sleep(0.2)  # its loop waits now, for a sign
             await registry._r.flushall()  # connections kept: no reconnect to hear
             assert await registry.app("web") is None
-            status = WorkerStatus(id="w1", epoch=1, region="local", url="http://w1", cpus=1,
-                                  memory_mb=1)
+            status = worker("w1")
             # the agent hears the new generation in its heartbeat's answer, publishes what
             # it has again, then heartbeats naming it
             heard = await registry.publish_worker(status, ttl_s=5)
             await registry.publish_worker(msgspec.structs.replace(status, generation=heard),
                                           ttl_s=5)
-            deadline = asyncio.get_running_loop().time() + 20
-            while await _copy(registry, "web") is None:
-                assert asyncio.get_running_loop().time() < deadline, "never republished"
-                await asyncio.sleep(0.05)
+            await _republished(registry, "web")
             assert republisher.watch.known == heard
         finally:
             await index.stop()
@@ -116,10 +109,8 @@ async def test_a_worker_heard_in_the_feed_is_awaited_after_a_loss_without_any_po
         republisher = Republisher(registry, opened.apps, AppLocks(), 30.0)
         try:
             await republisher.check()
-            republisher.heard(WorkerStatus(id="w1", epoch=1, region="local", url="http://w1",
-                                           cpus=1, memory_mb=1))
-            republisher.heard(WorkerStatus(id="w2", epoch=1, region="local", url="http://w2",
-                                           cpus=1, memory_mb=1, draining=True))
+            republisher.heard(worker("w1"))
+            republisher.heard(worker("w2", draining=True))
             await registry._r.flushall()
             assert not await republisher.trusted()  # the refill waits for w1's heartbeat
             assert republisher.refill is not None
@@ -130,8 +121,20 @@ async def test_a_worker_heard_in_the_feed_is_awaited_after_a_loss_without_any_po
             await opened.close()
 
 
-async def _copy(registry: RedisRegistry, name: str) -> AppConfig | None:
-    try:
-        return await registry.app(name)
-    except Exception:  # (the registry between its stop and its start)
-        return None
+def worker(worker_id: str, draining: bool = False) -> WorkerStatus:
+    return WorkerStatus(id=worker_id, epoch=1, region="local", url=f"http://{worker_id}",
+                        cpus=1, memory_mb=1, draining=draining)
+
+
+async def _republished(registry: RedisRegistry, name: str, within_s: float = 20) -> AppConfig:
+    """The app's copy in the registry, once placement has published it again."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        try:
+            copy = await registry.app(name)
+        except Exception:  # (the registry between its stop and its start)
+            copy = None
+        if copy is not None:
+            return copy
+        assert asyncio.get_running_loop().time() < deadline, "never republished"
+        await asyncio.sleep(0.05)
