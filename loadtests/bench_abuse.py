@@ -3,7 +3,7 @@ is measured beside it.
 
     .venv/bin/python loadtests/bench_abuse.py [--seconds 10] [--rate 200]
         [--attacks idle-conns,rapid-reset,made-you-reset,hold-flood,ws-idle,tls-aborts]
-        [--pin] [--no-write]
+        [--pin | --isolate] [--no-write]
 
 Every process is separate and on loopback: a Redis (the edge's registry), a fixtures
 process (this script with `--fixtures`: an asyncio backend answering `200 ok` and
@@ -21,6 +21,12 @@ are processed on the sender's CPU) lands on CPU 0 beside the warm load and the b
 So a second load as large, *direct*, goes from the same process straight to the backend
 (no edge) throughout: its p99 under an attack against its own baselines is what the
 attack costs the measuring side, whatever the edge does.
+
+`--isolate` pins as `--pin` does but runs the attackers on CPU 1 beside the edge at
+SCHED_IDLE (`chrt --idle 0`): their own work, user and kernel, then takes only the CPU
+the edge leaves, and CPU 0 (the warm load, the backend) carries none of the attack — the
+nearest a 2-core machine comes to an attacker on another host. The direct load shows
+whether it did.
 
 Phases, interleaved: baseline, attack 1, 10 s cool-down, baseline, attack 2, ...,
 baseline. The warm load (`--rate` GETs/s to app `web` over keep-alive connections,
@@ -662,6 +668,24 @@ async def sample(pid: int, admin_port: int, phase: Phase, until: asyncio.Event) 
 
 EDGE_CPU = ("taskset", "-c", "1")  # --pin: the edge's own core
 NICE = ("nice", "-n", "19")  # --pin: attackers yield core 0 to the warm load
+# --isolate: attackers on the edge's core at SCHED_IDLE, so their user and kernel work
+# (loopback packets are processed on the sender's CPU) takes only what the edge leaves
+EDGE_CORE_IDLE = ("taskset", "-c", "1", "chrt", "--idle", "0")
+
+
+def attacker_prefix(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.isolate:
+        return EDGE_CORE_IDLE
+    return NICE if args.pin else ()
+
+
+def placement_line(args: argparse.Namespace) -> str:
+    if args.isolate:
+        return ("the edge on CPU 1 with the attackers at SCHED_IDLE beside it, the warm "
+                "load, backend and the rest on CPU 0)  ")
+    if args.pin:
+        return "the edge alone on CPU 1, everything else on CPU 0, attackers at nice 19)  "
+    return "nothing pinned)  "
 
 async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, direct: WarmLoad,
                     args: argparse.Namespace, ports: dict[str, int], work: Path,
@@ -687,7 +711,7 @@ async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, direct: WarmLoa
     else:
         out = work / f"{phase.name}.json"
         child = await asyncio.create_subprocess_exec(
-            *(NICE if args.pin else ()), sys.executable, SCRIPT, "--attack", phase.name,
+            *attacker_prefix(args), sys.executable, SCRIPT, "--attack", phase.name,
             "--edge-port", str(ports["edge"]), "--tls-port", str(ports["tls"]),
             "--seconds", str(args.seconds), "--out", str(out),
             start_new_session=True, stdout=subprocess.DEVNULL)
@@ -847,8 +871,7 @@ def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
         " issue 26)", "",
         f"Command: `{command}`  ",
         f"Machine: {machine_line()} (nproc {os.cpu_count()}; shared with other jobs; "
-        + ("the edge alone on CPU 1, everything else on CPU 0, attackers at nice 19)  "
-           if args.pin else "nothing pinned)  "),
+        + placement_line(args),
         f"`thaw edge` as a separate process (native {'on' if native_on else 'off'}: "
         f"{native_why}), default limits, HTTPS on its own port (thaw/localca.py), a Redis "
         "registry; backend and fake placement in one fixtures process; each attacker a "
@@ -919,6 +942,9 @@ def main() -> None:
                         help="more `thaw edge` flags, e.g. '--new-conns-per-s 100'")
     parser.add_argument("--pin", action="store_true",
                         help="the edge alone on CPU 1, the rest on CPU 0, attackers nice 19")
+    parser.add_argument("--isolate", action="store_true",
+                        help="as --pin, but the attackers on CPU 1 beside the edge at "
+                             "SCHED_IDLE: the measuring side's core carries no attack")
     # internal: the child processes
     parser.add_argument("--fixtures", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend-port", type=int, help=argparse.SUPPRESS)
@@ -940,6 +966,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown attacks: {sorted(unknown)}")
     command = "python loadtests/bench_abuse.py " + " ".join(sys.argv[1:])
+    args.pin = args.pin or args.isolate
     if args.pin:
         os.sched_setaffinity(0, {0})  # this process and every child but the edge
     work = Path(tempfile.mkdtemp(prefix="thaw-bench-abuse-"))

@@ -24,7 +24,7 @@ from typing import cast
 import httptools
 
 from edge.adapters.http2 import H2Connection
-from edge.core.clients import ClientState
+from edge.core.clients import BARRED, ClientState
 from edge.core.exchange import Phase, response_framing
 from edge.core.framing import (
     BODY_CHUNKED,
@@ -132,6 +132,9 @@ class ClientConnection(Downstream):
         if refused is not None:  # the client is over its limits: 429 to it alone
             log.debug("refused a connection from %s: %s", self.peer.decode("latin-1"), refused)
             self.closed = self.stopped = True
+            if refused == BARRED:  # cut for abuse: closed unread, nothing written (a reset)
+                transport.abort()
+                return
             transport.write(OVER_LIMITS)
             transport.close()
             return

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -185,8 +186,8 @@ class TlsDoor:
 
     def _accept(self, listener: socket.socket) -> None:
         for _ in range(ACCEPTS_PER_TURN):
-            try:
-                sock, address = listener.accept()
+            try:  # the bare descriptor: a refused connection costs no socket object
+                fd, address = listener._accept()  # type: ignore[attr-defined]
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:  # out of descriptors or memory: pause, as asyncio does
@@ -195,12 +196,14 @@ class TlsDoor:
                 self.shell.loop.call_later(ACCEPT_RETRY_S, self._resume, listener)
                 return
             if not self.shell.client_arrives(str(address[0]).encode()):
-                sock.close()  # its client is barred or over its new connections
+                os.close(fd)  # its client is barred or over its new connections
                 continue
             if not self.handshakes.admit():
-                sock.close()  # before any TLS state is made for it
+                os.close(fd)  # before any TLS state is made for it
                 self._say_refused()
                 continue
+            sock = socket.socket(listener.family, socket.SOCK_STREAM, fileno=fd)
+            sock.setblocking(False)
             task = self.shell.loop.create_task(self._handshake(sock))
             self._in_handshake.add(task)
             task.add_done_callback(self._in_handshake.discard)

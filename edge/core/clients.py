@@ -39,6 +39,9 @@ PER_TURN = 8  # requests a client may begin per turn of the loop
 FORGET_S = 300.0  # a client's strikes are forgiven this long after its last one
 
 
+
+BARRED = "barred after its connections were cut for abuse"  # (refused without an answer)
+
 class ClientState:
     __slots__ = ("barred_until", "conns", "open", "resets", "strikes", "struck_at", "taken",
                  "turn")
@@ -120,7 +123,7 @@ class ClientTable:
     def _admits(self, entry: ClientState, now: float, new: bool) -> str | None:
         if entry.barred_until > now:
             self.refused["barred"] += 1
-            return "barred after its connections were cut for abuse"
+            return BARRED
         if entry.open >= self.max_conns:
             self.refused["connections"] += 1
             return self._over_conns
