@@ -3,7 +3,7 @@ takes and answers. The OpenAPI document is generated from these (placement/opena
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -15,6 +15,12 @@ MAX_DEADLINE_MS = 3_600_000
 MAX_DEMAND = 1_000_000
 # An edge process's id in wake requests (random per process): whose demand it is.
 EdgeId = Annotated[str, msgspec.Meta(pattern="^[a-z0-9-]{1,64}$")]
+
+
+# A JSON object as sent (a merge patch of an app's fields) or made (an OpenAPI document):
+# its values are JSON, each checked where it is read (`object`, not `Any`: unchecked use
+# is a type error).
+JsonObject = dict[str, object]
 
 
 class WakeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -170,7 +176,7 @@ class DeployRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     image: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
     strategy: Strategy | None = None
-    config: dict[str, Any] | None = None
+    config: JsonObject | None = None
 
 
 class DeployResult(msgspec.Struct, frozen=True):

@@ -8,12 +8,11 @@ Schema of the same types the server decodes and encodes, bounds included.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import msgspec
 
 from placement.adapters.routes import ROUTES, Route
-from placement.api import ErrorBody
+from placement.api import ErrorBody, JsonObject
 from placement.core.access import Access
 from thaw.appconfig import APP_NAME_PATTERN, ENV_NAME_PATTERN
 
@@ -33,12 +32,23 @@ PATH_PARAMETERS = {
 }
 
 
+# A body typed `JsonObject` (an app's PATCH): its fields are those of the app's config,
+# each optional, checked by the app's own type once merged (422 naming the field)
+MERGE_PATCH: JsonObject = {
+    "type": "object",
+    "description": "A JSON merge patch (RFC 7396) of the app's fields: those given are "
+                   "changed, null removes one; the result is checked as an AppConfig.",
+}
+
 @functools.cache
-def openapi_document() -> dict[str, Any]:
-    types = [ErrorBody, *{t for r in ROUTES for t in (r.body, r.answer) if t is not None}]
-    schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+def openapi_document() -> JsonObject:
+    types = [ErrorBody, *{t for r in ROUTES for t in (r.body, r.answer)
+                          if t is not None and t is not JsonObject}]
+    schemas, components = msgspec.json.schema_components(types, ref_template=REF,
+                                                         schema_hook=_any_json)
     schema_of = dict(zip(map(repr, types), schemas, strict=True))
-    paths: dict[str, dict[str, Any]] = {}
+    schema_of[repr(JsonObject)] = MERGE_PATCH
+    paths: dict[str, JsonObject] = {}
     for route in ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schema_of)
     return {
@@ -59,25 +69,35 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-def _operation(route: Route, schema_of: dict[str, Any]) -> dict[str, Any]:
+
+def _any_json(kind: type) -> JsonObject:
+    """The schema of a `JsonObject`'s values (typed `object`: any JSON value, checked
+    where read), which msgspec leaves to a hook."""
+    if kind is object:
+        return {"description": "any JSON value"}
+    raise NotImplementedError(kind)
+
+
+def _operation(route: Route, schema_of: dict[str, JsonObject]) -> JsonObject:
     error = {"description": "an error: {error, message}",
              "content": {"application/json": {"schema": schema_of[repr(ErrorBody)]}}}
-    success: dict[str, Any] = {"description": route.summary}
+    success: JsonObject = {"description": route.summary}
     if route.answer is not None:
         success["content"] = {"application/json": {"schema": schema_of[repr(route.answer)]}}
     elif route.handler == "openapi":
         success["content"] = {"application/json": {"schema": {"type": "object"}}}
     else:
         success["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    op: dict[str, Any] = {
+    responses: JsonObject = {str(route.status): success, "default": error}
+    if route.access is not Access.PUBLIC:
+        responses["401"] = {**error, "description": "no valid credential"}
+    op: JsonObject = {
         "operationId": route.handler,
         "summary": route.summary,
         "tags": ["internal" if route.access is Access.SIGNED else "public"],
         "security": SECURITY[route.access],
-        "responses": {str(route.status): success, "default": error},
+        "responses": responses,
     }
-    if route.access is not Access.PUBLIC:
-        op["responses"]["401"] = {**error, "description": "no valid credential"}
     parameters = [
         {"name": name, "in": "path", "required": True, "schema": PATH_PARAMETERS[name]}
         for name in PATH_PARAMETERS if "{" + name + "}" in route.path

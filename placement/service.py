@@ -16,7 +16,6 @@ import asyncio
 import logging
 import secrets
 from collections import Counter
-from typing import Any
 
 import msgspec
 
@@ -27,6 +26,7 @@ from placement.api import (
     CreateMachineRequest,
     DecisionView,
     DeployResult,
+    JsonObject,
     LogsAnswer,
     Release,
     SuspectAnswer,
@@ -174,7 +174,7 @@ class Placement:
         self.app_names = {config.name for config in configs}
         return configs
 
-    async def update_app(self, name: str, patch: dict[str, Any]) -> AppConfig:
+    async def update_app(self, name: str, patch: JsonObject) -> AppConfig:
         async with self.locks.hold(name):
             current = await self.store.get(name)
             patch = {k: v for k, v in patch.items() if k not in READ_ONLY_FIELDS}
@@ -229,7 +229,7 @@ class Placement:
     # -- deploy ----------------------------------------------------------------
 
     async def deploy(self, name: str, image: str | None, strategy: Strategy | None = None,
-                     patch: dict[str, Any] | None = None) -> DeployResult:
+                     patch: JsonObject | None = None) -> DeployResult:
         """Apply `patch` (the owner's fields, as update_app takes them), resolve the image
         (it may have moved) and pin it: a change of what machines are made from is one new
         release, rolled out by the reconciler. Answers once the first reconcile pass is

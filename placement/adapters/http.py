@@ -27,6 +27,7 @@ from placement.api import (
     CreateMachineRequest,
     DeployRequest,
     ErrorBody,
+    JsonObject,
     Readiness,
     RollbackRequest,
     SecretsRequest,
@@ -113,9 +114,8 @@ async def decoded(request: web.Request, kind: type[T]) -> T:
     return body_as(raw if raw.strip() else b"{}", kind)
 
 
-async def json_object(request: web.Request) -> dict[str, Any]:
-    patch: Any = await decoded(request, dict)
-    return patch  # type: ignore[no-any-return]
+async def json_object(request: web.Request) -> JsonObject:
+    return await decoded(request, JsonObject)
 
 
 class Routes:

@@ -18,6 +18,7 @@ from placement.api import (
     DeployRequest,
     DeployResult,
     Health,
+    JsonObject,
     LogsAnswer,
     MachineWaited,
     Readiness,
@@ -54,7 +55,7 @@ class Route:
     body: Any = None  # the request body's type (None: no body)
     answer: Any = None  # the success body's type (None: not JSON)
     status: int = 200  # the success status
-    query: tuple[tuple[str, dict[str, Any], str], ...] = ()  # (name, JSON Schema, description)
+    query: tuple[tuple[str, JsonObject, str], ...] = ()  # (name, JSON Schema, description)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -64,7 +65,7 @@ ROUTES: tuple[Route, ...] = (
           "List the apps this token may see", None, list[AppConfig]),
     Route("GET", APP, "get_app", Access.APP, "Show an app", None, AppConfig),
     Route("PATCH", APP, "patch_app", Access.APP,
-          "Update an app (JSON merge patch of AppConfig fields)", dict[str, Any], AppConfig),
+          "Update an app (JSON merge patch of AppConfig fields)", JsonObject, AppConfig),
     Route("DELETE", APP, "delete_app", Access.APP,
           "Delete an app, destroy its machines, revoke tokens scoped to it", None, AppDeleted),
     Route("POST", APP + "/deploy", "deploy", Access.APP,

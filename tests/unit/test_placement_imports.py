@@ -106,3 +106,16 @@ def test_the_floors_are_what_they_say() -> None:
         "placement.adapters.http", "placement.runner",
     )] == ["core", "ports", "ports", "driven adapters", "driven adapters", "shell",
            "API adapters", "composition root"]
+
+
+def test_placement_speaks_in_types_not_untyped_dicts() -> None:
+    """No `dict[str, Any]` in placement: what comes from workers is `agent/api.py`'s
+    types, what the API takes and answers `placement/api.py`'s, and a JSON object whose
+    fields are checked where read (a merge patch, an OpenAPI document) `JsonObject`,
+    `dict[str, object]` — its values unusable unchecked."""
+    untyped = re.compile(r"dict\[str,\s*(typing\.)?Any\]")
+    found = [f"{path.relative_to(ROOT)}:{number}"
+             for path in PLACEMENT.rglob("*.py")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if untyped.search(line)]
+    assert found == []
