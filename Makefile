@@ -44,10 +44,10 @@ sysdeps:
 	  fi; \
 	fi
 
-# The edge's hot modules compiled with mypyc (thaw/native.py); skipped when the build
+# The edge's hot modules compiled with mypyc (ground/native.py); skipped when the build
 # matches the sources; without a C compiler the edge runs the same modules as Python.
 native: venv
-	@$(PY) -m thaw.native build || echo "continuing without the native edge"
+	@$(PY) -m ground.native build || echo "continuing without the native edge"
 
 lint: venv
 	$(PY) -m ruff check .

@@ -23,7 +23,7 @@ class OfferRequest(msgspec.Struct, frozen=True):
     app: Annotated[str, msgspec.Meta(max_length=64)]
     image: Text
     guest: Guest = Guest()
-    # bounded as an app's env is (thaw.appconfig): a machine's record stays small
+    # bounded as an app's env is (ground.appconfig): a machine's record stays small
     env: Annotated[dict[Text, str], msgspec.Meta(max_length=128)] = msgspec.field(
         default_factory=dict)
     health: Health = Health()
@@ -41,11 +41,11 @@ class OfferRequest(msgspec.Struct, frozen=True):
     # a standby a wake or `POST .../machines {start: false}` made is not
     for_spares: bool = False
     release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # the app's release it runs
-    # the app's secrets, sealed by placement with the cluster key (thaw/auth/sealing.py):
+    # the app's secrets, sealed by placement with the cluster key (ground/auth/sealing.py):
     # kept so in the op log, opened only to build the machine's environment at a start
     sealed_env: Annotated[str, msgspec.Meta(max_length=MAX_SEALED_CHARS)] = ""
     # the machine's id, chosen by placement ("": the agent makes one), and its route ticket
-    # for this worker (thaw/auth/tickets.py; "": its records are not sealed)
+    # for this worker (ground/auth/tickets.py; "": its records are not sealed)
     id: Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{8,32})?$")] = ""
     ticket: Annotated[str, msgspec.Meta(max_length=64, pattern="^[A-Za-z0-9_-]*$")] = ""
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.core.restart import RestartPolicy
+from ground.auth.signing import NO_CLUSTER_KEY, KeyRing
 from imagecache.core.egress import EgressPolicy
-from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
 
 DRIVERS = ("auto", "oci", "bubblewrap", "process")
 MACHINE_EGRESS = ("public", "none")

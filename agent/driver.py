@@ -29,7 +29,7 @@ from agent import procfs
 from agent.ready import BACKOFF, FIRST_POLL_S, MAX_POLL_S, ReadyResult, wait_ready
 from agent.sandbox import sandbox_argv
 from agent.subreaper import become_child_subreaper
-from thaw.statefiles import open_private
+from ground.statefiles import open_private
 
 MACHINE_ID_ENV = "THAW_MACHINE_ID"
 MACHINE_DIR_ENV = "THAW_MACHINE_DIR"  # the agent's dir of the machine: whose machine it is

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from thaw.errors import ServiceError
+from ground.errors import ServiceError
 
 
 class AgentError(ServiceError):

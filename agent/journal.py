@@ -26,8 +26,8 @@ from agent.core.records import Boot, Record
 from agent.core.state import AgentState, replay, snapshot, unknown_machine
 from agent.errors import AgentError, DiskFull, LogBroken, LogDamaged, NotFound
 from agent.oplog import LogSyncFailed, LogWriteFailed, OpLog, RepairFailed
-from thaw.durable import fsync_dir
-from thaw.statefiles import open_private
+from ground.durable import fsync_dir
+from ground.statefiles import open_private
 
 log = logging.getLogger("thaw.agent")
 

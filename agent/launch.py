@@ -7,8 +7,8 @@ from pathlib import Path
 from agent.core.runplan import RunPlan, run_plan
 from agent.core.state import Machine
 from agent.driverport import LaunchSpec, Running
+from ground.statefiles import private_dir
 from imagecache.api import Image
-from thaw.statefiles import private_dir
 
 
 def running(machine: Machine, default_host: str) -> Running:

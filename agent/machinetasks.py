@@ -32,11 +32,11 @@ from agent.launch import launch_spec, machine_dir, running
 from agent.machinelog import read_log
 from agent.metrics import AgentMetrics
 from agent.outputs import Outputs
+from ground.auth.sealing import Unsealable, unseal_env
 from imagecache.adapters.trees import remove_tree_quietly
 from imagecache.api import Image, ImageConfig
 from imagecache.cache import ImageCache
 from imagecache.errors import ImageError
-from thaw.auth.sealing import Unsealable, unseal_env
 
 log = logging.getLogger("thaw.agent")
 
@@ -71,7 +71,7 @@ class MachineTasks:
                                on_refused=self.metrics.log_failures.inc,
                                on_written=self._written)
         self.draining = False
-        self.stopping = False  # the agent stops: waits end (thaw/serving.py)
+        self.stopping = False  # the agent stops: waits end (ground/serving.py)
         self.on_change: Callable[[str], None] = lambda machine_id: None
         self._ops: dict[str, asyncio.Task[object]] = {}
         self._changed = asyncio.Event()
@@ -93,7 +93,7 @@ class MachineTasks:
 
     def end_waits(self) -> None:
         """The agent stops: every wait answers now (503 shutting_down), none holds the
-        stop (thaw/serving.py)."""
+        stop (ground/serving.py)."""
         self.stopping = True
         self._wake_waiters()
 

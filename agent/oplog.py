@@ -30,8 +30,8 @@ from pathlib import Path
 from agent.core import oplog_codec
 from agent.core.oplog_codec import CorruptLog
 from agent.core.records import Record
-from thaw.durable import fsync_dir
-from thaw.statefiles import open_private, private_dir
+from ground.durable import fsync_dir
+from ground.statefiles import open_private, private_dir
 
 log = logging.getLogger("thaw.agent.oplog")
 

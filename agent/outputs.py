@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.machinelog import trim_log
-from thaw.statefiles import FILE_MODE
+from ground.statefiles import FILE_MODE
 
 log = logging.getLogger("thaw.agent")
 

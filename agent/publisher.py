@@ -20,11 +20,11 @@ from agent.api import EventView, MachineView, StatusView
 from agent.core.machine import MachineState
 from agent.core.state import Machine
 from agent.service import Agent
-from thaw.auth import tickets
-from thaw.registry import MachineRecord, Registry, WorkerStatus
-from thaw.registry.generation import GenerationWatch
-from thaw.registry.readiness import registry_answers
-from thaw.registry.types import MachineEvent as RegistryEvent
+from ground.auth import tickets
+from ground.registry import MachineRecord, Registry, WorkerStatus
+from ground.registry.generation import GenerationWatch
+from ground.registry.readiness import registry_answers
+from ground.registry.types import MachineEvent as RegistryEvent
 
 log = logging.getLogger("thaw.agent")
 

@@ -22,12 +22,12 @@ from agent.drivers import make_driver
 from agent.publisher import Publisher
 from agent.service import Agent
 from agent.supervisor import recover, watch
+from ground.auth.signing import Verifier
+from ground.registry import Registry
+from ground.serving import app_runner
+from ground.statefiles import private_dir, write_private
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
-from thaw.auth.signing import Verifier
-from thaw.registry import Registry
-from thaw.serving import app_runner
-from thaw.statefiles import private_dir, write_private
 
 log = logging.getLogger("thaw.agent")
 

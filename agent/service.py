@@ -22,7 +22,7 @@ from agent.core.records import Fenced, MachineSpec
 from agent.core.state import Machine, stale_fence
 from agent.errors import Conflict, Declined, DiskFull, LogBroken, WaitTimeout
 from agent.machinetasks import MachineTasks
-from thaw.serving import ShuttingDown
+from ground.serving import ShuttingDown
 
 S = MachineState
 E = MachineEvent

@@ -3,6 +3,6 @@ placement wakes a machine, balances warm requests over started machines, and
 stops idle machines through placement. See docs/edge.md.
 """
 
-from thaw.native import use_native
+from ground.native import use_native
 
 use_native(__name__, __path__)  # compiled hot modules first, when built from these sources

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from edge.core.forwarding import parse_networks
 from edge.core.placementorder import parse_urls
-from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
-from thaw.auth.tickets import RouteKeys
+from ground.auth.signing import NO_CLUSTER_KEY, KeyRing
+from ground.auth.tickets import RouteKeys
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class EdgeConfig:
     # the edge; none by default: every peer is the client (edge/core/forwarding.py)
     trusted_proxies: tuple[str, ...] = ()
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
-    # machine records are routed by only when sealed (thaw/auth/tickets.py); None: all are
+    # machine records are routed by only when sealed (ground/auth/tickets.py); None: all are
     route_keys: RouteKeys | None = None
     tls: TlsConfig | None = None  # also serve HTTPS (HTTP/1.1 and h2 by ALPN) on tls.port
     # JSON lines, one per answer (edge/core/accesslog.py): "" off, "stdout" (or "-"), or a

@@ -18,8 +18,8 @@ from edge.adapters.placement import PlacementClient
 from edge.core.autostop import MachineActivity, machines_to_stop
 from edge.errors import EdgeError
 from edge.view import STARTED, AppEntry, MachineSlot, View
+from ground.logs import event
 from placement.api import AutostopRequest, SuspectReport
-from thaw.logs import event
 
 log = logging.getLogger("thaw.edge.wake")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from edge.view import AppEntry, MachineSlot, View
-from thaw.periodic import Periodic
+from ground.periodic import Periodic
 
 log = logging.getLogger("thaw.edge")
 

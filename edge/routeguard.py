@@ -2,7 +2,7 @@
 
 Any agent may write any app's machine records (Redis ACLs check key names, not hash
 fields), so with route keys the edge takes only records sealed with the ticket
-placement gave the machine's worker (thaw/auth/tickets.py). A record that does not
+placement gave the machine's worker (ground/auth/tickets.py). A record that does not
 verify is ignored: the view keeps what it knew of that machine. Each distinct
 record is judged once (by content: a resync re-reading the same records costs a
 lookup), logged once, and counted under its reason. Never on the request path.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from thaw.auth.tickets import RecordCheck, RouteKeys
-from thaw.registry import MachineRecord
+from ground.auth.tickets import RecordCheck, RouteKeys
+from ground.registry import MachineRecord
 
 log = logging.getLogger("thaw.edge.view")
 

@@ -22,9 +22,9 @@ from edge.core.placementorder import trusted_urls
 from edge.loadshare import LoadBoard, LoadShare
 from edge.service import Edge
 from edge.view import View
-from thaw.registry import Registry
-from thaw.registry.readiness import registry_answers
-from thaw.serving import app_runner
+from ground.registry import Registry
+from ground.registry.readiness import registry_answers
+from ground.serving import app_runner
 
 log = logging.getLogger("thaw.edge")
 

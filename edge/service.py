@@ -51,8 +51,8 @@ from edge.loadshare import LoadBoard, LoadShare
 from edge.metrics import EdgeMetrics
 from edge.routeguard import RouteGuard
 from edge.view import LOST, AppEntry, MachineSlot, View
+from ground.logs import event
 from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
-from thaw.logs import event
 
 log = logging.getLogger("thaw.edge")
 wake_log = logging.getLogger("thaw.edge.wake")

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 
 from edge.core.stats import AppStats
-from thaw.appconfig import AppConfig
-from thaw.registry import MachineRecord
-from thaw.registry.types import boot_span_ms
+from ground.appconfig import AppConfig
+from ground.registry import MachineRecord
+from ground.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.edge.view")
 

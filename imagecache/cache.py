@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from ground.statefiles import private_dir
 from imagecache.adapters.blobstore import BlobStore, hex_of
 from imagecache.adapters.egress import Lookup
 from imagecache.adapters.records import ImageRecords
@@ -46,7 +47,6 @@ from imagecache.errors import ImageError, only_image_errors, os_failure
 from imagecache.flights import Flights, single_flight
 from imagecache.resolver import ImageResolver
 from imagecache.stats import PullBytes, PullStats
-from thaw.statefiles import private_dir
 
 T = TypeVar("T")
 

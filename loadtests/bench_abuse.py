@@ -755,9 +755,9 @@ async def run_phase(phase: Phase, edge_pid: int, load: WarmLoad, direct: WarmLoa
 
 
 async def seed(redis_url: str, backend_port: int, cold_apps: list[str]) -> None:
-    from thaw.appconfig import parse
-    from thaw.registry.redis import RedisRegistry
-    from thaw.registry.types import MachineRecord
+    from ground.appconfig import parse
+    from ground.registry.redis import RedisRegistry
+    from ground.registry.types import MachineRecord
 
     registry = RedisRegistry(redis_url)
     limits = {"type": "requests", "soft_limit": 10000, "hard_limit": 10000}
@@ -815,7 +815,7 @@ def verdict(ok: bool) -> str:
 
 
 def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
-    from thaw.native import state
+    from ground.native import state
 
     baselines = [p for p in phases if p.name == "baseline"]
     pooled = Phase("baseline", answers=[a for p in baselines for a in p.answers])

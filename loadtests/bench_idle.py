@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
 
+from ground.appconfig import parse  # noqa: E402
 from placement.api import Release  # noqa: E402
 from placement.store import open_store  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.services import Services  # noqa: E402
-from thaw.appconfig import parse  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DIGEST = "sha256:" + "0" * 64

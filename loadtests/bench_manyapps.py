@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 from edge.adapters.registry_feed import RegistryFeed  # noqa: E402
 from edge.view import View  # noqa: E402
-from thaw.appconfig import AppConfig, parse  # noqa: E402
-from thaw.registry import MachineRecord, Registry  # noqa: E402
-from thaw.registry.memory import MemoryRegistry  # noqa: E402
-from thaw.registry.redis import RedisRegistry  # noqa: E402
+from ground.appconfig import AppConfig, parse  # noqa: E402
+from ground.registry import MachineRecord, Registry  # noqa: E402
+from ground.registry.memory import MemoryRegistry  # noqa: E402
+from ground.registry.redis import RedisRegistry  # noqa: E402
 
 FEED_WRITES = 500
 REFRESHES = 200
@@ -277,7 +277,7 @@ def main() -> None:
     command = "python loadtests/bench_manyapps.py " + " ".join(sys.argv[1:])
     native = "on"
     with contextlib.suppress(Exception):
-        from thaw.native import state
+        from ground.native import state
         native = "on" if state()[0] else "off"
     lines = [f"## Many apps: the feed and the resync (`loadtests/bench_manyapps.py`)"
              f"{' — ' + args.label if args.label else ''}", "",

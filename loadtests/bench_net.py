@@ -126,9 +126,9 @@ def veth_namespace(tag: str) -> Iterator[tuple[str, str]]:
 
 
 async def seed(url: str, backends: dict[str, str]) -> None:
-    from thaw.appconfig import parse
-    from thaw.registry.redis import RedisRegistry
-    from thaw.registry.types import MachineRecord
+    from ground.appconfig import parse
+    from ground.registry.redis import RedisRegistry
+    from ground.registry.types import MachineRecord
 
     registry = RedisRegistry(url)
     now = time.time()

@@ -32,15 +32,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ground.appconfig import AppConfig, GuestConfig
+from ground.registry.memory import MemoryRegistry
+from ground.registry.types import WorkerStatus
 from placement.core.failures import WorkerFailures
 from placement.core.market import MarketParams
 from placement.fleet import ImageInfo
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
-from thaw.appconfig import AppConfig, GuestConfig
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.types import WorkerStatus
 
 IMAGES = 2_000
 BASE_LAYERS = 12

@@ -38,14 +38,14 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ground.registry import keys
+from ground.registry.types import WorkerStatus
 from loadtests.benchlib import machine_line, median
 from tests.support.agent_process import call, kill_group, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.redis_server import start_redis_server
 from tests.support.services import Services, app_machines, edge_get
 from thaw.imagebuild import build_image
-from thaw.registry import keys
-from thaw.registry.types import WorkerStatus
 
 HELLO = Path(__file__).resolve().parent.parent / "examples" / "hello"
 COMMAND = "python loadtests/bench_refill.py"

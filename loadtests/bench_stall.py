@@ -66,10 +66,10 @@ async def wait_port(port: int) -> None:
 async def run_case(app_port: int, quickack: bool, requests: int) -> list[float]:
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
+    from ground.appconfig import parse
+    from ground.registry.memory import MemoryRegistry
+    from ground.registry.types import MachineRecord
     from tests.support.credentials import RING
-    from thaw.appconfig import parse
-    from thaw.registry.memory import MemoryRegistry
-    from thaw.registry.types import MachineRecord
 
     registry = MemoryRegistry()
     await registry.put_app(parse({"name": "s", "image": "x", "auto_stop": "off"}))

@@ -61,9 +61,9 @@ TARGETS = ("direct", "nginx", "floor", "edge", "edge-py")
 
 
 async def seed_registry(url: str, backend_port: int) -> None:
-    from thaw.appconfig import parse
-    from thaw.registry.redis import RedisRegistry
-    from thaw.registry.types import MachineRecord
+    from ground.appconfig import parse
+    from ground.registry.redis import RedisRegistry
+    from ground.registry.types import MachineRecord
 
     registry = RedisRegistry(url)
     await registry.put_app(parse({
@@ -183,7 +183,7 @@ def paired_ratio(results: Runs, name: str) -> float:
 
 def report(results: Runs, light: Runs, steal: float, args: argparse.Namespace,
            command: str) -> str:
-    from thaw.native import state
+    from ground.native import state
 
     med, low = medians(results), medians(light)
     ratio = med["edge"]["rps"] / med["nginx"]["rps"]

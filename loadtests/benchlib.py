@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from thaw.auth.signing import KeyRing
+from ground.auth.signing import KeyRing
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks.md"

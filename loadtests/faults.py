@@ -34,6 +34,7 @@ from typing import Any
 
 import redis as redis_py
 
+from ground.registry import keys
 from loadtests.bench_wakes import get_all, known
 from loadtests.benchlib import median
 from tests.support.agent_process import call, wait_until
@@ -42,7 +43,6 @@ from tests.support.load import SteadyLoad
 from tests.support.postgres import PostgresServer
 from tests.support.redis_server import start_redis_server
 from tests.support.services import Services
-from thaw.registry import keys
 
 GUEST = {"cpus": 0.05, "memory_mb": 32}
 WARM = ("warm0", "warm1", "warm2")

@@ -88,7 +88,7 @@ def edge_config() -> Any:
 
     if "cluster_keys" not in EdgeConfig.__dataclass_fields__:
         return EdgeConfig(placement_url="http://127.0.0.1:9")
-    from thaw.auth.signing import KeyRing
+    from ground.auth.signing import KeyRing
 
     keys = KeyRing.parse("micro-edge-key-" + "m" * 32)  # no placement answers anyway
     return EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=keys)
@@ -105,7 +105,7 @@ async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
         from edge.client import ClientConnection  # type: ignore[no-redef]
         from edge.upstream import UpstreamConnection  # type: ignore[no-redef]
     from edge.view import View
-    from thaw.appconfig import parse
+    from ground.appconfig import parse
 
     loop = asyncio.get_running_loop()
     view = View("localhost", loop.time)
@@ -223,10 +223,10 @@ def main() -> None:
     args = parser.parse_args()
     import uvloop
 
-    if args.json:  # (also run inside older trees by ab_micro.py: no thaw.native there)
+    if args.json:  # (also run inside older trees by ab_micro.py: no ground.native there)
         print(json.dumps(uvloop.run(measure(args))))
         return
-    from thaw.native import state
+    from ground.native import state
 
     here = "edge, native (mypyc)" if state()[0] else f"edge, pure Python ({state()[1]})"
     rows: dict[str, list[float]] = {"floor": [], here: [], "edge, pure Python": []}

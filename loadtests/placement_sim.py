@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ground.registry.types import WorkerStatus
 from placement.core.index import RegionIndex
 from placement.core.market import (
     GATES,
@@ -54,7 +55,6 @@ from placement.core.market import (
     decide,
     resources_term,
 )
-from thaw.registry.types import WorkerStatus
 
 MB = 2**20
 IMAGES, BASE_LAYERS, OWN_LAYERS = 2_000, 12, 3

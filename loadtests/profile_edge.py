@@ -60,9 +60,9 @@ def run_edge(port: int, backend_port: int, cpu: int, profile: bool, seconds: flo
 
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
-    from thaw.appconfig import parse
-    from thaw.registry.memory import MemoryRegistry
-    from thaw.registry.types import MachineRecord
+    from ground.appconfig import parse
+    from ground.registry.memory import MemoryRegistry
+    from ground.registry.types import MachineRecord
 
     os.sched_setaffinity(0, {cpu})
 

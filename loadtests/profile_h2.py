@@ -26,10 +26,10 @@ from loadtests.benchlib import free_port, process, wait_port
 async def run(args: argparse.Namespace, backend: int) -> pstats.Stats:
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
+    from ground.appconfig import parse
+    from ground.registry.memory import MemoryRegistry
+    from ground.registry.types import MachineRecord
     from tests.support.credentials import RING
-    from thaw.appconfig import parse
-    from thaw.registry.memory import MemoryRegistry
-    from thaw.registry.types import MachineRecord
 
     registry = MemoryRegistry()
     await registry.put_app(parse({"name": "bench", "image": "x", "auto_stop": "off",

@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from agent.api import MachineView
+from ground.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
 from placement.core.secrets import MAX_SECRET_VALUE_BYTES
-from thaw.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
 
 MAX_DEADLINE_MS = 3_600_000
 MAX_DEMAND = 1_000_000

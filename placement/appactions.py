@@ -20,6 +20,8 @@ from typing import Any
 import msgspec
 
 from agent.api import MachineView
+from ground.appconfig import ROLLBACK_FIELDS, AppConfig
+from ground.registry import Registry
 from placement.api import AppEvent
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
@@ -32,8 +34,6 @@ from placement.placer import NewMachine, Placer, Round
 from placement.ports.leases import Lease
 from placement.ports.workers import Refused, Unreachable
 from placement.store import AppStore
-from thaw.appconfig import ROLLBACK_FIELDS, AppConfig
-from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
 DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon

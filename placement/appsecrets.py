@@ -2,7 +2,7 @@
 the agents that start the app's machines.
 
 `SecretVault` is the only holder of values in placement: it encrypts them for the store
-with the secrets keys (thaw/auth/sealing.py) and, for an offer, decrypts them and seals
+with the secrets keys (ground/auth/sealing.py) and, for an offer, decrypts them and seals
 them with the cluster key for the agent, which opens them only to build the machine's
 environment. The app's config (store, registry, releases, `apps show`) carries names
 and digests only. `AppSecrets` is the API's flow: a change is decided by the core
@@ -19,13 +19,8 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from placement.api import Release, SecretsChanged, SecretsRequest, SecretView
-from placement.applocks import AppLocks
-from placement.core.secrets import UnknownSecret, plan_secrets
-from placement.errors import Conflict, NotFound, Unavailable
-from placement.store import AppStore, SecretWrites, StoredSecret
-from thaw.appconfig import AppConfig, Strategy
-from thaw.auth.sealing import (
+from ground.appconfig import AppConfig, Strategy
+from ground.auth.sealing import (
     NO_SECRETS_KEY,
     NONCE_BYTES,
     SecretKeys,
@@ -35,8 +30,13 @@ from thaw.auth.sealing import (
     encrypt_value,
     seal_env,
 )
-from thaw.auth.signing import KeyRing
-from thaw.registry import Registry
+from ground.auth.signing import KeyRing
+from ground.registry import Registry
+from placement.api import Release, SecretsChanged, SecretsRequest, SecretView
+from placement.applocks import AppLocks
+from placement.core.secrets import UnknownSecret, plan_secrets
+from placement.errors import Conflict, NotFound, Unavailable
+from placement.store import AppStore, SecretWrites, StoredSecret
 
 log = logging.getLogger("thaw.placement")
 StoreChange = Callable[[AppConfig, AppConfig, str, Strategy | None, SecretWrites],

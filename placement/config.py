@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ground.auth.sealing import SecretKeys
+from ground.auth.signing import NO_CLUSTER_KEY, KeyRing
+from ground.auth.tickets import RouteKeys
+from ground.hostnames import BadHost, normalize_host
 from imagecache.core.egress import EgressPolicy
 from placement.core.market import DEFAULT_UTILITY, MarketParams, UtilityPoints
 from placement.store.factory import check_store_url
-from thaw.auth.sealing import SecretKeys
-from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
-from thaw.auth.tickets import RouteKeys
-from thaw.hostnames import BadHost, normalize_host
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class PlacementConfig:
     cluster_keys: KeyRing | None = None  # signs agent calls, checks the edge's; required
     admin_token: str = ""  # the bootstrap admin token ("": only stored tokens)
     secret_keys: SecretKeys | None = None  # apps' secrets at rest (None: secrets refused)
-    route_keys: RouteKeys | None = None  # tickets for machines placed (thaw/auth/tickets.py)
+    route_keys: RouteKeys | None = None  # tickets for machines placed (ground/auth/tickets.py)
     domain: str = "localhost"  # {app}.{domain} is each app's own name; hosts stay out of it
     egress: EgressPolicy = field(default_factory=EgressPolicy)  # where images may come from
     resolve_timeout_s: float = 20.0  # resolving an image at create or deploy

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ground.errors import ServiceError
 from placement.ports.workers import Refused, Unreachable
-from thaw.errors import ServiceError
 
 
 class PlacementError(ServiceError):

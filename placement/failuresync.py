@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from ground.periodic import Periodic
 from placement.core.failures import WorkerFailures
 from placement.errors import PlacementError
 from placement.ports.failures import FailureBook
-from thaw.periodic import Periodic
 
 log = logging.getLogger("thaw.placement")
 

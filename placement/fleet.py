@@ -20,6 +20,10 @@ from typing import Protocol
 from msgspec.structs import replace as replace_struct
 
 from agent.api import HealthView, MachineView
+from ground.appconfig import AppConfig, InvalidConfig
+from ground.auth.tickets import RecordCheck, RouteKeys
+from ground.periodic import Periodic
+from ground.registry import MachineRecord, Registry, WorkerStatus
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
@@ -28,10 +32,6 @@ from placement.errors import NotFound, PlacementError, Unavailable, worker_said
 from placement.failuresync import FailureSync
 from placement.ports.failures import FailureBook
 from placement.ports.workers import Refused, Unreachable, Workers
-from thaw.appconfig import AppConfig, InvalidConfig
-from thaw.auth.tickets import RecordCheck, RouteKeys
-from thaw.periodic import Periodic
-from thaw.registry import MachineRecord, Registry, WorkerStatus
 
 REFUSED_IMAGE = frozenset({"bad_reference", "forbidden_host"})  # the owner's reference: 422
 MAX_IMAGES_KEPT = 4096
@@ -209,7 +209,7 @@ class Fleet:
     async def sealed_machines(self, app: str) -> list[MachineRecord]:
         """The app's machine records that are sealed by their worker's ticket (all of them
         without route keys): a worker's agent can write any app's records, but seal only
-        those of machines placed on it (thaw/auth/tickets.py)."""
+        those of machines placed on it (ground/auth/tickets.py)."""
         return [r for r in await self.registry.machines(app) if self.routes.admits(r)]
 
     async def app_workers(self, app: str) -> set[str]:

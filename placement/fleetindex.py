@@ -17,9 +17,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
+from ground.registry.follow import FEED_RETRY_S, follow
+from ground.registry.types import Change, WorkerStatus
 from placement.core.index import RegionIndex, ReservationLedger
-from thaw.registry.follow import FEED_RETRY_S, follow
-from thaw.registry.types import Change, WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 
@@ -28,7 +28,7 @@ RESYNC_INTERVAL_S = 60.0
 
 
 class WorkerFeed(Protocol):
-    """What the index needs of the registry (`thaw.registry.Registry` is one)."""
+    """What the index needs of the registry (`ground.registry.Registry` is one)."""
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]: ...
 

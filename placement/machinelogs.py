@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 
+from ground.appconfig import AppConfig
 from placement.api import LogsAnswer, MachineLog
 from placement.core.logs import MAX_CURSOR_MACHINES, format_cursor, lines, parse_cursor, whole_lines
 from placement.core.wake import GONE
 from placement.fleet import Fleet
 from placement.ports.workers import LogChunk, Workers
-from thaw.appconfig import AppConfig
 
 FOLLOW_CHUNK = 64 * 1024  # bytes per machine per read when following
 MAX_TAIL = 1 << 20

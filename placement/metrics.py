@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ground.registry.redis import PoolWaits
 from placement.core.reconcile import Seen
-from thaw.registry.redis import PoolWaits
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -94,7 +94,7 @@ class PlacementMetrics:
 
 
 class RedisPoolWaits(Collector):
-    """The calls of this process that waited for a Redis connection (thaw/registry/redis.py
+    """The calls of this process that waited for a Redis connection (ground/registry/redis.py
     PoolWaits: every client's pool, counted where the pool is)."""
 
     def collect(self) -> Iterator[Metric]:

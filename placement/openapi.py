@@ -11,10 +11,10 @@ import functools
 
 import msgspec
 
+from ground.appconfig import APP_NAME_PATTERN, ENV_NAME_PATTERN
 from placement.adapters.routes import ROUTES, Route
 from placement.api import ErrorBody, JsonObject
 from placement.core.access import Access
-from thaw.appconfig import APP_NAME_PATTERN, ENV_NAME_PATTERN
 
 REF = "#/components/schemas/{name}"
 SECURITY = {

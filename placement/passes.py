@@ -27,12 +27,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ground.registry import Change, Registry
+from ground.registry.follow import follow
 from placement.core.sweep import sweep_gap_s
 from placement.errors import NotFound, PlacementError
 from placement.leases import LeaseKeeper
 from placement.ports.leases import Lease, Taken
-from thaw.registry import Change, Registry
-from thaw.registry.follow import follow
 
 log = logging.getLogger("thaw.placement")
 WATCH_TAKEN_S = 1.0  # how often the leases other placements hold are checked for lapse

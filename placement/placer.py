@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from agent.api import Guest, Health, MachineView, OfferRequest
+from ground.appconfig import AppConfig
+from ground.logs import event
 from placement.api import DecisionView, FilteredWorker, OfferView, RankedWorker
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
@@ -31,8 +33,6 @@ from placement.fleet import Fleet, ImageInfo, offer_ref
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.ports.workers import Unreachable, Workers
-from thaw.appconfig import AppConfig
-from thaw.logs import event
 
 log = logging.getLogger("thaw.placement")
 decision_log = logging.getLogger("thaw.placement.decision")

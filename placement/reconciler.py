@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.api import MachineView
+from ground.registry import Registry
 from placement.adapters.agents import fenced_by
 from placement.adapters.memory import MemoryLeaseStore
 from placement.appactions import ROLLING_OUT, AppActions, AppWork
@@ -42,7 +43,6 @@ from placement.ports.leases import Lease, LeaseStore
 from placement.republish import Republisher
 from placement.store import AppStore
 from placement.waker import Waker
-from thaw.registry import Registry
 
 log = logging.getLogger("thaw.placement")
 LEASE_TTL_S = 5.0  # an app's reconcile lease: a dead holder's apps are taken over after it

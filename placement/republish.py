@@ -24,13 +24,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from ground.appconfig import AppConfig
+from ground.registry import Registry, WorkerStatus
+from ground.registry.generation import GenerationWatch
 from placement.applocks import AppLocks
 from placement.core import refill as rule
 from placement.errors import NotFound
 from placement.store import AppStore
-from thaw.appconfig import AppConfig
-from thaw.registry import Registry, WorkerStatus
-from thaw.registry.generation import GenerationWatch
 
 log = logging.getLogger("thaw.placement")
 

@@ -14,6 +14,14 @@ import time
 
 from aiohttp import web
 
+from ground.appconfig import AppConfig
+from ground.auth.aiohttp_glue import Signer
+from ground.auth.signing import Verifier
+from ground.auth.tickets import RouteKeys, advert_seal
+from ground.registry import PlacementAdvert, Registry
+from ground.serving import app_runner
+from ground.statefiles import private_dir
+from ground.tlscontexts import server_context
 from imagecache.adapters.egress import Lookup
 from imagecache.resolver import ImageResolver
 from placement.adapters.admin import build_admin_app
@@ -32,14 +40,6 @@ from placement.store import SqlStore, open_store
 from placement.tokens import Tokens
 from placement.wakeclaims import WakeClaims
 from placement.waker import Waker
-from thaw.appconfig import AppConfig
-from thaw.auth.aiohttp_glue import Signer
-from thaw.auth.signing import Verifier
-from thaw.auth.tickets import RouteKeys, advert_seal
-from thaw.registry import PlacementAdvert, Registry
-from thaw.serving import app_runner
-from thaw.statefiles import private_dir
-from thaw.tlscontexts import server_context
 
 log = logging.getLogger("thaw.placement")
 # After a registry loss, the longest the reconciler waits for every worker live before it

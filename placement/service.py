@@ -20,6 +20,19 @@ from collections import Counter
 import msgspec
 
 from agent.api import MachineGone, MachineView
+from ground.appconfig import (
+    ROLLBACK_FIELDS,
+    AppConfig,
+    InvalidConfig,
+    Strategy,
+    check,
+    machine_spec,
+    parse,
+    patched,
+)
+from ground.hostnames import within_domain
+from ground.registry import Registry
+from ground.registry.readiness import registry_answers
 from placement.api import (
     AppDeleted,
     AppEvent,
@@ -54,19 +67,6 @@ from placement.republish import Republisher
 from placement.store import AppStore, SecretWrites, StoreUnavailable
 from placement.tokens import Tokens
 from placement.waker import Waker
-from thaw.appconfig import (
-    ROLLBACK_FIELDS,
-    AppConfig,
-    InvalidConfig,
-    Strategy,
-    check,
-    machine_spec,
-    parse,
-    patched,
-)
-from thaw.hostnames import within_domain
-from thaw.registry import Registry
-from thaw.registry.readiness import registry_answers
 
 log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release", "secrets")  # placement's

@@ -1,7 +1,7 @@
 """The tokens of the public API: create (the secret shown once), list, revoke.
 
 Only an admin reaches these (routes.py); the secret is 32 random bytes, stored as
-its SHA-256 only (thaw/auth/tokens.py).
+its SHA-256 only (ground/auth/tokens.py).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import secrets
 import time
 from collections.abc import Callable
 
+from ground.appconfig import InvalidConfig
+from ground.auth.tokens import SECRET_BYTES, TokenRecord, make_token, token_hash
 from placement.api import TokenCreated, TokenRequest, TokenView
 from placement.errors import NotFound
 from placement.store import AppStore, TokenStore
-from thaw.appconfig import InvalidConfig
-from thaw.auth.tokens import SECRET_BYTES, TokenRecord, make_token, token_hash
 
 log = logging.getLogger("thaw.placement.auth")
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from agent.api import MachineView
+from ground.appconfig import AppConfig
+from ground.registry.types import boot_span_ms
 from placement.api import WakePrediction, WakeTimings, WokenMachine
 from placement.core.offers import NoCapacity
 from placement.core.predict import StartKind, StartsInFlight, WakeForecast
@@ -27,8 +29,6 @@ from placement.core.wake import Machine, room_for_new, states_of
 from placement.errors import PlacementError
 from placement.placer import NewMachine, Placer, Round
 from placement.store import StoreUnavailable
-from thaw.appconfig import AppConfig
-from thaw.registry.types import boot_span_ms
 
 log = logging.getLogger("thaw.placement")
 T = TypeVar("T")

@@ -29,6 +29,9 @@ from typing import Any
 import msgspec
 
 from agent.api import MachineView
+from ground.appconfig import AppConfig
+from ground.logs import event
+from ground.registry import MachineRecord, WorkerStatus
 from placement.api import (
     WAKE_ERRORS,
     WakeRequest,
@@ -73,9 +76,6 @@ from placement.wakeparts import (
     total_ms,
     woken,
 )
-from thaw.appconfig import AppConfig
-from thaw.logs import event
-from thaw.registry import MachineRecord, WorkerStatus
 
 log = logging.getLogger("thaw.placement")
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from thaw.appconfig import AppConfig
+from ground.appconfig import AppConfig
 
 PATTERNS = {  # bounds a pattern sets, in words
     "name": "1 to 63 chars of a-z, 0-9 and `-`",

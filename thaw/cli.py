@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from ground.logs import setup_logging
 from thaw import cmd_registry
 from thaw.cmd_registry import add_registry_flags, optional_path, registry_url
 from thaw.commands import add_client_commands, run_client_command
 from thaw.loadtest import add_parser as loadtest_parser
 from thaw.loadtest import run as run_loadtest
-from thaw.logs import setup_logging
 
 if TYPE_CHECKING:
     from imagecache.core.egress import EgressPolicy
@@ -114,8 +114,8 @@ def agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 async def run_agent(args: argparse.Namespace) -> int:
     from agent.config import AgentConfig
     from agent.runner import AgentRuntime
-    from thaw.auth.secrets_files import cluster_keys
-    from thaw.registry.factory import open_registry
+    from ground.auth.secrets_files import cluster_keys
+    from ground.registry.factory import open_registry
 
     config = AgentConfig(
         state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
@@ -314,11 +314,11 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 async def run_placement(args: argparse.Namespace) -> int:
+    from ground.auth.secrets_files import admin_token, cluster_keys, route_keys, secret_keys
+    from ground.registry.factory import open_registry
     from placement.adapters.coordination import open_coordination
     from placement.config import PlacementConfig
     from placement.runner import PlacementRuntime
-    from thaw.auth.secrets_files import admin_token, cluster_keys, route_keys, secret_keys
-    from thaw.registry.factory import open_registry
 
     config = PlacementConfig(
         state_dir=args.state_dir.resolve(), cluster_keys=cluster_keys(args.cluster_key_file),
@@ -345,8 +345,8 @@ async def run_edge(args: argparse.Namespace) -> int:
     from edge.adapters.loadboard import open_load_board
     from edge.config import EdgeConfig, TlsConfig
     from edge.runner import EdgeRuntime
-    from thaw.auth.secrets_files import cluster_keys, route_keys
-    from thaw.registry.factory import open_registry
+    from ground.auth.secrets_files import cluster_keys, route_keys
+    from ground.registry.factory import open_registry
 
     tls = None
     if args.tls_cert or args.tls_key or args.tls_cert_dir:
@@ -380,7 +380,7 @@ async def run_edge(args: argparse.Namespace) -> int:
     registry = await registry_url(args, "edge")
     runtime = EdgeRuntime(config, open_registry(registry), board=open_load_board(registry))
     await runtime.start()
-    from thaw.native import state as native_state
+    from ground.native import state as native_state
 
     on, why = native_state()
     tls_note = f", TLS :{runtime.tls_port}" if tls is not None else ""
@@ -560,7 +560,7 @@ def _main(argv: list[str]) -> int:
         return run_client_command(args)
     import uvloop
 
-    from thaw.errors import ServiceError
+    from ground.errors import ServiceError
 
     try:
         return uvloop.run(service(args))

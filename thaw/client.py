@@ -1,6 +1,6 @@
 """A small synchronous client of placement's public API, for the CLI.
 
-Over https the server's certificate is always verified (thaw/tlscontexts.py): against
+Over https the server's certificate is always verified (ground/tlscontexts.py): against
 `cafile`, else the system's CAs. Failures are ApiError with status 0 and a line that
 says what went wrong (an untrusted certificate, TLS spoken to plain HTTP or the other
 way round), never a traceback.
@@ -14,7 +14,7 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-from thaw.tlscontexts import certificate_problem, client_context
+from ground.tlscontexts import certificate_problem, client_context
 
 
 class ApiError(Exception):

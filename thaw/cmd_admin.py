@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from thaw.appconfig import InvalidConfig
+from ground.appconfig import InvalidConfig
 from thaw.client import ApiClient
 from thaw.cmd_machines import machine_table
 from thaw.cmdbase import GONE, client_of

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from thaw.appconfig import STRATEGIES, AppConfig, parse
+from ground.appconfig import STRATEGIES, AppConfig, parse
 from thaw.appfields import OWN_FIELDS
 from thaw.client import ApiClient, ApiError
 from thaw.cmdbase import GONE, add_app_flags, app_name, client_of, load_thaw_toml, settings

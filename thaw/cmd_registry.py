@@ -1,5 +1,5 @@
 """The services' registry flags (`--registry`, its password file and CA) and the
-operator's `thaw redis-acl`, which prints the Redis ACL of a role (thaw/registry/acl.py)."""
+operator's `thaw redis-acl`, which prints the Redis ACL of a role (ground/registry/acl.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from thaw.auth.secrets_files import read_secret
+from ground.auth.secrets_files import read_secret
 
 if TYPE_CHECKING:
     from thaw.cmdbase import Sub
@@ -36,7 +36,7 @@ def optional_path(text: str) -> Path | None:
 async def registry_url(args: argparse.Namespace, role: str, worker: str = "") -> str:
     """The registry URL with its credentials, once Redis has accepted the role's user
     (RegistryRefused, a ValueError, if it did not)."""
-    from thaw.registry.access import check_access, with_credentials
+    from ground.registry.access import check_access, with_credentials
 
     url = with_credentials(args.registry, password_file=args.registry_password_file,
                            ca_file=args.registry_cacert)
@@ -61,7 +61,7 @@ def add(sub: Sub) -> None:
 
 
 def print_acl(args: argparse.Namespace) -> int:
-    from thaw.registry import acl
+    from ground.registry import acl
 
     user = args.user or (f"agent-{args.worker}" if args.worker else args.role)
     password = read_secret(args.password_file)

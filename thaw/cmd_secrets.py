@@ -9,7 +9,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from thaw.appconfig import ENV_NAME_PATTERN, InvalidConfig
+from ground.appconfig import ENV_NAME_PATTERN, InvalidConfig
 from thaw.cmdbase import client_of
 from thaw.tables import emit, table, when
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from thaw.appconfig import InvalidConfig
+from ground.appconfig import InvalidConfig
 from thaw.client import ApiClient
 
 LOCAL_TOKEN = Path(".thaw") / "admin.token"

@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ground.appconfig import InvalidConfig
 from thaw import cmd_admin, cmd_apps, cmd_machines, cmd_secrets
-from thaw.appconfig import InvalidConfig
 from thaw.client import ApiError
 from thaw.cmdbase import LOCAL_TOKEN, common_flags
 

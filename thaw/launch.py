@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from thaw.appconfig import APP_NAME, parse
+from ground.appconfig import APP_NAME, parse
 from thaw.appfields import FieldDoc, fields, toml_value
 from thaw.cmdbase import app_fields
 

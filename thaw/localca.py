@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from thaw.statefiles import private_dir, tighten, write_private
+from ground.statefiles import private_dir, tighten, write_private
 
 _PEM = serialization.Encoding.PEM
 

@@ -7,8 +7,8 @@ this way beyond the registry it was handed. An admin token is made on first star
 too (`<state>/admin.token`, mode 0600), which the CLI finds by itself, and the key
 that encrypts apps' secrets at rest (`<state>/secrets.key`, mode 0600), and the route
 key placement and the edge seal machines' routes with (`<state>/route.key`, 0600; the
-agents never get it: thaw/auth/tickets.py). The state dir
-is 0700 and every file the platform writes in it 0600 (thaw/statefiles.py). With
+agents never get it: ground/auth/tickets.py). The state dir
+is 0700 and every file the platform writes in it 0600 (ground/statefiles.py). With
 `--tls` the API is HTTPS only, its certificate from the local CA the edge uses too
 (`<state>/tls/ca.pem`, which the CLI finds by itself as well).
 
@@ -35,23 +35,23 @@ from agent.config import AgentConfig
 from agent.runner import AgentRuntime
 from edge.config import EdgeConfig
 from edge.runner import EdgeRuntime
-from imagecache.core.egress import EgressPolicy
-from placement.config import PlacementConfig
-from placement.runner import PlacementRuntime
-from thaw.auth.sealing import SecretKeys
-from thaw.auth.secrets_files import (
+from ground.auth.sealing import SecretKeys
+from ground.auth.secrets_files import (
     ADMIN_TOKEN_FILE,
     CLUSTER_KEY_FILE,
     ROUTE_KEY_FILE,
     SECRETS_KEY_FILE,
     ensure_secret,
 )
-from thaw.auth.signing import KeyRing
-from thaw.auth.tickets import RouteKeys
+from ground.auth.signing import KeyRing
+from ground.auth.tickets import RouteKeys
+from ground.registry.memory import MemoryRegistry
+from ground.statefiles import private_dir, write_private
+from ground.tlscontexts import client_context
+from imagecache.core.egress import EgressPolicy
+from placement.config import PlacementConfig
+from placement.runner import PlacementRuntime
 from thaw.imagebuild import build_image
-from thaw.registry.memory import MemoryRegistry
-from thaw.statefiles import private_dir, write_private
-from thaw.tlscontexts import client_context
 
 log = logging.getLogger("thaw.up")
 
@@ -231,7 +231,7 @@ class Platform:
                 "(run as root with runc installed for containers)")
 
     def banner(self) -> str:
-        from thaw.native import state as native_state
+        from ground.native import state as native_state
 
         assert self.edge is not None and self.placement is not None
         port = self.edge.proxy_port

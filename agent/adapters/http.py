@@ -1,7 +1,7 @@
 """The agent's internal HTTP API (aiohttp). Errors become JSON in one middleware.
 
 Every route but `/healthz`, `/readyz` and `/metrics` answers only calls signed with the
-cluster key and addressed to this agent (thaw/auth/signing.py); anything else is 401 and
+cluster key and addressed to this agent (ground/auth/signing.py); anything else is 401 and
 does nothing.
 """
 
@@ -23,11 +23,11 @@ from agent.launch import machine_dir
 from agent.machinelog import read_log_from
 from agent.publisher import Publisher, machine_view
 from agent.service import Agent
+from ground.appconfig import MAX_ENV_BYTES
+from ground.auth.aiohttp_glue import refusal, unsigned_answer
+from ground.auth.signing import Verifier
+from ground.errors import ServiceError
 from imagecache.errors import ImageError
-from thaw.appconfig import MAX_ENV_BYTES
-from thaw.auth.aiohttp_glue import refusal, unsigned_answer
-from thaw.auth.signing import Verifier
-from thaw.errors import ServiceError
 
 IMAGE_ERROR_STATUS = {
     "bad_reference": 400,

@@ -39,8 +39,8 @@ class MachineSpec(msgspec.Struct, frozen=True):
     # entrypoint drops the image's Cmd unless `cmd` is given too); empty: the image's.
     entrypoint: list[str] = msgspec.field(default_factory=list)
     cmd: list[str] = msgspec.field(default_factory=list)
-    sealed_env: str = ""  # the app's secrets, sealed (thaw/auth/sealing.py); never in clear
-    # placement's route ticket for this machine on this worker (thaw/auth/tickets.py): a
+    sealed_env: str = ""  # the app's secrets, sealed (ground/auth/sealing.py); never in clear
+    # placement's route ticket for this machine on this worker (ground/auth/tickets.py): a
     # secret that seals the machine's registry records; never published
     ticket: str = ""
     for_spares: bool = False  # made by placement's reconciler to keep the app's spares

@@ -31,8 +31,8 @@ from agent.oci.claims import Claims
 from agent.oci.mounts import IdRange, MachineRoot, mount_root, unmount_root, unwalkable_parent
 from agent.oci.rootfiles import read_in_root
 from agent.oci.runtime import RuntimeFailure
+from ground.statefiles import private_dir, write_private
 from imagecache.adapters.trees import remove_tree_quietly
-from thaw.statefiles import private_dir, write_private
 
 ID_BASE = 1 << 31  # user-id ranges live in the upper half of the id space
 ID_RANGE = 65536

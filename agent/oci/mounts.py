@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from thaw.statefiles import make_dirs
+from ground.statefiles import make_dirs
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_OPEN_TREE = 428

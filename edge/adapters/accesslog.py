@@ -29,7 +29,7 @@ from edge.adapters.h2stream import H2Stream
 from edge.core.accesslog import CLIENT_GONE, line, logged, path_of
 from edge.core.bucket import TokenBucket
 from edge.exchange import Exchange
-from thaw.statefiles import FILE_MODE
+from ground.statefiles import FILE_MODE
 
 log = logging.getLogger("thaw.edge")
 

@@ -13,7 +13,7 @@ from edge.core.appwake import AppWakes
 from edge.exchange import Exchange
 from edge.metrics import EdgeMetrics
 from edge.view import View
-from thaw.native import state as native_state
+from ground.native import state as native_state
 
 
 class Edge(Protocol):

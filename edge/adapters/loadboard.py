@@ -14,9 +14,9 @@ import logging
 import msgspec
 
 from edge.loadshare import Loads, summed
-from thaw.registry import keys
-from thaw.registry.lua import UNEXPIRED
-from thaw.registry.redis import connect
+from ground.registry import keys
+from ground.registry.lua import UNEXPIRED
+from ground.registry.redis import connect
 
 log = logging.getLogger("thaw.edge")
 

@@ -1,6 +1,6 @@
 """Client of placement's internal API (aiohttp): wake an app, ask to auto-stop a machine.
 
-Every call is signed with the cluster key (thaw/auth). Foreign exceptions are
+Every call is signed with the cluster key (ground/auth). Foreign exceptions are
 translated here: every failure is an EdgeError whose code is one of placement's
 WAKE_ERRORS codes, or `wake_failed`.
 
@@ -30,6 +30,8 @@ import yarl
 from edge.config import EdgeConfig
 from edge.core.placementorder import answered, parse_urls, try_order
 from edge.errors import EdgeError
+from ground.auth.aiohttp_glue import Signer
+from ground.tlscontexts import client_context
 from placement.api import (
     WAKE_ERRORS,
     WAKE_STREAM_TYPE,
@@ -42,8 +44,6 @@ from placement.api import (
     WakeRequest,
     WakeResponse,
 )
-from thaw.auth.aiohttp_glue import Signer
-from thaw.tlscontexts import client_context
 
 SUSPECT_TIMEOUT_S = 5.0
 AUTOSTOP_TIMEOUT_S = 30.0

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from edge.view import View
-from thaw.appconfig import AppConfig
-from thaw.registry import MachineRecord, Registry
-from thaw.registry.follow import follow
-from thaw.registry.generation import GenerationWatch, view_whole
-from thaw.registry.types import Change
+from ground.appconfig import AppConfig
+from ground.registry import MachineRecord, Registry
+from ground.registry.follow import follow
+from ground.registry.generation import GenerationWatch, view_whole
+from ground.registry.types import Change
 
 log = logging.getLogger("thaw.edge.view")
 

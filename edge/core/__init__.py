@@ -1,5 +1,5 @@
 """Pure decisions of the edge: no asyncio, sockets, clocks or randomness."""
 
-from thaw.native import use_native
+from ground.native import use_native
 
 use_native(__name__, __path__)  # compiled hot modules first, when built from these sources

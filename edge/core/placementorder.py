@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from thaw.auth.tickets import RouteKeys, advert_sealed
-from thaw.registry.types import PlacementAdvert
+from ground.auth.tickets import RouteKeys, advert_sealed
+from ground.registry.types import PlacementAdvert
 
 # a placement that did not answer is put last for this long
 DOWN_FOR_S = 5.0
@@ -43,7 +43,7 @@ def answered(failed_at: dict[str, float], url: str) -> str:
 def trusted_urls(adverts: Iterable[PlacementAdvert], keys: RouteKeys | None) -> list[str]:
     """The URLs of the adverts sealed with the route key (by id), http(s) only. None
     without a route key: anyone who may write Redis could otherwise send wakes, and the
-    requests held for them, anywhere (see thaw/auth/tickets.py advert_seal)."""
+    requests held for them, anywhere (see ground/auth/tickets.py advert_seal)."""
     if keys is None:
         return []
     return [a.url.rstrip("/") for a in sorted(adverts, key=lambda a: a.id)

@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from ground.durable import fsync_dir
 from imagecache.errors import ImageError, os_failure
-from thaw.durable import fsync_dir
 
 TEMP_PREFIX = ".tmp-"
 _HEX = re.compile(r"[0-9a-f]{64}")

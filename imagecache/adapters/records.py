@@ -16,10 +16,10 @@ from pathlib import Path
 
 import msgspec
 
+from ground.durable import fsync_dir
+from ground.statefiles import private_dir, write_private
 from imagecache.adapters.blobstore import TEMP_PREFIX, hex_of
 from imagecache.api import Image
-from thaw.durable import fsync_dir
-from thaw.statefiles import private_dir, write_private
 
 
 @dataclass(frozen=True)

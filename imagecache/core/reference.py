@@ -1,11 +1,10 @@
 """Image references as the image cache speaks of them: the ground's parse
-(thaw/imageref.py, shared with app configs), its refusal as ImageError('bad_reference')."""
+(ground/imageref.py, shared with app configs), its refusal as ImageError('bad_reference')."""
 
 from __future__ import annotations
 
-from imagecache.errors import ImageError
-from thaw import imageref
-from thaw.imageref import (
+from ground import imageref
+from ground.imageref import (
     DEFAULT_TAG,
     DOCKER_HUB,
     ImageRef,
@@ -14,6 +13,7 @@ from thaw.imageref import (
     is_digest,
     is_loopback_host,
 )
+from imagecache.errors import ImageError
 
 __all__ = ["DEFAULT_TAG", "DOCKER_HUB", "ImageRef", "LayoutRef", "RegistryRef", "is_digest",
            "is_loopback_host", "parse_reference"]

@@ -27,13 +27,13 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.drivers import sweep
-from thaw.auth.secrets_files import (
+from ground.auth.secrets_files import (
     ADMIN_TOKEN_FILE,
     CLUSTER_KEY_FILE,
     ROUTE_KEY_FILE,
     ensure_secret,
 )
-from thaw.auth.signing import KeyRing
+from ground.auth.signing import KeyRing
 from thaw.client import ApiClient, ApiError
 from thaw.imagebuild import build_image
 from thaw.up import EXAMPLE, HELLO_APP

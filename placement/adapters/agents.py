@@ -1,7 +1,7 @@
 """HTTP client of the agents' internal API, and the `Workers` port over it (`HttpWorkers`,
 placement/ports/workers.py). Foreign exceptions stop here.
 
-Every call is signed with the cluster key (thaw/auth) and returns `(status, JSON
+Every call is signed with the cluster key (ground/auth) and returns `(status, JSON
 body)`; a transport failure or timeout becomes `AgentUnreachable`, whose message
 names the call but not the worker's address (it may reach an app owner): the
 address and the cause go to the log. Long polls (an owner's wait on a machine)
@@ -34,9 +34,9 @@ from agent.api import (
     PulledImage,
     PullRequest,
 )
+from ground.auth.aiohttp_glue import Signer
 from placement.errors import PlacementError
 from placement.ports.workers import LogChunk, Refused, Unreachable
-from thaw.auth.aiohttp_glue import Signer
 
 T = TypeVar("T")
 

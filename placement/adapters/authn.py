@@ -16,12 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from placement.adapters.routes import ROUTES, Route
-from placement.core.access import Access, Denied, authorize
-from placement.store import TokenStore
-from thaw.auth.aiohttp_glue import refusal, unsigned_answer
-from thaw.auth.signing import Verifier
-from thaw.auth.tokens import (
+from ground.auth.aiohttp_glue import refusal, unsigned_answer
+from ground.auth.signing import Verifier
+from ground.auth.tokens import (
     Principal,
     Refused,
     bearer_of,
@@ -30,6 +27,9 @@ from thaw.auth.tokens import (
     token_hash,
     token_id_of,
 )
+from placement.adapters.routes import ROUTES, Route
+from placement.core.access import Access, Denied, authorize
+from placement.store import TokenStore
 
 log = logging.getLogger("thaw.placement.auth")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

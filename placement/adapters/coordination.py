@@ -16,13 +16,13 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ground.registry import keys
+from ground.registry.lua import UNEXPIRED
+from ground.registry.redis import connect
 from placement.errors import Unavailable
 from placement.ports.claims import Claims
 from placement.ports.failures import MAX_REPORTS, SharedMark
 from placement.ports.leases import Taken, Watchers
-from thaw.registry import keys
-from thaw.registry.lua import UNEXPIRED
-from thaw.registry.redis import connect
 
 log = logging.getLogger("thaw.placement")
 

@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from ground.appconfig import InvalidConfig
+from ground.appconfig import decoded as body_as
+from ground.auth.tokens import Principal
 from placement.adapters.authn import PRINCIPAL, Authenticator, auth_middleware, principal_of
 from placement.adapters.routes import ROUTES
 from placement.api import (
@@ -48,9 +51,6 @@ from placement.openapi import openapi_document
 from placement.service import Placement
 from placement.store import HostTaken
 from placement.wakeparts import predictions_to
-from thaw.appconfig import InvalidConfig
-from thaw.appconfig import decoded as body_as
-from thaw.auth.tokens import Principal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")

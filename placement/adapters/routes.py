@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.api import MACHINE_STATES, MachineView
+from ground.appconfig import AppConfig
 from placement.api import (
     AppDeleted,
     AppEvent,
@@ -39,7 +40,6 @@ from placement.api import (
 from placement.core.access import Access
 from placement.core.logs import MAX_CURSOR_CHARS
 from placement.machinelogs import MAX_TAIL
-from thaw.appconfig import AppConfig
 
 APP = "/v1/apps/{app}"
 MACHINE = APP + "/machines/{id}"

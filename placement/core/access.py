@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from thaw.auth.tokens import Principal
+from ground.auth.tokens import Principal
 
 
 class Access(Enum):

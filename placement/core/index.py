@@ -25,7 +25,7 @@ from typing import Protocol
 
 from msgspec.structs import replace
 
-from thaw.registry.types import WorkerStatus
+from ground.registry.types import WorkerStatus
 
 IMAGES_CACHED = 4096  # image tops kept per region (least recently used dropped)
 TOP_STEP = 4096  # holders summed per step of a top computed ahead (compute_top_steps)

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ground.registry.types import WorkerStatus
 from placement.core.index import Draw, RegionIndex, ReservationLedger
-from thaw.registry.types import WorkerStatus
 
 UtilityPoints = tuple[tuple[float, float], ...]
 # The `resources` gate: flat up to 85 % (a mild pull towards 70 %, so that full workers

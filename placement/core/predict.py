@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ground.registry.types import WorkerStatus
 from placement.core.market import missing_layer_bytes
-from thaw.registry.types import WorkerStatus
 
 StartKind = Literal["new", "boot", "resume", "starting"]
 # new: placed now, pulled, booted; boot: a stopped (or never started) machine started

@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from thaw.appconfig import Strategy
+from ground.appconfig import Strategy
 
 GONE = frozenset({"destroying", "destroyed"})
 RUNNING = frozenset({"starting", "started"})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from thaw.appconfig import MAX_SECRETS, RESERVED_ENV, InvalidConfig
+from ground.appconfig import MAX_SECRETS, RESERVED_ENV, InvalidConfig
 
 MAX_SECRET_VALUE_BYTES = 32 * 1024  # one secret's value (UTF-8)
 MAX_SECRETS_BYTES = 64 * 1024  # all of an app's secrets' names and values

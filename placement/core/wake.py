@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from thaw.appconfig import AppConfig
+from ground.appconfig import AppConfig
 
 ACTIVE = frozenset({"starting", "started"})
 # Best first: a machine already starting (an earlier wake ran out of time, its boot goes
@@ -193,7 +193,7 @@ def wake_failure(failures: Sequence[str], pending: int) -> str:
 
 class Machine(Protocol):
     """What placement's wake and reconcile rules read of a machine: its agent's view
-    (agent.api.MachineView) and its registry record (thaw.registry.MachineRecord) both
+    (agent.api.MachineView) and its registry record (ground.registry.MachineRecord) both
     have it, so a wake plans from the records as they are."""
 
     @property

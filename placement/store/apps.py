@@ -17,12 +17,12 @@ from typing import Any
 
 import msgspec
 
+from ground.appconfig import AppConfig
+from ground.hostnames import BadHost, normalize_host
 from placement.api import AppEvent, Release
 from placement.errors import Conflict, NotFound
 from placement.store.database import Database, Tx, decode, encode
 from placement.store.port import EVENTS_KEPT, HostTaken, SecretWrites, StoredSecret
-from thaw.appconfig import AppConfig
-from thaw.hostnames import BadHost, normalize_host
 
 log = logging.getLogger("thaw.placement")
 

@@ -53,7 +53,7 @@ def with_password(url: str, password_file: Path | None) -> str:
     the SQLite store or a URL without a user."""
     if password_file is None:
         return url
-    from thaw.auth.secrets_files import read_secret
+    from ground.auth.secrets_files import read_secret
 
     parts = urlsplit(check_store_url(url))
     if url == "sqlite":

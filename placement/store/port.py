@@ -15,10 +15,10 @@ import builtins
 from dataclasses import dataclass
 from typing import Protocol
 
+from ground.appconfig import AppConfig
+from ground.auth.tokens import TokenRecord
 from placement.api import AppEvent, Release
 from placement.errors import Conflict, Unavailable
-from thaw.appconfig import AppConfig
-from thaw.auth.tokens import TokenRecord
 
 EVENTS_KEPT = 500  # per app: older events are trimmed as new ones are added
 
@@ -44,7 +44,7 @@ class StoreUnavailable(Unavailable):
 
 @dataclass(frozen=True)
 class StoredSecret:
-    """One secret of an app as stored: encrypted (thaw/auth/sealing.py), never in clear."""
+    """One secret of an app as stored: encrypted (ground/auth/sealing.py), never in clear."""
 
     name: str
     ciphertext: bytes

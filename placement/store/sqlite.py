@@ -17,10 +17,10 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ground.statefiles import open_private, private_dir, tighten
 from placement.errors import Conflict
 from placement.store.database import Dialect, Row
 from placement.store.port import StoreUnavailable
-from thaw.statefiles import open_private, private_dir, tighten
 
 SQLITE = Dialect(name="sqlite", for_update="")
 _NUMBERED = re.compile(r"\$(\d+)")

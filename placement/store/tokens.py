@@ -6,13 +6,13 @@ import builtins
 
 import msgspec
 
+from ground.auth.tokens import TokenRecord
 from placement.errors import NotFound
 from placement.store.database import Database, Tx, decode, encode
-from thaw.auth.tokens import TokenRecord
 
 
 class SqlTokenStore:
-    """Hashes, never secrets (thaw/auth/tokens.py)."""
+    """Hashes, never secrets (ground/auth/tokens.py)."""
 
     def __init__(self, database: Database) -> None:
         self._db = database

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
+from ground.registry import keys
 from placement.adapters.coordination import RedisCoordination
 from placement.adapters.memory import MemoryClaimBook, MemoryFailureBook, MemoryLeaseStore
 from placement.core.failures import WorkerFailures
@@ -21,7 +22,6 @@ from placement.ports.failures import MAX_REPORTS
 from placement.ports.leases import Taken
 from placement.wakeclaims import WakeClaims
 from tests.support.lease_watch import released_heard
-from thaw.registry import keys
 
 
 class Backend:

@@ -13,8 +13,8 @@ import redis.asyncio as redis
 
 from edge.adapters.loadboard import DEMAND_BATCH, RedisLoadBoard
 from edge.loadshare import MemoryLoadBoard
+from ground.registry import keys
 from placement.adapters.coordination import RedisCoordination
-from thaw.registry import keys
 
 
 class Backend:

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from thaw.registry import MachineRecord, PlacementAdvert, Registry, WorkerStatus
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.redis import RedisRegistry
+from ground.registry import MachineRecord, PlacementAdvert, Registry, WorkerStatus
+from ground.registry.memory import MemoryRegistry
+from ground.registry.redis import RedisRegistry
 
 
 class Backend:
@@ -137,7 +137,7 @@ async def test_the_change_feed_reports_every_write_in_order(backend) -> None:
 
 
 async def test_app_configs_are_stored_whole_and_never_go_back_a_version(backend) -> None:
-    from thaw.appconfig import parse
+    from ground.appconfig import parse
 
     registry = backend.registry
     v2 = parse({"name": "hello", "image": "img:2", "version": 2})
@@ -185,7 +185,7 @@ async def test_machines_of_many_apps_is_machines_of_each_and_leaves_out_apps_wit
 
 
 async def test_reads_of_many_see_every_change_since_the_last_read(backend) -> None:
-    from thaw.appconfig import parse
+    from ground.appconfig import parse
 
     registry = backend.registry
     await registry.put_app(parse({"name": "hello", "image": "img:1", "version": 1}))
@@ -215,7 +215,7 @@ async def test_a_placement_advert_is_listed_until_its_ttl_lapses(backend: Backen
 async def test_put_apps_is_put_app_of_each_guarded_by_version_with_a_change_each(
     backend,
 ) -> None:
-    from thaw.appconfig import parse
+    from ground.appconfig import parse
 
     registry = backend.registry
     await registry.put_app(parse({"name": "app0", "image": "img:9", "version": 9}))
@@ -249,7 +249,7 @@ async def test_the_republished_marker_names_only_the_current_generation(backend)
 
 
 async def test_a_registry_on_its_own_connections_is_the_same_view(backend) -> None:
-    from thaw.appconfig import parse
+    from ground.appconfig import parse
 
     registry = backend.registry
     own = registry.with_own_connections()

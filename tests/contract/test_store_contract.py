@@ -11,6 +11,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ground.appconfig import AppConfig
+from ground.auth.tokens import TokenRecord
 from placement.api import AppEvent, Release
 from placement.errors import Conflict, NotFound
 from placement.store import (
@@ -23,8 +25,6 @@ from placement.store import (
 )
 from placement.store.migrations import migrate, schema_version
 from tests.support.postgres import postgres_server, postgres_url
-from thaw.appconfig import AppConfig
-from thaw.auth.tokens import TokenRecord
 
 __all__ = ["postgres_server", "postgres_url"]  # fixtures
 

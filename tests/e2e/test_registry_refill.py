@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 import redis
 
+from ground.registry import keys
 from tests.support.agent_process import call, kill_group, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.load import SteadyLoad
 from tests.support.redis_server import RedisServer, start_redis_server
 from tests.support.services import Services, app_machines, edge_get
 from thaw.imagebuild import build_image
-from thaw.registry import keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -1,6 +1,6 @@
 """A stolen agent Redis user cannot route another app's traffic: every service its own
 process, a real Redis locked with a user and ACL per role, the edge and placement with
-a route key (thaw/auth/tickets.py). The red team's attack — HSET a machine record with
+a route key (ground/auth/tickets.py). The red team's attack — HSET a machine record with
 an address of one's own and XADD the change, as the registry does — as a regression."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import msgspec
 import pytest
 import redis
 
+from ground.registry import keys
+from ground.registry.types import MachineRecord
 from tests.e2e.test_services_redis import deploy_hello
 from tests.support.agent_process import call, wait_until
 from tests.support.credentials import ADMIN_TOKEN
 from tests.support.redis_server import start_redis_server
 from tests.support.services import Services, app_machines, edge_get
-from thaw.registry import keys
-from thaw.registry.types import MachineRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -67,7 +67,7 @@ def trap() -> Iterator[Trap]:
 
 def forge(agent: redis.Redis, record: MachineRecord) -> None:
     """What the red team did: write the record into the app's hash and announce it on the
-    change feed, as thaw/registry/redis.py's put script does."""
+    change feed, as ground/registry/redis.py's put script does."""
     agent.hset(keys.machines(record.app), record.id, msgspec.json.encode(record))
     agent.xadd(keys.changes(), {"kind": "machine", "key": f"{record.app}/{record.id}"},
                maxlen=100_000, approximate=True)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from ground.serving import DRAIN_S
 from tests.support.agent_process import AgentProcess, call, pid_alive, wait_until
 from tests.support.machines import frozen
 from thaw.imagebuild import BuildOverrides, build_image
-from thaw.serving import DRAIN_S
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.core.records import Guest, MachineSpec
 from agent.runner import AgentRuntime
+from ground.registry.memory import MemoryRegistry
 from imagecache.core.egress import EgressPolicy
 from tests.support.credentials import RING
 from thaw.imagebuild import build_image
-from thaw.registry.memory import MemoryRegistry
 
 pytestmark = pytest.mark.integration
 

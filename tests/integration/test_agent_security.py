@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from ground.auth.signing import KeyRing
 from tests.support.agent_process import AgentProcess
 from tests.support.credentials import CLUSTER_KEY, RING, signed_headers
-from thaw.auth.signing import KeyRing
 
 pytestmark = pytest.mark.integration
 NEW_KEY = "n" * 40

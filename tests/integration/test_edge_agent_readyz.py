@@ -14,9 +14,9 @@ from agent.config import AgentConfig
 from agent.runner import AgentRuntime
 from edge.config import EdgeConfig
 from edge.runner import EdgeRuntime
+from ground.registry.redis import RedisRegistry
 from tests.support.credentials import RING
 from tests.support.redis_server import start_redis_server
-from thaw.registry.redis import RedisRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -14,9 +14,9 @@ import aiohttp
 import msgspec
 import pytest
 
+from ground.appconfig import parse
+from ground.auth.signing import KeyRing
 from tests.support.edge_fakes import EdgeHarness, FakePlacement, start_edge
-from thaw.appconfig import parse
-from thaw.auth.signing import KeyRing
 
 pytestmark = pytest.mark.integration
 

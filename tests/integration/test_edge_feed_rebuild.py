@@ -6,9 +6,9 @@ import time
 
 from edge.adapters.registry_feed import RegistryFeed
 from edge.view import View
-from thaw.appconfig import parse
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.types import MachineRecord
+from ground.appconfig import parse
+from ground.registry.memory import MemoryRegistry
+from ground.registry.types import MachineRecord
 
 
 def started(mid: str) -> MachineRecord:

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from edge.loadshare import MemoryLoadBoard
+from ground.registry.memory import MemoryRegistry
 from tests.support.edge_fakes import EdgeHarness, start_edge
-from thaw.registry.memory import MemoryRegistry
 
 pytestmark = pytest.mark.integration
 

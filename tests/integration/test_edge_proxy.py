@@ -494,7 +494,7 @@ async def test_an_error_answer_to_a_head_request_has_no_body_and_keeps_the_conne
 
 async def test_the_admin_state_says_whether_the_native_edge_runs(edge: EdgeHarness) -> None:
     import edge.adapters.http1 as client_module
-    from thaw.native import state
+    from ground.native import state
 
     native = (await edge.state())["native"]
     assert native == {"on": state()[0], "why": state()[1]}  # type: ignore[comparison-overlap]

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from edge.service import Edge
+from ground.registry.types import MachineEvent, MachineRecord
 from tests.support.edge_fakes import (
     EdgeHarness,
     FakePlacement,
@@ -20,7 +21,6 @@ from tests.support.edge_fakes import (
     stop_process,
     wait_port_async,
 )
-from thaw.registry.types import MachineEvent, MachineRecord
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from edge.adapters import registry_feed
 from edge.adapters.registry_feed import REBUILD_BOUND_S, RegistryFeed
 from edge.view import View
+from ground.appconfig import AppConfig, parse
+from ground.registry.memory import MemoryRegistry
+from ground.registry.types import MachineRecord
 from tests.support.loopturns import LoopTurns
-from thaw.appconfig import AppConfig, parse
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.types import MachineRecord
 
 
 def config(name: str) -> AppConfig:

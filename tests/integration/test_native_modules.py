@@ -1,4 +1,4 @@
-"""The edge package loads compiled modules exactly when thaw.native says it may."""
+"""The edge package loads compiled modules exactly when ground.native says it may."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-PROBE = ("import edge.adapters.http1, edge.core.framing, thaw.native as n; "
+PROBE = ("import edge.adapters.http1, edge.core.framing, ground.native as n; "
          "print(n.state()[0], edge.adapters.http1.__file__.endswith('.so'), "
          "edge.core.framing.__file__.endswith('.so'))")
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from ground.appconfig import parse
+from ground.registry.memory import MemoryRegistry
 from placement.adapters.memory import MemoryLeaseStore
 from placement.leases import LeaseKeeper
 from placement.passes import Passes, lease_name
 from placement.ports.leases import Lease
-from thaw.appconfig import parse
-from thaw.registry.memory import MemoryRegistry
 
 APPS = [f"app{i:02d}" for i in range(50)]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ground.registry.memory import MemoryRegistry
 from tests.support.placement_helpers import HELLO, Platform, eventually, script_image
 from thaw.imagebuild import BuildOverrides, build_image
-from thaw.registry.memory import MemoryRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from ground.registry.memory import MemoryRegistry
+from ground.registry.redis import RedisRegistry
+from ground.registry.types import Change, WorkerStatus
 from placement.fleetindex import FleetIndex
 from tests.support.loopturns import LoopTurns
 from tests.support.placement_helpers import eventually
 from tests.support.redis_server import RedisServer, start_redis_server
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.redis import RedisRegistry
-from thaw.registry.types import Change, WorkerStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from ground.registry.types import WorkerStatus
 from tests.support.placement_helpers import Platform, agent_view, eventually, pulled
-from thaw.registry.types import WorkerStatus
 
 pytestmark = pytest.mark.integration
 

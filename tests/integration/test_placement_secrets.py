@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ground.auth.sealing import SecretKeys
 from placement.store import open_store
 from tests.support.credentials import SECRETS_KEY
 from tests.support.placement_helpers import Platform
-from thaw.auth.sealing import SecretKeys
 
 pytestmark = pytest.mark.integration
 VALUE = "s3cret-value-0f9e8d7c6b5a"

@@ -18,13 +18,13 @@ import msgspec
 import pytest
 import yarl
 
+from ground.auth.signing import KeyRing
 from placement.adapters.http import build_app
 from placement.adapters.routes import ROUTES, Route
 from placement.core.access import Access
 from placement.metrics import PlacementMetrics
 from tests.support.credentials import ADMIN_TOKEN, CLUSTER_KEY, RING, signed_headers
 from tests.support.placement_helpers import Platform
-from thaw.auth.signing import KeyRing
 
 pytestmark = pytest.mark.integration
 

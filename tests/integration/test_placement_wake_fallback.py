@@ -13,10 +13,10 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from ground.auth import tickets
+from ground.registry.types import MachineRecord, WorkerStatus
 from tests.support.credentials import ROUTE_KEYS
 from tests.support.placement_helpers import Platform, agent_view, pulled
-from thaw.auth import tickets
-from thaw.registry.types import MachineRecord, WorkerStatus
 
 pytestmark = pytest.mark.integration
 HALF = {"cpus": 0.5, "memory_mb": 64}

@@ -8,15 +8,15 @@ import random
 
 import pytest
 
+from ground.appconfig import AppConfig, GuestConfig
+from ground.registry.memory import MemoryRegistry
+from ground.registry.types import WorkerStatus
 from placement.core.failures import WorkerFailures
 from placement.core.market import MarketParams
 from placement.fleet import ImageInfo
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
-from thaw.appconfig import AppConfig, GuestConfig
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.types import WorkerStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 NOW = 1_000.0

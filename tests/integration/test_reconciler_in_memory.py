@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ground.appconfig import AppConfig, GuestConfig
 from placement.applocks import AppLocks
 from placement.reconciler import Reconciler
 from placement.republish import Republisher
@@ -19,7 +20,6 @@ from placement.store.apps import SqlAppStore
 from placement.store.factory import open_store
 from placement.waker import Waker
 from tests.support.memory_placement import MemoryPlacement, memory_placement
-from thaw.appconfig import AppConfig, GuestConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -1,4 +1,4 @@
-"""A locked Redis (a password for every user, an ACL per role from thaw/registry/acl.py):
+"""A locked Redis (a password for every user, an ACL per role from ground/registry/acl.py):
 each role does its work with its own user and nothing more; a service given a wrong
 password or another role's user says so at start and exits non-zero."""
 
@@ -16,16 +16,16 @@ import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from edge.adapters.loadboard import RedisLoadBoard
+from ground.appconfig import AppConfig
+from ground.registry.access import RegistryRefused, check_access
+from ground.registry.redis import RedisRegistry
+from ground.registry.types import MachineRecord, PlacementAdvert, WorkerStatus
 from placement.adapters.coordination import RedisCoordination
 from placement.ports.claims import Claims
 from tests.support.credentials import ENV
 from tests.support.lease_watch import released_heard
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer, start_redis_server
-from thaw.appconfig import AppConfig
-from thaw.registry.access import RegistryRefused, check_access
-from thaw.registry.redis import RedisRegistry
-from thaw.registry.types import MachineRecord, PlacementAdvert, WorkerStatus
 
 pytestmark = pytest.mark.integration
 
@@ -241,7 +241,7 @@ def test_no_password_where_redis_asks_one_is_refused_saying_what_to_give(
 async def test_over_tls_each_role_works_and_an_untrusted_certificate_is_refused(
     locked_tls: RedisServer, tmp_path: Path,
 ) -> None:
-    from thaw.registry.access import with_credentials
+    from ground.registry.access import with_credentials
 
     redis.Redis.from_url(locked_tls.url).flushall()
     url = with_credentials(f"rediss://agent-w1@127.0.0.1:{locked_tls.port}/0",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from ground.registry.redis import RedisRegistry
 from tests.support.placement_helpers import Platform, eventually, hello_layout  # noqa: F401
 from tests.support.redis_server import RedisServer
-from thaw.registry.redis import RedisRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

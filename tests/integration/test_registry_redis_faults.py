@@ -7,9 +7,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from ground.registry import WorkerStatus
+from ground.registry.redis import PoolWaits, RedisRegistry, RegistryUnavailable, WaitingPool
 from tests.support.redis_server import start_redis_server
-from thaw.registry import WorkerStatus
-from thaw.registry.redis import PoolWaits, RedisRegistry, RegistryUnavailable, WaitingPool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 

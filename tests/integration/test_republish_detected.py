@@ -12,16 +12,16 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
+from ground.appconfig import AppConfig
+from ground.registry.follow import follow
+from ground.registry.redis import RedisRegistry
+from ground.registry.types import Change, WorkerStatus
 from placement import republish
 from placement.applocks import AppLocks
 from placement.fleetindex import FleetIndex
 from placement.republish import Republisher
 from placement.store.factory import open_store
 from tests.support.redis_server import start_redis_server
-from thaw.appconfig import AppConfig
-from thaw.registry.follow import follow
-from thaw.registry.redis import RedisRegistry
-from thaw.registry.types import Change, WorkerStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ground.appconfig import AppConfig
+from ground.registry.memory import MemoryRegistry
 from placement.errors import Unavailable
 from tests.support.placement_helpers import Platform, eventually, hello_layout  # noqa: F401
-from thaw.appconfig import AppConfig
-from thaw.registry.memory import MemoryRegistry
 
 pytestmark = pytest.mark.integration
 

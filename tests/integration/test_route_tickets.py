@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from agent.runner import AgentRuntime
+from ground.auth import tickets
+from ground.registry.types import MachineRecord
 from tests.support.credentials import ROUTE_KEYS
 from tests.support.placement_helpers import Platform, eventually
-from thaw.auth import tickets
-from thaw.registry.types import MachineRecord
 
 pytestmark = pytest.mark.integration
 HALF = {"cpus": 0.5, "memory_mb": 64}

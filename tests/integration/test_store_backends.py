@@ -11,14 +11,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ground.appconfig import AppConfig
+from ground.auth.tokens import TokenRecord
 from placement.config import PlacementConfig
 from placement.errors import Unavailable
 from placement.store import StoreUnavailable, check_store_url, open_store
 from placement.store.migrations import schema_version
 from tests.support.credentials import RING
 from tests.support.postgres import PostgresServer, postgres_server, postgres_url, running_postgres
-from thaw.appconfig import AppConfig
-from thaw.auth.tokens import TokenRecord
 
 __all__ = ["postgres_server", "postgres_url"]  # fixtures
 

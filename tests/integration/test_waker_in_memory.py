@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from ground.appconfig import AppConfig, Concurrency, GuestConfig
 from placement.api import WakeRequest
 from placement.errors import PlacementError
 from placement.waker import Waker
 from tests.support.memory_placement import MemoryPlacement, memory_placement
 from tests.support.memory_workers import MemoryWorker
-from thaw.appconfig import AppConfig, Concurrency, GuestConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 

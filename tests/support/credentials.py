@@ -8,10 +8,10 @@ from typing import Any
 
 import yarl
 
-from thaw.auth.aiohttp_glue import Signer
-from thaw.auth.sealing import SecretKeys
-from thaw.auth.signing import KeyRing
-from thaw.auth.tickets import RouteKeys
+from ground.auth.aiohttp_glue import Signer
+from ground.auth.sealing import SecretKeys
+from ground.auth.signing import KeyRing
+from ground.auth.tickets import RouteKeys
 
 CLUSTER_KEY = "test-cluster-key-" + "k" * 32
 ADMIN_TOKEN = "test-admin-token-" + "t" * 32

@@ -29,6 +29,8 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from aiohttp import web
 
+from ground.auth.aiohttp_glue import refusal
+from ground.auth.signing import Verifier
 from placement.api import (
     AutostopRequest,
     SuspectAnswer,
@@ -40,8 +42,6 @@ from placement.api import (
 )
 from tests.support.credentials import RING
 from tests.support.ports import free_port
-from thaw.auth.aiohttp_glue import refusal
-from thaw.auth.signing import Verifier
 
 if TYPE_CHECKING:
     from edge.service import Edge
@@ -372,7 +372,7 @@ class EdgeHarness:
     async def add_machine(self, app: str, machine_id: str, port: int | None = None,
                           start: bool = True, worker: str = "w-test") -> int:
         """Publish a started machine to the registry (a real backend unless start=False)."""
-        from thaw.registry.types import MachineRecord
+        from ground.registry.types import MachineRecord
 
         if start:
             proc, port = start_backend(machine_id, port)
@@ -400,8 +400,8 @@ async def start_edge(apps: list[dict[str, object]], placement: FakePlacement | N
     where the edge shares its loads with them (edge/loadshare.py)."""
     from edge.config import EdgeConfig
     from edge.runner import EdgeRuntime
-    from thaw.appconfig import parse
-    from thaw.registry.memory import MemoryRegistry
+    from ground.appconfig import parse
+    from ground.registry.memory import MemoryRegistry
 
     placement = placement or FakePlacement()
     url = await placement.start()

@@ -29,7 +29,7 @@ def imported(path: Path) -> set[str]:
     return found
 
 
-PACKAGES = ("agent", "edge", "imagecache", "placement", "thaw")
+PACKAGES = ("agent", "edge", "ground", "imagecache", "placement", "thaw")
 # every module of the project's packages, by dotted name
 MODULES = {module_name(path): path for package in PACKAGES
            for path in (ROOT / package).rglob("*.py")}

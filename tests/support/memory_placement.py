@@ -7,13 +7,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ground.registry.memory import MemoryRegistry
 from placement.core.market import MarketParams
 from placement.fleet import Fleet
 from placement.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 from tests.support.memory_workers import MemoryWorkers
-from thaw.registry.memory import MemoryRegistry
 
 
 class NoLayersKept:

@@ -34,10 +34,10 @@ from agent.core.machine import IllegalTransition, MachineEvent, MachineState
 from agent.core.records import Boot, Fenced
 from agent.core.state import AgentState, Machine, stale_fence, transition_record
 from agent.errors import AgentError
+from ground.registry import MachineRecord, Registry, WorkerStatus
+from ground.registry.types import MachineEvent as RegistryEvent
 from placement.adapters.agents import current_fence
 from placement.ports.workers import LogChunk, Refused, Unreachable
-from thaw.registry import MachineRecord, Registry, WorkerStatus
-from thaw.registry.types import MachineEvent as RegistryEvent
 
 E = MachineEvent
 

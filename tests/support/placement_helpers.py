@@ -18,6 +18,10 @@ from agent.api import Guest, MachineView
 from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.runner import AgentRuntime
+from ground.auth.sealing import SecretKeys
+from ground.auth.tickets import RouteKeys
+from ground.registry import Registry
+from ground.registry.memory import MemoryRegistry
 from imagecache.adapters.egress import Lookup
 from imagecache.core.egress import EgressPolicy
 from placement.config import PlacementConfig
@@ -31,10 +35,6 @@ from tests.support.credentials import (
     signed_headers,
 )
 from tests.support.machines import TEST_DRIVER
-from thaw.auth.sealing import SecretKeys
-from thaw.auth.tickets import RouteKeys
-from thaw.registry import Registry
-from thaw.registry.memory import MemoryRegistry
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello"
 

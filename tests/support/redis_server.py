@@ -2,7 +2,7 @@
 
 `locked=True`: as production runs it — the default user needs a password
 (requirepass) and a user per role (edge, placement, agent; and `agent-w1`... per
-worker asked) with the ACL `thaw redis-acl` prints (thaw/registry/acl.py), each with
+worker asked) with the ACL `thaw redis-acl` prints (ground/registry/acl.py), each with
 its password in a 0600 file. `tls=True`: TLS only, with a certificate of a throwaway CA.
 """
 
@@ -22,8 +22,8 @@ from urllib.parse import quote
 import pytest
 import redis.asyncio as redis
 
+from ground.registry import acl
 from tests.support.ports import free_port, wait_for_port
-from thaw.registry import acl
 
 ADMIN = "admin"  # a user with every right, for the tests' own looks at the keys
 

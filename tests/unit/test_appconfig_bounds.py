@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from thaw.appconfig import MAX_ENV_BYTES, AppConfig, InvalidConfig, parse, patched
-from thaw.hostnames import BadHost, normalize_host
+from ground.appconfig import MAX_ENV_BYTES, AppConfig, InvalidConfig, parse, patched
+from ground.hostnames import BadHost, normalize_host
 
 # field path -> (lowest accepted, highest accepted, lower bound inclusive)
 BOUNDS: dict[str, tuple[float, float, bool]] = {
@@ -188,7 +188,7 @@ def test_any_decoded_config_is_within_bounds_or_refused_naming_a_field(body: dic
 
 def test_an_unknown_field_whose_name_holds_a_backtick_is_named_with_its_path() -> None:
     # found by the fuzz above: msgspec quotes the name as it is, backticks and all
-    from thaw.appconfig import field_of
+    from ground.appconfig import field_of
 
     assert field_of("Object contains unknown field ``` - at `$.guest`") == "guest.`"
     assert field_of("Object contains unknown field `a`b`") == "a`b"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thaw.auth.signing import KeyRing, Unsigned, Verifier, sign
+from ground.auth.signing import KeyRing, Unsigned, Verifier, sign
 
 OLD = "o" * 40
 NEW = "n" * 40

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thaw.auth.tokens import (
+from ground.auth.tokens import (
     BOOTSTRAP_ID,
     Principal,
     Refused,

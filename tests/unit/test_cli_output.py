@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from thaw.appconfig import AppConfig, parse
+from ground.appconfig import AppConfig, parse
 from thaw.appfields import fields, markdown_table, toml_value
 from thaw.cmd_apps import changed, declared, replacing
 from thaw.cmdbase import app_fields

@@ -12,8 +12,8 @@ from edge.adapters.accesslog import AccessLog
 from edge.config import EdgeConfig
 from edge.core.accesslog import line, logged, path_of
 from edge.view import View
+from ground.appconfig import parse
 from tests.support.credentials import RING
-from thaw.appconfig import parse
 
 if TYPE_CHECKING:
     from edge.service import Edge

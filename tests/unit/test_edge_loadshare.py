@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edge.loadshare import MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
 from edge.view import View
-from thaw.appconfig import parse
+from ground.appconfig import parse
 
 
 class Clock:

@@ -14,8 +14,8 @@ from edge.core.stats import REQUEST_SECONDS, AppStats, Histogram, code_class
 from edge.metrics import EdgeMetrics
 from edge.routeguard import RouteGuard
 from edge.view import View
+from ground.appconfig import parse
 from tests.support.credentials import RING
-from thaw.appconfig import parse
 
 
 def test_a_value_on_a_bound_counts_in_that_bucket_and_one_above_every_bound_in_inf() -> None:

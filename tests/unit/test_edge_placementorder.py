@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from edge.core.placementorder import DOWN_FOR_S, answered, parse_urls, trusted_urls, try_order
-from thaw.auth.tickets import RouteKeys, advert_seal
-from thaw.registry.types import PlacementAdvert
+from ground.auth.tickets import RouteKeys, advert_seal
+from ground.registry.types import PlacementAdvert
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
 

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from edge.view import View
-from thaw.appconfig import AppConfig, parse
-from thaw.registry.types import MachineRecord
+from ground.appconfig import AppConfig, parse
+from ground.registry.types import MachineRecord
 
 
 class Clock:

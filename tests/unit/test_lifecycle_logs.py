@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from thaw.logs import JsonFormatter, event
+from ground.logs import JsonFormatter, event
 
 
 class Capture(logging.Handler):

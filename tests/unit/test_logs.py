@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from thaw.logs import JsonFormatter
+from ground.logs import JsonFormatter
 
 TOKEN = "thaw_0123456789abcdef_" + "S" * 43
 BOOT = "operator-chosen-admin-token-0123456789"

@@ -1,10 +1,10 @@
-"""thaw.native.decide: a compiled build is used only when it matches the sources exactly."""
+"""ground.native.decide: a compiled build is used only when it matches the sources exactly."""
 
 from __future__ import annotations
 
 import json
 
-from thaw.native import SOURCES, decide
+from ground.native import SOURCES, decide
 
 CURRENT: dict[str, object] = {"python": "cpython-311", "sources": {p: "a" * 64 for p in SOURCES}}
 

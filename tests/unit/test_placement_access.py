@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ground.auth.tokens import Principal
 from placement.core.access import UNAUTHORIZED, Access, authorize
-from thaw.auth.tokens import Principal
 
 ADMIN = Principal("a", admin=True)
 HELLO = Principal("h", admin=False, apps=frozenset({"hello"}))

@@ -8,8 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ground.registry.types import WorkerStatus
 from placement.core.index import RegionIndex, ReservationLedger, held_bytes
-from thaw.registry.types import WorkerStatus
 
 NOW = 1_000.0
 LAYERS = {"base": 500, "lib": 200, "app": 50, "other": 300}

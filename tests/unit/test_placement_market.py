@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ground.registry.types import WorkerStatus
 from placement.core.index import RegionIndex, ReservationLedger
 from placement.core.market import (
     DEFAULT_UTILITY,
@@ -27,7 +28,6 @@ from placement.core.market import (
     starting_term,
 )
 from placement.core.offers import no_capacity_reason
-from thaw.registry.types import WorkerStatus
 
 NOW = 1_000.0
 PARAMS = MarketParams(heartbeat_freshness_s=3.0, reference_bandwidth_bytes_per_s=100.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ground.appconfig import AppConfig, Concurrency
 from placement.core.market import Decision, Scored
 from placement.core.offers import (
     Answer,
@@ -23,7 +24,6 @@ from placement.core.wake import (
     room_for_new,
     wake_failure,
 )
-from thaw.appconfig import AppConfig, Concurrency
 
 
 def decision(*workers: str) -> Decision:

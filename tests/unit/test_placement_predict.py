@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from ground.registry.types import WorkerStatus
 from placement.core.predict import (
     DEFAULT_BOOT_MS,
     DEFAULT_RESUME_MS,
@@ -18,7 +19,6 @@ from placement.core.predict import (
     start_ms,
     wake_ms,
 )
-from thaw.registry.types import WorkerStatus
 
 MB = 1_000_000
 IMAGE = {"sha256:a": 40 * MB, "sha256:b": 60 * MB}

@@ -9,9 +9,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from ground.registry import acl, keys
+from ground.registry.access import shown, user_of, where, with_credentials
 from placement.store.factory import with_password
-from thaw.registry import acl, keys
-from thaw.registry.access import shown, user_of, where, with_credentials
 
 SAMPLE = {"worker_id": "w1", "worker": "w1", "digest": "sha256:ab", "app": "web",
           "name": "app:web", "epoch": 3}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from thaw.registry import memory
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.types import Change
+from ground.registry import memory
+from ground.registry.memory import MemoryRegistry
+from ground.registry.types import Change
 
 
 class CountingRing(list[Change | None]):

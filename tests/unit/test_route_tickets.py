@@ -1,4 +1,4 @@
-"""Route tickets and seals (thaw/auth/tickets.py), the edge's guard (edge/routeguard.py) and
+"""Route tickets and seals (ground/auth/tickets.py), the edge's guard (edge/routeguard.py) and
 the view ignoring what the guard refuses."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from edge.routeguard import RouteGuard
 from edge.view import View
-from thaw.appconfig import parse
-from thaw.auth import tickets
-from thaw.auth.secrets_files import route_keys
-from thaw.auth.tickets import BAD_SEAL, NO_SEAL, RecordCheck, RouteKeys
-from thaw.registry.types import MachineRecord
+from ground.appconfig import parse
+from ground.auth import tickets
+from ground.auth.secrets_files import route_keys
+from ground.auth.tickets import BAD_SEAL, NO_SEAL, RecordCheck, RouteKeys
+from ground.registry.types import MachineRecord
 
 KEY = "route-key-" + "a" * 32
 OLD = "route-key-" + "b" * 32

@@ -1,4 +1,4 @@
-"""Secrets' cryptography (thaw/auth/sealing.py) and the plan of a change of an app's
+"""Secrets' cryptography (ground/auth/sealing.py) and the plan of a change of an app's
 secrets (placement/core/secrets.py): pure, no event loop."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import io
 
 import pytest
 
-from placement.core.secrets import MAX_SECRET_VALUE_BYTES, UnknownSecret, plan_secrets
-from thaw.appconfig import MAX_SECRETS, InvalidConfig
-from thaw.auth.sealing import (
+from ground.appconfig import MAX_SECRETS, InvalidConfig
+from ground.auth.sealing import (
     SecretKeys,
     Unsealable,
     decrypt_value,
@@ -19,7 +18,8 @@ from thaw.auth.sealing import (
     seal_env,
     unseal_env,
 )
-from thaw.auth.signing import KeyRing
+from ground.auth.signing import KeyRing
+from placement.core.secrets import MAX_SECRET_VALUE_BYTES, UnknownSecret, plan_secrets
 from thaw.cmd_secrets import secret_pairs
 
 OLD, NEW = "a" * 64, "b" * 64

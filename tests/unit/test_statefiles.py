@@ -1,4 +1,4 @@
-"""State files (thaw/statefiles.py): 0600 files in 0700 dirs, and nothing else touched."""
+"""State files (ground/statefiles.py): 0600 files in 0700 dirs, and nothing else touched."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from thaw.statefiles import make_dirs, open_private, private_dir, tighten, write_private
+from ground.statefiles import make_dirs, open_private, private_dir, tighten, write_private
 
 
 def mode(path: Path | str) -> int:

@@ -1,8 +1,8 @@
-"""When a reader of a lost registry may prune again (thaw/registry/generation.py)."""
+"""When a reader of a lost registry may prune again (ground/registry/generation.py)."""
 
 from __future__ import annotations
 
-from thaw.registry.generation import view_whole
+from ground.registry.generation import view_whole
 
 
 def test_the_view_is_whole_once_the_current_generation_is_marked_republished() -> None:

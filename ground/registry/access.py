@@ -16,9 +16,9 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
-from thaw.auth.secrets_files import read_secret
-from thaw.registry import acl
-from thaw.registry.redis import connect
+from ground.auth.secrets_files import read_secret
+from ground.registry import acl
+from ground.registry.redis import connect
 
 log = logging.getLogger("thaw.registry")
 

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from thaw.auth.signing import KeyRing, ring_keys
+from ground.auth.signing import KeyRing, ring_keys
 
 NONCE_BYTES = 12
 DIGEST_CHARS = 12

@@ -31,8 +31,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from thaw.auth.signing import ring_keys
-from thaw.registry.types import MachineRecord
+from ground.auth.signing import ring_keys
+from ground.registry.types import MachineRecord
 
 TICKET_TAG = b"thaw-route-ticket-v1"
 SEAL_TAG = b"thaw-route-seal-v1"
@@ -97,7 +97,7 @@ def refusal(keys: RouteKeys, record: MachineRecord) -> str | None:
 
 
 def advert_seal(keys: RouteKeys, placement_id: str, url: str) -> str:
-    """A placement's advert of its API URL (thaw/registry/types.py PlacementAdvert), sealed
+    """A placement's advert of its API URL (ground/registry/types.py PlacementAdvert), sealed
     with the route key: edges send wakes, and so the requests they hold, to the placement
     that answers them and then to the addresses it names, so only a holder of the route
     key (placements, edges; never agents) may add a placement to where wakes go."""

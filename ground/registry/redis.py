@@ -21,10 +21,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError, RedisError
 
-from thaw.appconfig import AppConfig
-from thaw.registry import keys
-from thaw.registry.lua import UNEXPIRED
-from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.appconfig import AppConfig
+from ground.registry import keys
+from ground.registry.lua import UNEXPIRED
+from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 FEED_LENGTH = 10_000
 FEED_BLOCK_MS = 1000

@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
-from thaw.registry.types import Change
+from ground.registry.types import Change
 
 log = logging.getLogger("thaw.registry")
 
@@ -23,7 +23,7 @@ FEED_RETRY_S = 1.0
 
 
 class ChangeFeed(Protocol):
-    """The part of the registry a follower reads (`thaw.registry.Registry` is one)."""
+    """The part of the registry a follower reads (`ground.registry.Registry` is one)."""
 
     def changes(self, after: str | None = None) -> AsyncIterator[Change]: ...
 

@@ -22,7 +22,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from thaw.registry import keys
+from ground.registry import keys
 
 ROLES = ("edge", "agent", "placement")
 ANY = "*"

@@ -1,7 +1,7 @@
 """Compiled (mypyc) builds of the edge's hot modules, used only while they match the source.
 
-    python -m thaw.native build     # compile SOURCES into .native/ (make native does this)
-    python -m thaw.native status    # on or off, and why
+    python -m ground.native build     # compile SOURCES into .native/ (make native does this)
+    python -m ground.native status    # on or off, and why
 
 The warm path runs ~40 small Python functions per proxied request; mypyc compiles
 them (they are fully typed) to C, which takes a fifth to a third off their cost
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
             print(f"native build failed, the edge runs as pure Python: {exc}", file=sys.stderr)
             return 1
     elif command != "status":
-        print("usage: python -m thaw.native [build|status]", file=sys.stderr)
+        print("usage: python -m ground.native [build|status]", file=sys.stderr)
         return 2
     on, why = state()
     print(f"native edge: {'on' if on else 'off'} ({why})")

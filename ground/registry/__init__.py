@@ -5,7 +5,7 @@ registry is a cache of both. A stale entry costs a declined offer or a retried
 connect, never a wrong result.
 """
 
-from thaw.registry.port import Registry
-from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.registry.port import Registry
+from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 __all__ = ["Change", "MachineRecord", "PlacementAdvert", "Registry", "WorkerStatus"]

@@ -17,7 +17,7 @@ class MachineEvent(msgspec.Struct, frozen=True):
 
 class PlacementAdvert(msgspec.Struct, frozen=True):
     """A placement's API URL, for edges to wake through (published with a TTL). `seal`:
-    HMAC of id and URL under the route key (thaw/auth/tickets.py advert_seal): anyone who
+    HMAC of id and URL under the route key (ground/auth/tickets.py advert_seal): anyone who
     may write Redis can write an advert, only placements can seal one."""
 
     id: str
@@ -87,7 +87,7 @@ class MachineRecord(msgspec.Struct, frozen=True):
     events: list[MachineEvent] = msgspec.field(default_factory=list)
     app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
     release: int = 0  # the app's release the machine was made for
-    # its route seal (thaw/auth/tickets.py): made with the ticket placement gave the
+    # its route seal (ground/auth/tickets.py): made with the ticket placement gave the
     # machine's worker, over state, address and updated_at ("": unsealed)
     seal: str = ""
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from thaw.registry.memory import MemoryRegistry
-from thaw.registry.port import Registry
+from ground.registry.memory import MemoryRegistry
+from ground.registry.port import Registry
 
 
 class UnsupportedRegistry(ValueError):
@@ -14,10 +14,10 @@ def open_registry(url: str) -> Registry:
     if url == "memory":
         return MemoryRegistry()
     if url.startswith(("redis://", "rediss://", "unix://")):
-        from thaw.registry.redis import RedisRegistry
+        from ground.registry.redis import RedisRegistry
 
         return RedisRegistry(url)
-    from thaw.registry.access import shown
+    from ground.registry.access import shown
 
     raise UnsupportedRegistry(f"unknown registry {shown(url)!r}: use memory, "
                               "redis://[USER@]HOST:PORT/DB, rediss://… (TLS) or unix://PATH")

@@ -7,8 +7,8 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
-from thaw.appconfig import AppConfig
-from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.appconfig import AppConfig
+from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 FEED_LENGTH = 10_000
 

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 import msgspec
 import msgspec.inspect
 
-from thaw.hostnames import BadHost, normalize_host
-from thaw.imageref import BadReference, parse_reference
+from ground.hostnames import BadHost, normalize_host
+from ground.imageref import BadReference, parse_reference
 
 APP_NAME_PATTERN = r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$"  # one DNS label: {app}.{domain}
 APP_NAME = re.compile(APP_NAME_PATTERN)

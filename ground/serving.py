@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from thaw.errors import ServiceError
+from ground.errors import ServiceError
 
 DRAIN_S = 5.0
 

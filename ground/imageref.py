@@ -3,7 +3,7 @@
 Pure: decides nothing about the network beyond the URL scheme (plain http for
 loopback hosts only). A reference without a registry host is a Docker Hub name.
 Invariant: a parsed reference re-renders to an equivalent string with `str()`.
-Shared ground: app configs are checked with it (thaw/appconfig.py) and the image cache
+Shared ground: app configs are checked with it (ground/appconfig.py) and the image cache
 pulls by it (imagecache/core/reference.py gives its refusal the cache's error code).
 """
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Protocol
 
-from thaw.appconfig import AppConfig
-from thaw.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.appconfig import AppConfig
+from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 
 class Registry(Protocol):

@@ -12,10 +12,10 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from thaw.auth.sealing import SecretKeys
-from thaw.auth.signing import NO_CLUSTER_KEY, KeyRing
-from thaw.auth.tickets import RouteKeys
-from thaw.auth.tokens import MIN_BOOTSTRAP_CHARS
+from ground.auth.sealing import SecretKeys
+from ground.auth.signing import NO_CLUSTER_KEY, KeyRing
+from ground.auth.tickets import RouteKeys
+from ground.auth.tokens import MIN_BOOTSTRAP_CHARS
 
 CLUSTER_KEY_ENV = "THAW_CLUSTER_KEY"
 ADMIN_TOKEN_ENV = "THAW_ADMIN_TOKEN"

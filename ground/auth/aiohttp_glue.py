@@ -10,7 +10,7 @@ from collections.abc import Callable
 import yarl
 from aiohttp import web
 
-from thaw.auth.signing import HEADER, KeyRing, Unsigned, Verifier, sign
+from ground.auth.signing import HEADER, KeyRing, Unsigned, Verifier, sign
 
 log = logging.getLogger("thaw.auth")
 
