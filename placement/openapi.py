@@ -32,22 +32,12 @@ PATH_PARAMETERS = {
 }
 
 
-# A body typed `JsonObject` (an app's PATCH): its fields are those of the app's config,
-# each optional, checked by the app's own type once merged (422 naming the field)
-MERGE_PATCH: JsonObject = {
-    "type": "object",
-    "description": "A JSON merge patch (RFC 7396) of the app's fields: those given are "
-                   "changed, null removes one; the result is checked as an AppConfig.",
-}
-
 @functools.cache
 def openapi_document() -> JsonObject:
-    types = [ErrorBody, *{t for r in ROUTES for t in (r.body, r.answer)
-                          if t is not None and t is not JsonObject}]
+    types = [ErrorBody, *{t for r in ROUTES for t in (r.body, r.answer) if t is not None}]
     schemas, components = msgspec.json.schema_components(types, ref_template=REF,
                                                          schema_hook=_any_json)
     schema_of = dict(zip(map(repr, types), schemas, strict=True))
-    schema_of[repr(JsonObject)] = MERGE_PATCH
     paths: dict[str, JsonObject] = {}
     for route in ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schema_of)
