@@ -50,6 +50,11 @@ class Rounds(Protocol):
     def failed_rounds(self) -> int: ...
 
 
+class Shedding(Protocol):
+    @property
+    def shed(self) -> Mapping[tuple[str, str], int]: ...
+
+
 class Observed(Protocol):
     """What the collector reads of the edge's shell (read only)."""
 
@@ -66,7 +71,7 @@ class Observed(Protocol):
     @property
     def access_log(self) -> Dropped | None: ...
     @property
-    def shed(self) -> Mapping[tuple[str, str], int]: ...
+    def cold(self) -> Shedding: ...
 
     @property
     def load_share(self) -> Rounds | None: ...
@@ -168,7 +173,7 @@ class EdgeCollector(Collector):
         edge = self.edge
         queues = edge.wakes
         yield from app_families(sorted(edge.view.apps.items()), edge.unrouted, queues,
-                                edge.shed)
+                                edge.cold.shed)
         yield GaugeMetricFamily("thaw_edge_held_requests_all",
                                 "Requests held now, over all apps", value=queues.total)
         yield GaugeMetricFamily("thaw_edge_held_requests_limit",

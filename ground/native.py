@@ -36,7 +36,8 @@ SOURCES = (
     "edge/exchange.py", "edge/adapters/http1.py",
     "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
     "edge/core/accesslog.py", "edge/adapters/accesslog.py",
-    "edge/service.py", "edge/view.py", "edge/core/forwarding.py", "edge/core/clients.py",
+    "edge/service.py", "edge/coldpath.py", "edge/view.py", "edge/core/forwarding.py",
+    "edge/core/clients.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 

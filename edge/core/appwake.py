@@ -1,6 +1,6 @@
 """The cold path's policy, per app: held requests, the wake in flight, backoff, deadlines.
 
-Events in, effects out. The shell (edge/service.py) calls a handler when
+Events in, effects out. The cold path (edge/coldpath.py) calls a handler when
 something happened — a request found no machine (`hold`), placement answered
 (`on_wake_answer`, `on_wake_failed`), a machine appeared in the registry feed
 or a request ended and left room (`on_capacity`, `on_machine_added`), a

@@ -94,4 +94,4 @@ async def test_a_request_whose_budget_is_below_the_predicted_start_gets_503_at_o
     # hold timeout: not a 504 at its deadline
     assert took < patient[3] and took < HOLD_TIMEOUT_S
     assert arriving[0] == 503 and arriving[3] < patient[3], arriving
-    assert edge.edge.shed[("slow", "predicted_late")] == 2
+    assert edge.edge.cold.shed[("slow", "predicted_late")] == 2

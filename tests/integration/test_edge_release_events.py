@@ -64,7 +64,7 @@ async def test_a_machine_from_the_registry_releases_held_requests_with_no_timer_
         request = asyncio.create_task(exchange_raw(edge.port, GET, timeout_s=20))
         await held(edge, 1)
         # one timer armed, at the hold's deadline (no sweep, no poll)
-        timers = shell(edge)._timers
+        timers = shell(edge).cold._timers
         assert list(timers) == ["slow"]
         assert timers["slow"].when() - shell(edge).loop.time() > 50
         await asyncio.sleep(0.3)  # time for the wake to be "in flight" a while
@@ -80,7 +80,7 @@ async def test_a_machine_from_the_registry_releases_held_requests_with_no_timer_
         phases = timing(headers)
         assert phases["hold"] >= 300 and 79 <= phases["boot"] <= 81
         assert phases["place"] > 200 and phases["pull"] == 0
-        assert not shell(edge)._timers  # nothing held: no timer left armed
+        assert not shell(edge).cold._timers  # nothing held: no timer left armed
     finally:
         await edge.close()
         await asyncio.to_thread(stop_process, proc)

@@ -62,6 +62,11 @@ class Wakes:
 
 
 @dataclass
+class Cold:
+    shed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
 class FakeEdge:
     """What the collector reads of the shell, as plain values."""
 
@@ -72,7 +77,7 @@ class FakeEdge:
     config: EdgeConfig = field(default_factory=lambda: EdgeConfig(
         placement_url="http://127.0.0.1:9", cluster_keys=RING, max_held_total=500))
     access_log: Any = None
-    shed: dict[tuple[str, str], int] = field(default_factory=dict)
+    cold: Cold = field(default_factory=lambda: Cold())
     load_share: Any = None
     route_guard: RouteGuard = field(default_factory=lambda: RouteGuard(None))
     clients: ClientTable = field(default_factory=lambda: ClientTable(10, 10.0, 10.0))
@@ -166,7 +171,7 @@ def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
     stats.hold.observe(0.25)
     stats.autostopped("stopped")
     stats.connect_errors += 2
-    edge.shed[("web", "predicted_late")] = 3
+    edge.cold.shed[("web", "predicted_late")] = 3
     got = samples(edge)
     web = ("app", "web")
     assert got[("thaw_edge_wakes_total", frozenset({web, ("result", "ok")}))] == 1
@@ -189,7 +194,7 @@ def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:
         stats.hold.observe(0.1)
         stats.autostopped("kept")
         stats.connect_errors += 1
-        edge.shed[(name, "predicted_late")] = 1
+        edge.cold.shed[(name, "predicted_late")] = 1
     dropped = edge.view.apps["gone"].stats
     assert any(("app", "gone") in labels for _, labels in samples(edge))
     edge.view.set_app("gone", None)
