@@ -28,11 +28,12 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from placement.adapters.memory import MemoryClaimBook, MemoryLeaseStore
+from placement.core.claims import Changed, ClaimLedger, Claims
 from placement.errors import PlacementError
-from placement.ports.claims import ClaimBook, Claims
+from placement.ports.claims import ClaimBook
 from placement.ports.leases import LeaseStore, Taken
 
 log = logging.getLogger("thaw.placement.wakes")
@@ -46,16 +47,16 @@ LEASE_RECHECK_S = 0.1
 
 
 class WakeClaims:
-    """This placement's claims (`claimed`, `placing`: read and changed by the waker) and
-    the way to plan with everyone's."""
+    """This placement's claims (placement/core/claims.py's rules; the waker tells it what
+    its wakes plan, place and start) shared with every placement's, and the way to plan
+    with everyone's."""
 
     def __init__(self, book: ClaimBook | None = None, leases: LeaseStore | None = None,
                  me: str = "local") -> None:
         self.book: ClaimBook = book or MemoryClaimBook()
         self.leases: LeaseStore = leases or MemoryLeaseStore()
         self.me = me
-        self.claimed: dict[str, set[str]] = {}  # app -> machines a wake here is starting
-        self.placing: Counter[str] = Counter()  # app -> new machines being placed here
+        self.ledger = ClaimLedger()
         self._locks: dict[str, asyncio.Lock] = {}
         self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
         self._dirty: set[str] = set()
@@ -63,7 +64,26 @@ class WakeClaims:
         self._publisher: asyncio.Task[None] | None = None
 
     def mine(self, app: str) -> Claims:
-        return Claims(self.placing[app], frozenset(self.claimed.get(app, ())))
+        return self.ledger.of(app)
+
+    def placing(self, app: str) -> int:
+        """New machines this placement's wakes are placing for `app`."""
+        return self.ledger.placing(app)
+
+    def planned(self, app: str, reuse: Iterable[str], new: int) -> None:
+        """A wake's plan, while planning: the machines it restarts, how many it places."""
+        self._follow(self.ledger.planned(app, reuse, new))
+
+    def place_another(self, app: str) -> None:
+        self._follow(self.ledger.place_another(app))
+
+    def placed(self, app: str, machine: str | None) -> None:
+        """A new machine's placing ended: made as `machine`, or not made (None)."""
+        self._follow(self.ledger.placed(app, machine))
+
+    def unclaim(self, app: str, machine: str) -> None:
+        """A wake is done starting `machine`."""
+        self._follow(self.ledger.started(app, machine))
 
     async def everyone(self, app: str) -> Claims:
         """What every placement's wakes of `app` are starting (for the reconciler)."""
@@ -72,8 +92,8 @@ class WakeClaims:
     @contextlib.asynccontextmanager
     async def planning(self, app: str, until: float) -> AsyncIterator[Claims]:
         """Plan a wake of `app`: yields what other wakes (here and elsewhere) are starting;
-        the caller adds its own to `claimed`/`placing` before leaving, which publishes
-        them before the next wake may plan. `until`: loop time to give up (504)."""
+        the caller says its plan (`planned`) before leaving, which publishes it before
+        the next wake may plan. `until`: loop time to give up (504)."""
         self._planners[app] += 1
         lock = self._locks.setdefault(app, asyncio.Lock())
         try:
@@ -128,27 +148,17 @@ class WakeClaims:
         except Exception as exc:  # it lapses at its first expiry instead
             log.warning("demand of %s at edge %s could not be refreshed: %s", app, edge, exc)
 
-    def changed(self, app: str) -> None:
-        """`claimed`/`placing` of `app` changed outside planning: published soon (in order,
-        coalesced), and refreshed while not empty."""
-        self._dirty.add(app)
+    def _follow(self, changed: Changed) -> None:
+        """The app's claims changed: published soon (in order, coalesced), and refreshed
+        while not empty."""
+        self._dirty.add(changed.app)
         self._changed.set()
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.create_task(self._publish_dirty())
 
-    def unclaim(self, app: str, machine: str) -> None:
-        """A wake is done starting `machine`."""
-        machines = self.claimed.get(app)
-        if machines is not None:
-            machines.discard(machine)
-            if not machines:
-                del self.claimed[app]
-        self.changed(app)
-
     async def _publish_dirty(self) -> None:
-        while self._dirty or self._any_claims():
-            apps = self._dirty | {a for a in (*self.claimed, *self.placing)
-                                  if self.mine(a) != Claims()}
+        while self._dirty or self.ledger.apps():
+            apps = self._dirty | self.ledger.apps()
             self._dirty = set()
             for app in apps:
                 await self._publish(app)
@@ -157,12 +167,7 @@ class WakeClaims:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), CLAIM_TTL_S / 3)
 
-    def _any_claims(self) -> bool:
-        return any(self.claimed.values()) or any(self.placing.values())
-
     async def _publish(self, app: str) -> None:
-        if not self.placing[app]:
-            self.placing.pop(app, None)
         try:
             await self.book.publish(app, self.me, self.mine(app), CLAIM_TTL_S)
         except Exception as exc:  # others plan without ours until the next refresh
@@ -173,8 +178,6 @@ class WakeClaims:
             self._publisher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._publisher
-        for app in list({*self.claimed, *self.placing}):
-            self.claimed.pop(app, None)
-            self.placing.pop(app, None)
+        for app in self.ledger.withdraw():
             with contextlib.suppress(Exception):
                 await self.book.publish(app, self.me, Claims(), CLAIM_TTL_S)

@@ -38,6 +38,7 @@ from placement.api import (
     WakeResponse,
     WakeTimings,
 )
+from placement.core.claims import Claims
 from placement.core.predict import BootHistory, StartsInFlight, WakeForecast
 from placement.core.wake import (
     Machine,
@@ -52,7 +53,6 @@ from placement.core.wake import (
 from placement.errors import Conflict, PlacementError, worker_said
 from placement.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
-from placement.ports.claims import Claims
 from placement.ports.workers import Refused, Unreachable
 from placement.store import StoreUnavailable
 from placement.wakeclaims import DEMAND_AFTER_S, WakeClaims
@@ -94,8 +94,6 @@ class Waker:
         self.placer = placer
         self.margin_s = margin_ms / 1000
         self.claims = claims or WakeClaims()
-        self.claimed = self.claims.claimed  # app -> machines a wake here is starting
-        self.placing = self.claims.placing  # app -> new machines being placed here
         self.background: set[asyncio.Task[Outcome]] = set()
         # Waits (until a loop time) for the registry's view to be whole again after a
         # loss; whether it is (placement/republish.py). None: it is always taken as is.
@@ -130,9 +128,7 @@ class Waker:
                   others_placing=claims.placing, others_starting=len(claims.starting),
                   machines=" ".join(f"{state}:{n}" for state, n in
                                     sorted(Counter(v.state for v in views).items())))
-            if plan.reuse:  # entries only while machines are claimed (see _restart)
-                self.claimed.setdefault(config.name, set()).update(m.id for m in plan.reuse)
-            self.placing[config.name] += plan.new
+            self.claims.planned(config.name, [m.id for m in plan.reuse], plan.new)
         new = NewMachines(self.placer, config, region, views, everywhere.keys(), answer_by)
         new.claimed.update(m.id for m in plan.reuse)
         try:
@@ -308,13 +304,11 @@ class Waker:
         no time left, or no room under `max_machines`. `declined`: the start declined."""
         if asyncio.get_running_loop().time() >= answer_by:
             return Failed("deadline", f"{declined}; no time left to place another machine")
-        placing = self.placing[app]
-        if new.room(placing) == 0:
+        if new.room(self.claims.placing(app)) == 0:
             return Failed("no_capacity", (
                 f"{declined}; max_machines={new.config.max_machines} leaves no room for "
                 f"another machine while the app's existing ones count"))
-        self.placing[app] = placing + 1
-        self.claims.changed(app)
+        self.claims.place_another(app)
         return None
 
     async def _place_and_start(
@@ -337,11 +331,10 @@ class Waker:
             # From here on the machine exists on an agent (or never will): no longer
             # "placing" but claimed, until its start ends (the registry may not show it
             # yet, or show it created while its image is pulled: no other wake takes it).
-            self.placing[app] -= 1
-            if not isinstance(placed, Failed):
-                self.claimed.setdefault(app, set()).add(placed.view.id)
-                new.claimed.add(placed.view.id)
-            self.claims.changed(app)
+            made = None if isinstance(placed, Failed) else placed.view.id
+            self.claims.placed(app, made)
+            if made is not None:
+                new.claimed.add(made)
         if isinstance(placed, Failed):
             return placed
         try:

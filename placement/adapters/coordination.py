@@ -19,8 +19,8 @@ from redis.exceptions import RedisError
 from ground.registry import keys
 from ground.registry.lua import UNEXPIRED
 from ground.registry.redis import connect
+from placement.core.claims import Claims
 from placement.errors import Unavailable
-from placement.ports.claims import Claims
 from placement.ports.failures import MAX_REPORTS, SharedMark
 from placement.ports.leases import Taken, Watchers
 

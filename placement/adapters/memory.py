@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from placement.ports.claims import Claims
+from placement.core.claims import Claims
 from placement.ports.failures import MAX_REPORTS, SharedMark
 from placement.ports.leases import Taken, Watchers
 

@@ -3,17 +3,9 @@ edges' demand (placement/wakeclaims.py says how wakes use it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class Claims:
-    placing: int = 0  # new machines being placed, not reported by an agent yet
-    starting: frozenset[str] = frozenset()  # machines being started
-
-    def plus(self, other: Claims) -> Claims:
-        return Claims(self.placing + other.placing, self.starting | other.starting)
+from placement.core.claims import Claims
 
 
 class ClaimBook(Protocol):

@@ -14,10 +14,10 @@ import redis.asyncio as redis
 from ground.registry import keys
 from placement.adapters.coordination import RedisCoordination
 from placement.adapters.memory import MemoryClaimBook, MemoryFailureBook, MemoryLeaseStore
+from placement.core.claims import Claims
 from placement.core.failures import WorkerFailures
 from placement.failuresync import FailureSync
 from placement.leases import LeaseKeeper
-from placement.ports.claims import Claims
 from placement.ports.failures import MAX_REPORTS
 from placement.ports.leases import Taken
 from placement.wakeclaims import WakeClaims
@@ -149,7 +149,7 @@ async def test_two_placements_plan_one_after_the_other(backend: Backend) -> None
         async with claims.planning("app", loop.time() + 2) as others:
             seen.append(others)
             await asyncio.sleep(0.05)  # the plan's own awaits: the other must wait
-            claims.placing["app"] += placing
+            claims.planned("app", [], placing)
 
     await asyncio.gather(wake(a, 4), wake(b, 4))
     assert sorted(s.placing for s in seen) == [0, 4]
@@ -168,12 +168,10 @@ async def test_a_change_outside_planning_is_published_at_once_not_at_the_refresh
     b = WakeClaims(backend.book, backend.leases, "pb")
     loop = asyncio.get_running_loop()
     async with a.planning("app", loop.time() + 2):
-        a.placing["app"] += 2
+        a.planned("app", [], 2)
     for machine in ("m1", "m2"):
         await asyncio.sleep(0.05)
-        a.placing["app"] -= 1
-        a.claimed.setdefault("app", set()).add(machine)
-        a.changed("app")
+        a.placed("app", machine)
         await asyncio.sleep(0.05)
         assert machine in (await b.everyone("app")).starting
     assert await b.everyone("app") == Claims(0, frozenset({"m1", "m2"}))

@@ -21,7 +21,7 @@ from ground.registry.access import RegistryRefused, check_access
 from ground.registry.redis import RedisRegistry
 from ground.registry.types import MachineRecord, PlacementAdvert, WorkerStatus
 from placement.adapters.coordination import RedisCoordination
-from placement.ports.claims import Claims
+from placement.core.claims import Claims
 from tests.support.credentials import ENV
 from tests.support.lease_watch import released_heard
 from tests.support.ports import free_port
