@@ -37,8 +37,8 @@ from ground.registry.memory import MemoryRegistry
 from ground.registry.types import WorkerStatus
 from placement.core.failures import WorkerFailures
 from placement.core.market import MarketParams
-from placement.fleet import ImageInfo
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleet import ImageInfo
+from placement.fleet.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 
@@ -98,7 +98,7 @@ def naive_least_allocated(workers: list[WorkerStatus], cpus: float, memory_mb: i
 
 
 class BenchFleet:
-    """What `Placer` asks of `placement.fleet.Fleet` here: the clock, images and marks."""
+    """What `Placer` asks of `placement.fleet.fleet.Fleet` here: the clock, images and marks."""
 
     def __init__(self, registry: MemoryRegistry, images: dict[str, ImageInfo]) -> None:
         self.registry = registry

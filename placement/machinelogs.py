@@ -15,7 +15,7 @@ from ground.appconfig import AppConfig
 from placement.api import LogsAnswer, MachineLog
 from placement.core.logs import MAX_CURSOR_MACHINES, format_cursor, lines, parse_cursor, whole_lines
 from placement.core.wake import GONE
-from placement.fleet import Fleet
+from placement.fleet.fleet import Fleet
 from placement.ports.workers import LogChunk, Workers
 
 FOLLOW_CHUNK = 64 * 1024  # bytes per machine per read when following

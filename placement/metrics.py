@@ -26,7 +26,7 @@ WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Observations(Protocol):
-    """What the reconciler keeps for /metrics (placement/reconciler.py)."""
+    """What the reconciler keeps for /metrics (placement/reconciling/reconciler.py)."""
 
     @property
     def observed(self) -> dict[str, dict[tuple[str, str], int]]: ...

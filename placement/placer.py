@@ -29,8 +29,8 @@ from placement.api import DecisionView, FilteredWorker, OfferView, RankedWorker
 from placement.core.market import Decision, MarketParams, PlacementRequest, decide
 from placement.core.offers import Answer, NoCapacity, OfferTo, Placed, Reply, next_offer
 from placement.core.wake import Machine
-from placement.fleet import Fleet, ImageInfo, offer_ref
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleet import Fleet, ImageInfo, offer_ref
+from placement.fleet.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.ports.workers import Unreachable, Workers
 

@@ -31,15 +31,15 @@ from placement.adapters.coordination import RedisCoordination
 from placement.adapters.http import build_app
 from placement.appsecrets import SecretVault
 from placement.config import PlacementConfig
-from placement.fleet import Fleet
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleet import Fleet
+from placement.fleet.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 from placement.service import Placement
 from placement.store import SqlStore, open_store
 from placement.tokens import Tokens
-from placement.wakeclaims import WakeClaims
-from placement.waker import Waker
+from placement.wakes.wakeclaims import WakeClaims
+from placement.wakes.waker import Waker
 
 log = logging.getLogger("thaw.placement")
 # After a registry loss, the longest the reconciler waits for every worker live before it

@@ -58,15 +58,15 @@ from placement.errors import (
     Unavailable,
     worker_said,
 )
-from placement.fleet import Fleet
+from placement.fleet.fleet import Fleet
+from placement.fleet.republish import Republisher
 from placement.machinelogs import app_logs
 from placement.placer import NewMachine, Placer, Round
 from placement.ports.leases import LeaseStore
-from placement.reconciler import Reconciler
-from placement.republish import Republisher
+from placement.reconciling.reconciler import Reconciler
 from placement.store import AppStore, SecretWrites, StoreUnavailable
 from placement.tokens import Tokens
-from placement.waker import Waker
+from placement.wakes.waker import Waker
 
 log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release", "secrets")  # placement's
@@ -94,7 +94,7 @@ class Placement:
     ) -> None:
         """`vault`: apps' secrets; `leases`: where the reconcile leases live (Redis when
         placements are many); `refill_bound_s`: after a registry loss, the longest the
-        reconciler waits for the workers to publish again (placement/republish.py)."""
+        reconciler waits for the workers to publish again (placement/fleet/republish.py)."""
         self.registry = registry
         self.store = store
         self.tokens = tokens
@@ -361,7 +361,7 @@ class Placement:
         answering within WAKE_STORE_WAIT_S, the one in the shared view (the registry,
         which every placement publishes to), else the one the last wake here read. That
         is enough to start a stopped machine or a spare; a new machine waits for the
-        store in the wake (placement/wakeparts.py store_retried). A stored app not known
+        store in the wake (placement/wakes/wakeparts.py store_retried). A stored app not known
         either way: StoreUnavailable (the edge may ask another placement)."""
         try:
             async with asyncio.timeout(WAKE_STORE_WAIT_S):

@@ -35,7 +35,7 @@ USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CONNECTION = ("ping", "select", "time")
 SCRIPTS = ("evalsha", "evalsha_ro", "script|load")
 # The channels a role may publish and subscribe to (and the commands for it): placement
-# hears its leases' releases (placement/adapters/coordination.py, placement/wakeclaims.py).
+# hears its leases' releases (placement/adapters/coordination.py, placement/wakes/wakeclaims.py).
 CHANNELS = {"placement": (keys.lease_released(),)}
 PUBSUB = ("publish", "subscribe", "unsubscribe")
 

@@ -50,7 +50,7 @@ from placement.metrics import PlacementMetrics
 from placement.openapi import openapi_document
 from placement.service import Placement
 from placement.store import HostTaken
-from placement.wakeparts import predictions_to
+from placement.wakes.wakeparts import predictions_to
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")

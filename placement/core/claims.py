@@ -4,10 +4,10 @@ A wake that plans to start machines claims them: existing machines it restarts a
 *claimed* (being started) from the plan on; a new machine is *placing* from the plan
 until an agent has made it (or the placing failed), then claimed, until its start ends.
 Other wakes plan around every placement's claims, so two wakes of one app start what
-both asked for, not twice as many (placement/wakeclaims.py shares them).
+both asked for, not twice as many (placement/wakes/wakeclaims.py shares them).
 
 Events in, effects out: each change returns the app whose published claims must follow
-(`Changed`); the shell (placement/wakeclaims.py) publishes them, in order and coalesced.
+(`Changed`); the shell (placement/wakes/wakeclaims.py) publishes them, in order and coalesced.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ machines) until it heartbeats under a new epoch (its agent restarted) or `failed
 passes: a worker whose heartbeat is still fresh then is trusted again, and the
 machines fenced meanwhile are destroyed, never routed to.
 
-With several placements, reports and marks are shared (placement/failuresync.py):
+With several placements, reports and marks are shared (placement/fleet/failuresync.py):
 `report` is given the reports other placements heard (`also`), and `adopt` takes a
 mark another placement made, unless this one has seen the worker under a newer epoch.
 """

@@ -1,6 +1,6 @@
 """Which apps the reconciler looks at when nothing asked: a lost worker's, and a slow sweep.
 
-Passes are asked for by change (placement/passes.py): the registry's feed, an action's
+Passes are asked for by change (placement/reconciling/passes.py): the registry's feed, an action's
 end, the reconciler's own retries. Two things change without a word in the feed, and
 this decides what they cost:
 

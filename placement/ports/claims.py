@@ -1,5 +1,5 @@
 """The claim book port: what every placement's wakes of an app are starting, and the
-edges' demand (placement/wakeclaims.py says how wakes use it)."""
+edges' demand (placement/wakes/wakeclaims.py says how wakes use it)."""
 
 from __future__ import annotations
 

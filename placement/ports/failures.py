@@ -1,5 +1,5 @@
 """The failure book port: edges' reports about workers and the marks placements make,
-shared by every placement (placement/failuresync.py says how they are used)."""
+shared by every placement (placement/fleet/failuresync.py says how they are used)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ from placement.adapters.coordination import RedisCoordination
 from placement.adapters.memory import MemoryClaimBook, MemoryFailureBook, MemoryLeaseStore
 from placement.core.claims import Claims
 from placement.core.failures import WorkerFailures
-from placement.failuresync import FailureSync
+from placement.fleet.failuresync import FailureSync
 from placement.leases import LeaseKeeper
 from placement.ports.failures import MAX_REPORTS
 from placement.ports.leases import Taken
-from placement.wakeclaims import WakeClaims
+from placement.wakes.wakeclaims import WakeClaims
 from tests.support.lease_watch import released_heard
 
 

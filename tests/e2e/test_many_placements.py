@@ -27,7 +27,7 @@ from thaw.imagebuild import BuildOverrides, build_image
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ECHO = Path(__file__).parent / "apps" / "echo"
-LEASE_TTL_S = 5.0  # placement's reconciler lease (placement/reconciler.py)
+LEASE_TTL_S = 5.0  # placement's reconciler lease (placement/reconciling/reconciler.py)
 
 
 @pytest.fixture(scope="module")

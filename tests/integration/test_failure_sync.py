@@ -1,5 +1,5 @@
 """Placements share failure reports and marks through a book; the book away, each judges
-alone and picks the marks up again when it is back (placement/failuresync.py)."""
+alone and picks the marks up again when it is back (placement/fleet/failuresync.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from placement.adapters.memory import MemoryFailureBook
 from placement.core.failures import WorkerFailures
 from placement.errors import Unavailable
-from placement.failuresync import FailureSync
+from placement.fleet.failuresync import FailureSync
 from placement.ports.failures import SharedMark
 
 

@@ -1,6 +1,6 @@
-"""When the reconciler passes over an app (placement/passes.py), on a memory registry and
-memory leases: one pass at a time whoever asks, passes on change rather than on a clock,
-and an app another placement held is taken over once its lease lapses."""
+"""When the reconciler passes over an app (placement/reconciling/passes.py), on a memory
+registry and memory leases: one pass at a time whoever asks, passes on change rather than
+on a clock, and an app another placement held is taken over once its lease lapses."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from ground.appconfig import parse
 from ground.registry.memory import MemoryRegistry
 from placement.adapters.memory import MemoryLeaseStore
 from placement.leases import LeaseKeeper
-from placement.passes import Passes, lease_name
 from placement.ports.leases import Lease
+from placement.reconciling.passes import Passes, lease_name
 
 APPS = [f"app{i:02d}" for i in range(50)]
 

@@ -12,7 +12,7 @@ import pytest
 from ground.registry.memory import MemoryRegistry
 from ground.registry.redis import RedisRegistry
 from ground.registry.types import Change, WorkerStatus
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleetindex import FleetIndex
 from tests.support.loopturns import LoopTurns
 from tests.support.placement_helpers import eventually
 from tests.support.redis_server import RedisServer, start_redis_server

@@ -13,8 +13,8 @@ from ground.registry.memory import MemoryRegistry
 from ground.registry.types import WorkerStatus
 from placement.core.failures import WorkerFailures
 from placement.core.market import MarketParams
-from placement.fleet import ImageInfo
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleet import ImageInfo
+from placement.fleet.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 
@@ -23,7 +23,7 @@ NOW = 1_000.0
 
 
 class Fleet:
-    """What Placer asks of placement.fleet.Fleet for a decision."""
+    """What Placer asks of placement.fleet.fleet.Fleet for a decision."""
 
     def __init__(self) -> None:
         self.failures = WorkerFailures(lambda: NOW)

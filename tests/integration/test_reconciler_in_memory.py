@@ -14,11 +14,11 @@ import pytest
 
 from ground.appconfig import AppConfig, GuestConfig
 from placement.applocks import AppLocks
-from placement.reconciler import Reconciler
-from placement.republish import Republisher
+from placement.fleet.republish import Republisher
+from placement.reconciling.reconciler import Reconciler
 from placement.store.apps import SqlAppStore
 from placement.store.factory import open_store
-from placement.waker import Waker
+from placement.wakes.waker import Waker
 from tests.support.memory_placement import MemoryPlacement, memory_placement
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

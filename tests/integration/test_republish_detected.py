@@ -1,4 +1,4 @@
-"""A lost registry is detected, not polled (placement/republish.py): with the safety
+"""A lost registry is detected, not polled (placement/fleet/republish.py): with the safety
 timer out of play and no pass or wake asking, a Redis restarted empty is noticed when
 the change feed's connection is made again, a flushed one when a worker's heartbeat
 names the new generation, and every stored app is published again."""
@@ -16,10 +16,10 @@ from ground.appconfig import AppConfig
 from ground.registry.follow import follow
 from ground.registry.redis import RedisRegistry
 from ground.registry.types import Change, WorkerStatus
-from placement import republish
 from placement.applocks import AppLocks
-from placement.fleetindex import FleetIndex
-from placement.republish import Republisher
+from placement.fleet import republish
+from placement.fleet.fleetindex import FleetIndex
+from placement.fleet.republish import Republisher
 from placement.store.factory import open_store
 from tests.support.redis_server import start_redis_server
 

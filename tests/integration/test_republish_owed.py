@@ -1,6 +1,6 @@
 """An app stored while the registry would not take its copy: the owner's call succeeds
 (the store, the truth, has it) and the copy is published as soon as the registry takes
-it, without a loss or a restart (placement/republish.py `publish`, `owed`)."""
+it, without a loss or a restart (placement/fleet/republish.py `publish`, `owed`)."""
 
 from __future__ import annotations
 

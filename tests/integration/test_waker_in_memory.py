@@ -13,7 +13,7 @@ import pytest
 from ground.appconfig import AppConfig, Concurrency, GuestConfig
 from placement.api import WakeRequest
 from placement.errors import PlacementError
-from placement.waker import Waker
+from placement.wakes.waker import Waker
 from tests.support.memory_placement import MemoryPlacement, memory_placement
 from tests.support.memory_workers import MemoryWorker
 

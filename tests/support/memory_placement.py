@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from ground.registry.memory import MemoryRegistry
 from placement.core.market import MarketParams
-from placement.fleet import Fleet
-from placement.fleetindex import FleetIndex
+from placement.fleet.fleet import Fleet
+from placement.fleet.fleetindex import FleetIndex
 from placement.metrics import PlacementMetrics
 from placement.placer import Placer
 from tests.support.memory_workers import MemoryWorkers

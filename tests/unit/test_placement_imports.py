@@ -102,7 +102,7 @@ def test_the_floors_are_what_they_say() -> None:
     """The rule itself: a few modules where they belong (a typo in FLOORS fails here)."""
     assert [FLOORS[floor_of(name)][0] for name in (
         "placement.core.market", "placement.ports.workers", "placement.errors",
-        "placement.adapters.coordination", "placement.store.sqlite", "placement.waker",
+        "placement.adapters.coordination", "placement.store.sqlite", "placement.wakes.waker",
         "placement.adapters.http", "placement.runner",
     )] == ["core", "ports", "ports", "driven adapters", "driven adapters", "shell",
            "API adapters", "composition root"]
@@ -119,3 +119,21 @@ def test_placement_speaks_in_types_not_untyped_dicts() -> None:
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if untyped.search(line)]
     assert found == []
+
+
+# The shell's rooms, each importing only those before it: the fleet (what workers and
+# machines there are), the wakes (which start machines on it), the reconciling (which
+# wakes and places to keep each app's shape).
+ROOMS = ("fleet", "wakes", "reconciling")
+
+
+def test_the_shells_rooms_import_one_way_fleet_then_wakes_then_reconciling() -> None:
+    backward = []
+    for rank, room in enumerate(ROOMS):
+        for path in sorted((PLACEMENT / room).rglob("*.py")):
+            for target in sorted(imported_modules(path)):
+                parts = target.split(".")
+                if len(parts) > 1 and parts[0] == "placement" and parts[1] in ROOMS \
+                        and ROOMS.index(parts[1]) > rank:
+                    backward.append(f"{module_name(path)} -> {target}")
+    assert backward == []

@@ -1,6 +1,6 @@
 """What the reconciler's actions do: start, destroy, create, replace, fence, roll back.
 
-`AppActions.launch` carries out one pass's actions for an app (placement/reconciler.py
+`AppActions.launch` carries out one pass's actions for an app (placement/reconciling/reconciler.py
 decides them with `core.reconcile`): each runs as a task through the reconciler's
 `spawn`, which drops it when the app's reconcile lease was lost meanwhile and makes
 the agents' calls carry the lease's fencing token. What an action works on stays busy
@@ -28,7 +28,7 @@ from placement.core import reconcile as core
 from placement.core.ends import new_ends
 from placement.core.offers import NoCapacity
 from placement.errors import PlacementError
-from placement.fleet import Fleet
+from placement.fleet.fleet import Fleet
 from placement.metrics import outcome_class
 from placement.placer import NewMachine, Placer, Round
 from placement.ports.leases import Lease

@@ -51,12 +51,12 @@ from placement.core.wake import (
     wake_failure,
 )
 from placement.errors import Conflict, PlacementError, worker_said
-from placement.fleet import Fleet
+from placement.fleet.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from placement.ports.workers import Refused, Unreachable
 from placement.store import StoreUnavailable
-from placement.wakeclaims import DEMAND_AFTER_S, WakeClaims
-from placement.wakeparts import (
+from placement.wakes.wakeclaims import DEMAND_AFTER_S, WakeClaims
+from placement.wakes.wakeparts import (
     IMAGE_REFUSALS,
     Failed,
     NewMachines,
@@ -86,7 +86,8 @@ class Waker:
         is_current: Callable[[AppConfig], Awaitable[bool]], claims: WakeClaims | None = None,
     ) -> None:
         """`is_current(config)`: the app still exists as that incarnation (the store);
-        `claims`: what this and other placements' wakes are starting (placement/wakeclaims)."""
+        `claims`: what this and other placements' wakes are starting
+        (placement/wakes/wakeclaims.py)."""
         self.fleet = fleet
         self.is_current = is_current
         self.boots = BootHistory()  # each app's boot spans, for predictions
@@ -96,7 +97,7 @@ class Waker:
         self.claims = claims or WakeClaims()
         self.background: set[asyncio.Task[Outcome]] = set()
         # Waits (until a loop time) for the registry's view to be whole again after a
-        # loss; whether it is (placement/republish.py). None: it is always taken as is.
+        # loss; whether it is (placement/fleet/republish.py). None: it is always taken as is.
         self.view_whole: Callable[[float], Awaitable[bool]] | None = None
 
     async def close(self) -> None:

@@ -1,5 +1,5 @@
 """The parts of one wake: its outcomes, its machines' slots in the forecast, and its new
-machines' market round (placement/waker.py runs the wake with them).
+machines' market round (placement/wakes/waker.py runs the wake with them).
 
 `Slot`: one machine of the wake, its place in the wake's forecast (the prediction
 goes to the sink set by `predictions_to`, the HTTP route's) and its start counted in

@@ -29,7 +29,7 @@ from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
 from placement.core.liveness import Beat, Judgement, Liveness
 from placement.errors import NotFound, PlacementError, Unavailable, worker_said
-from placement.failuresync import FailureSync
+from placement.fleet.failuresync import FailureSync
 from placement.ports.failures import FailureBook
 from placement.ports.workers import Refused, Unreachable, Workers
 
@@ -77,7 +77,7 @@ class Fleet:
         failed_mark_s: float = 30.0,
     ) -> None:
         """`failure_book`: edges' reports and failure marks shared with other placements
-        (placement/failuresync.py; None: this placement judges alone); `route_keys`: make
+        (placement/fleet/failuresync.py; None: this placement judges alone); `route_keys`: make
         machines' tickets, and read only machine records sealed with one (None: every
         record is taken, as before); `failed_mark_s`: how long a failure mark holds
         (core/failures.py)."""

@@ -1,7 +1,7 @@
 """The reconciler's shell: observe an app, ask `core.reconcile`, have the actions carried
-out (placement/appactions.py).
+out (placement/reconciling/appactions.py).
 
-One entry point per app, `reconcile_app(app, lease)`, run by `placement/passes.py`
+One entry point per app, `reconcile_app(app, lease)`, run by `placement/reconciling/passes.py`
 only (when, one pass at a time per app whatever asked — `pass_now` waits for one — and
 only under the app's reconcile lease: one placement at a time acts on an app). A pass
 observes (the app's config and current release from the store, its machines from the
@@ -29,20 +29,20 @@ from agent.api import MachineView
 from ground.registry import Registry
 from placement.adapters.agents import fenced_by
 from placement.adapters.memory import MemoryLeaseStore
-from placement.appactions import ROLLING_OUT, AppActions, AppWork
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core import sweep
 from placement.core.wake import machine_release
-from placement.fleet import Fleet
+from placement.fleet.fleet import Fleet
+from placement.fleet.republish import Republisher
 from placement.leases import LeaseKeeper
 from placement.metrics import machine_counts
-from placement.passes import Passes
 from placement.placer import Placer
 from placement.ports.leases import Lease, LeaseStore
-from placement.republish import Republisher
+from placement.reconciling.appactions import ROLLING_OUT, AppActions, AppWork
+from placement.reconciling.passes import Passes
 from placement.store import AppStore
-from placement.waker import Waker
+from placement.wakes.waker import Waker
 
 log = logging.getLogger("thaw.placement")
 LEASE_TTL_S = 5.0  # an app's reconcile lease: a dead holder's apps are taken over after it
@@ -77,7 +77,7 @@ class Reconciler:
                              new_worker=lambda w: w not in self._workers_seen,
                              gone_workers=self._apps_on_gone_workers, busy=self._busy)
 
-    # -- triggers (placement/passes.py) ------------------------------------------------
+    # -- triggers (placement/reconciling/passes.py) ------------------------------------------------
 
     def start(self) -> None:
         self.passes.start()
