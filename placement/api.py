@@ -3,12 +3,13 @@ takes and answers. The OpenAPI document is generated from these (placement/opena
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
 from agent.api import MachineView
 from ground.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
+from placement.core.releases import ReleaseStatus
 from placement.core.secrets import MAX_SECRET_VALUE_BYTES
 
 MAX_DEADLINE_MS = 3_600_000
@@ -147,9 +148,6 @@ class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
     message: str
     field: str | None = None
     holder: str | None = None
-
-
-ReleaseStatus = Literal["pending", "rolling", "complete", "failed", "rolled_back"]
 
 
 class Release(msgspec.Struct, frozen=True):

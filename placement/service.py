@@ -269,7 +269,7 @@ class Placement:
             if release is None:
                 raise Conflict(f"app {name} already runs what release {version} ran",
                                code="conflict")
-            if was is not None and was.status != "failed":
+            if was is not None:  # (a failed one stays failed: the table)
                 await self.store.set_release_status(current.uid, was.version, "rolled_back",
                                                     f"rolled back to {version}")
             await self.republisher.publish(stored)

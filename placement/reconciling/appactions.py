@@ -37,7 +37,6 @@ from placement.store import AppStore
 
 log = logging.getLogger("thaw.placement")
 DECLINED_FOR_S = 30.0  # a worker that declined to start a standby is not asked again soon
-ROLLING_OUT = ("pending", "rolling")
 LOST_RECORD_AT = 2.0**53  # a lost machine's record: newer than any its agent may publish
 Spawn = Callable[[str, "AppWork", Coroutine[Any, Any, None]], None]
 

@@ -32,6 +32,7 @@ from placement.adapters.memory import MemoryLeaseStore
 from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core import sweep
+from placement.core.releases import ROLLING_OUT
 from placement.core.wake import machine_release
 from placement.fleet.fleet import Fleet
 from placement.fleet.republish import Republisher
@@ -39,7 +40,7 @@ from placement.leases import LeaseKeeper
 from placement.metrics import machine_counts
 from placement.placer import Placer
 from placement.ports.leases import Lease, LeaseStore
-from placement.reconciling.appactions import ROLLING_OUT, AppActions, AppWork
+from placement.reconciling.appactions import AppActions, AppWork
 from placement.reconciling.passes import Passes
 from placement.store import AppStore
 from placement.wakes.waker import Waker

@@ -20,6 +20,7 @@ import msgspec
 from ground.appconfig import AppConfig
 from ground.hostnames import BadHost, normalize_host
 from placement.api import AppEvent, Release
+from placement.core.releases import ReleaseStatus, may_become
 from placement.errors import Conflict, NotFound
 from placement.store.database import Database, Tx, decode, encode
 from placement.store.port import EVENTS_KEPT, HostTaken, SecretWrites, StoredSecret
@@ -111,14 +112,18 @@ class SqlAppStore:
         found = await self._read_one("SELECT MAX(version) FROM releases WHERE uid = $1", uid)
         return int(found or 0)
 
-    async def set_release_status(self, uid: str, version: int, status: str, reason: str = "",
-                                 config: AppConfig | None = None) -> AppConfig | None:
+    async def set_release_status(self, uid: str, version: int, status: ReleaseStatus,
+                                 reason: str = "", config: AppConfig | None = None
+                                 ) -> AppConfig | None:
         async with self._db.transaction() as tx:
             found = await tx.row("SELECT record FROM releases WHERE uid = $1 AND version = $2"
                                  f"{self._for_update}", uid, version)
             if found is None:
                 raise NotFound(f"release {version} not found")
             was = decode(found[0], Release)
+            if not may_become(was.status, status):  # (the table: nothing is written)
+                log.info("release %d stays %s: not marked %s", version, was.status, status)
+                return None
             changed = msgspec.structs.replace(was, status=status,
                                               reason=reason or was.reason)
             await tx.execute("UPDATE releases SET record = $1 WHERE uid = $2 AND version = $3",

@@ -18,6 +18,7 @@ from typing import Protocol
 from ground.appconfig import AppConfig
 from ground.auth.tokens import TokenRecord
 from placement.api import AppEvent, Release
+from placement.core.releases import ReleaseStatus
 from placement.errors import Conflict, Unavailable
 
 EVENTS_KEPT = 500  # per app: older events are trimmed as new ones are added
@@ -120,10 +121,12 @@ class AppStore(Protocol):
         """The highest release version (0: none)."""
         ...
 
-    async def set_release_status(self, uid: str, version: int, status: str, reason: str = "",
-                                 config: AppConfig | None = None) -> AppConfig | None:
+    async def set_release_status(self, uid: str, version: int, status: ReleaseStatus,
+                                 reason: str = "", config: AppConfig | None = None
+                                 ) -> AppConfig | None:
         """Mark a release's status; with `config`, also write it (as `update` does, without
-        a release) in the same transaction, and return it."""
+        a release) in the same transaction, and return it. A move the table refuses
+        (placement/core/releases.py: an ended release) writes nothing and returns None."""
         ...
 
     async def add_event(self, uid: str, event: AppEvent) -> None:

@@ -169,6 +169,29 @@ async def test_releases_are_added_with_changes_and_their_status_set_with_a_confi
         await apps.set_release_status(v1.uid, 9, "complete")
 
 
+async def test_an_ended_release_is_not_moved_and_nothing_is_written_with_it(
+    backend: Backend,
+) -> None:
+    """The table of placement/core/releases.py, kept by the store: a release rolled back
+    is not marked complete by a pass that raced the rollback, nor a failed one rolled
+    back; the config given with the refused move is not written either."""
+    apps = backend.store.apps
+    v1 = await apps.create(app("hello", release=1), release(app("hello")))
+    assert await apps.set_release_status(v1.uid, 1, "rolled_back", "rolled back to 0") is None
+    assert await apps.set_release_status(v1.uid, 1, "complete", "late pass") is None
+    changed = msgspec.structs.replace(v1, max_machines=4)
+    assert await apps.set_release_status(v1.uid, 1, "failed", "late", config=changed) is None
+    assert (await apps.get("hello")).max_machines == v1.max_machines
+    record = await apps.release(v1.uid, 1)
+    assert record is not None and (record.status, record.reason) == (
+        "rolled_back", "rolled back to 0")
+    v2 = await apps.update(msgspec.structs.replace(v1, release=2), release(v1, 2))
+    await apps.set_release_status(v2.uid, 2, "failed", "crashed")
+    await apps.set_release_status(v2.uid, 2, "rolled_back", "rolled back to 1")
+    record = await apps.release(v2.uid, 2)
+    assert record is not None and (record.status, record.reason) == ("failed", "crashed")
+
+
 async def test_a_release_status_is_not_set_when_its_config_is_stale(backend: Backend) -> None:
     apps = backend.store.apps
     v1 = await apps.create(app("hello", release=1), release(app("hello")))
