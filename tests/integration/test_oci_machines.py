@@ -147,6 +147,11 @@ def test_the_attackers_escapes_are_refused_from_inside(
     machine = started(agent, images["probe"])
     attacks = ask(machine, "/attack")
     assert {name: result for name, result in attacks.items() if result == "ok"} == {}
+    # the namespaces and the calls the seccomp profile refuses: refused as such
+    refused = [f"unshare_{ns}" for ns in ("net", "pid", "uts", "ipc", "cgroup")] + [
+        "bpf", "perf_event_open", "keyctl", "add_key", "userfaultfd", "open_by_handle_at",
+        "kexec_load"]
+    assert {name: attacks[name] for name in refused} == dict.fromkeys(refused, "EPERM")
     status = ask(machine, "/status")
     expected = sum(1 << CAP_BITS[name] for name in DEFAULT_CAPABILITIES)
     assert int(status["CapEff"], 16) == expected  # root inside, with Podman's set only
