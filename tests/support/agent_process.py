@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from agent.core.oplog_codec import decode
 from agent.core.state import replay
+from agent.procfs import read_stat
 from tests.support.credentials import ENV, bearer, signed_headers
 from tests.support.machines import TEST_DRIVER, sweep
 from tests.support.ports import free_port, wait_for_port
@@ -91,15 +92,20 @@ class AgentProcess:
                 self.proc.wait()
             self.proc = None
 
+    def exit_status(self) -> str:
+        """'runs', or how the agent process ended (a signal names who may have killed it)."""
+        if self.proc is None:
+            return "was stopped by the test"
+        try:
+            code = self.proc.wait(timeout=2)  # a crash is flushing its traceback
+        except subprocess.TimeoutExpired:
+            return "still runs"
+        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
     def machine_pids(self) -> list[int]:
-        """Pids the op log knows of, plus unrecorded ones found by machine id."""
-        log = self.state_dir / "oplog"
-        if not log.exists():
-            return []
-        state = replay(decode(log.read_bytes()).records)
-        pids = [m.process.pid for m in state.machines.values() if m.process is not None]
-        pids += find_machine_processes(set(state.machines))
-        return sorted(set(pids))
+        """Pids the op log knows of that are still those processes, plus unrecorded ones
+        found by machine id."""
+        return recorded_machine_pids([self.state_dir / "oplog"])
 
     def close(self) -> None:
         self.cleanup()
@@ -124,11 +130,33 @@ class AgentProcess:
                 "GET", f"{self.url}/v1/machines/{mid}/wait?state={state}&timeout_s={timeout_s}",
                 timeout_s=timeout_s + 5,
             )
-        except OSError as exc:  # the agent is gone: what it said before it went
-            raise AssertionError(f"{exc}; the agent's log:\n"
+        except OSError as exc:  # the agent is gone: how it went, what it said before
+            raise AssertionError(f"{exc}; the agent {self.exit_status()}; its log:\n"
                                  f"{self.log_path.read_text()[-3000:]}") from None
         assert status == 200, (status, body, self.log_path.read_text()[-3000:])
         return body  # type: ignore[no-any-return]
+
+
+def recorded_machine_pids(oplogs: list[Path]) -> list[int]:
+    """The machine processes these op logs record that still run — the pid *and* its start
+    time must match, since a recorded pid of a machine long gone may by now be any process
+    of the host (pids wrap at 32,768 here: a full test run reuses them) — plus every process
+    that carries one of their machine ids."""
+    ids: set[str] = set()
+    pids: set[int] = set()
+    for log in oplogs:
+        if not log.exists():
+            continue
+        state = replay(decode(log.read_bytes()).records)
+        ids |= set(state.machines)
+        pids |= {m.process.pid for m in state.machines.values()
+                 if m.process is not None and same_process(m.process.pid, m.process.start_time)}
+    return sorted(pids | set(find_machine_processes(ids)))
+
+
+def same_process(pid: int, start_time: int) -> bool:
+    stat = read_stat(pid)
+    return stat is not None and stat.start_time == start_time
 
 
 def find_machine_processes(machine_ids: set[str]) -> list[int]:

@@ -10,9 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.core.oplog_codec import decode
-from agent.core.state import replay
-from tests.support.agent_process import find_machine_processes, kill_group
+from tests.support.agent_process import kill_group, recorded_machine_pids
 from tests.support.machines import sweep
 from tests.support.ports import free_ports
 
@@ -102,14 +100,7 @@ class ThawUp:
         return code
 
     def machine_pids(self) -> list[int]:
-        ids: set[str] = set()
-        pids: set[int] = set()
-        for log in self.state_dir.glob("agent-*/oplog"):
-            state = replay(decode(log.read_bytes()).records)
-            ids |= set(state.machines)
-            pids |= {m.process.pid for m in state.machines.values() if m.process is not None}
-        alive = {pid for pid in pids if Path(f"/proc/{pid}").exists()}
-        return sorted(alive | set(find_machine_processes(ids)))
+        return recorded_machine_pids(sorted(self.state_dir.glob("agent-*/oplog")))
 
     def cleanup(self) -> None:
         self.stop()
