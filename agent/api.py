@@ -9,6 +9,7 @@ import msgspec
 from agent.core.machine import MachineState
 from agent.core.records import Guest as Guest  # (re-exported: part of the wire types)
 from agent.core.records import Health as Health
+from ground.registry.types import MachineFacts, WorkerFacts
 
 Text = Annotated[str, msgspec.Meta(max_length=1024)]
 # what `MachineView.state` may be (the agent's machine states, agent/core/machine.py)
@@ -57,22 +58,13 @@ class EventView(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
-class MachineView(msgspec.Struct, frozen=True):
-    id: str
-    app: str
-    worker: str
-    region: str
-    state: str
+class MachineView(MachineFacts, frozen=True, kw_only=True):
+    """A machine as its agent answers: its facts, and what it was asked to run."""
+
     image: str
-    image_digest: str
-    address: str
     pid: int
-    created_at: float
-    updated_at: float
     guest: Guest
     events: list[EventView]
-    app_uid: str = ""  # the incarnation of the app it belongs to
-    release: int = 0  # the app's release it was made for
     for_spares: bool = False  # made to keep the app's spares (see Offer)
 
 
@@ -120,19 +112,12 @@ class ErrorView(msgspec.Struct, frozen=True):
     message: str = ""
 
 
-class StatusView(msgspec.Struct, frozen=True):
-    id: str
-    epoch: int
-    region: str
-    url: str
-    cpus: float
-    memory_mb: int
-    reserved_cpus: float
-    reserved_memory_mb: int
-    machines: dict[str, int]  # state -> count
+class StatusView(WorkerFacts, frozen=True, kw_only=True):
+    """`GET /v1/status`: the worker's facts as its heartbeat says them (`disk_full`: offers
+    and starts get 503), what runs its machines and what its image cache holds."""
+
+    machine_states: dict[str, int]  # state -> count
     driver: str  # what runs machines: oci/runc, bubblewrap, process
     isolated: bool  # machines are a boundary between tenants (own userland, network, limits)
     layers: int
     layer_bytes: int
-    disk_full: bool = False  # the op log cannot be written now: offers and starts get 503
-    pull_blocked: str = ""  # why no image can be pulled now (disk below the cache's reserve)

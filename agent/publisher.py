@@ -21,7 +21,14 @@ from agent.core.machine import MachineState
 from agent.core.state import Machine
 from agent.service import Agent
 from ground.auth import tickets
-from ground.registry import MachineRecord, Registry, WorkerStatus
+from ground.registry import (
+    MachineFacts,
+    MachineRecord,
+    Registry,
+    WorkerFacts,
+    WorkerStatus,
+    facts_of,
+)
 from ground.registry.generation import GenerationWatch
 from ground.registry.readiness import registry_answers
 from ground.registry.types import MachineEvent as RegistryEvent
@@ -56,37 +63,45 @@ class Publisher:
         self._layers_dirty = True
         self._kick.set()
 
-    def status(self) -> StatusView:
+    def facts(self) -> WorkerFacts:
+        """What this worker says of itself to every reader (placement and /v1/status)."""
         agent = self.agent
         cpus, memory = agent.state.reserved()
+        machines = agent.state.machines.values()
+        starting = sum(1 for m in machines if m.state is MachineState.STARTING)
+        started = sum(1 for m in machines if m.state is MachineState.STARTED)
+        return WorkerFacts(
+            id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
+            url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
+            reserved_cpus=cpus, reserved_memory_mb=memory, machines_starting=starting,
+            machines_running=starting + started, machines=len(agent.state.machines),
+            draining=agent.draining, disk_full=agent.disk_short(),
+            pull_blocked=agent.cache.pull_blocked(),
+        )
+
+    def _observed(self) -> dict[str, int]:
+        """The cache's layers (digest -> bytes), with the machine and cache gauges set."""
+        agent = self.agent
         layers = agent.cache.layers()
         agent.metrics.layer_bytes.set(sum(layers.values()))
         counts = Counter(m.state.value for m in agent.state.machines.values())
         for state in MachineState:
             agent.metrics.machines.labels(state.value).set(counts.get(state.value, 0))
+        return layers
+
+    def status(self) -> StatusView:
+        agent = self.agent
+        layers = self._observed()
+        counts = Counter(m.state.value for m in agent.state.machines.values())
         return StatusView(
-            id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
-            url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
-            reserved_cpus=cpus, reserved_memory_mb=memory, machines=dict(counts),
-            driver=agent.driver.name, isolated=agent.driver.isolated, layers=len(layers),
-            layer_bytes=sum(layers.values()), disk_full=agent.disk_short(),
-            pull_blocked=agent.cache.pull_blocked(),
+            **facts_of(self.facts()), machine_states=dict(counts), driver=agent.driver.name,
+            isolated=agent.driver.isolated, layers=len(layers),
+            layer_bytes=sum(layers.values()),
         )
 
     def worker_status(self) -> WorkerStatus:
-        view = self.status()
-        starting = sum(
-            1 for m in self.agent.state.machines.values() if m.state is MachineState.STARTING
-        )
         return WorkerStatus(
-            id=view.id, epoch=view.epoch, region=view.region, url=view.url, cpus=view.cpus,
-            memory_mb=view.memory_mb, reserved_cpus=view.reserved_cpus,
-            reserved_memory_mb=view.reserved_memory_mb, machines_starting=starting,
-            draining=self.agent.draining, layers=self.agent.cache.layers(),
-            updated_at=self.agent.clock(), disk_full=view.disk_full,
-            pull_blocked=view.pull_blocked,
-            machines_running=starting + view.machines.get(MachineState.STARTED.value, 0),
-            machines=len(self.agent.state.machines),
+            **facts_of(self.facts()), layers=self._observed(), updated_at=self.agent.clock(),
             # Whole pulls' rate (bytes downloaded over resolve-to-unpacked time, an EWMA),
             # not the downloads' alone: what placement predicts a machine's pull by.
             pull_bytes_per_s=round(self.agent.cache.stats.bytes_per_s, 1),
@@ -179,14 +194,21 @@ class Publisher:
             log.warning("registry publish failed: %s", exc)
 
 
+def machine_facts(agent: Agent, machine: Machine) -> MachineFacts:
+    return MachineFacts(
+        id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
+        state=machine.state.value, image_digest=machine.image_digest,
+        created_at=machine.created_at, updated_at=machine.updated_at,
+        address=agent.address(machine), app_uid=machine.spec.app_uid,
+        release=machine.spec.release,
+    )
+
+
 def machine_view(agent: Agent, machine: Machine) -> MachineView:
     return MachineView(
-        id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
-        state=machine.state.value, image=machine.spec.image, image_digest=machine.image_digest,
-        address=agent.address(machine), pid=machine.process.pid if machine.process else 0,
-        created_at=machine.created_at, updated_at=machine.updated_at, guest=machine.spec.guest,
+        **facts_of(machine_facts(agent, machine)), image=machine.spec.image,
+        pid=machine.process.pid if machine.process else 0, guest=machine.spec.guest,
         events=[EventView(e.state.value, e.event, e.at, e.reason) for e in machine.events],
-        app_uid=machine.spec.app_uid, release=machine.spec.release,
         for_spares=machine.spec.for_spares,
     )
 
@@ -194,12 +216,8 @@ def machine_view(agent: Agent, machine: Machine) -> MachineView:
 def machine_record(agent: Agent, machine: Machine) -> MachineRecord:
     """The machine's registry record, sealed with its route ticket when it has one."""
     record = MachineRecord(
-        id=machine.id, app=machine.spec.app, worker=agent.worker_id, region=agent.config.region,
-        state=machine.state.value, image_digest=machine.image_digest,
-        created_at=machine.created_at, updated_at=machine.updated_at,
-        address=agent.address(machine), epoch=agent.state.epoch,
+        **facts_of(machine_facts(agent, machine)), epoch=agent.state.epoch,
         events=[RegistryEvent(e.state.value, e.at, e.reason) for e in machine.events],
-        app_uid=machine.spec.app_uid, release=machine.spec.release,
     )
     if not machine.spec.ticket:
         return record

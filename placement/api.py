@@ -9,6 +9,7 @@ import msgspec
 
 from agent.api import MachineView
 from ground.appconfig import MAX_SECRETS, AppConfig, AppName, EnvName, RegionOrPrimary, Strategy
+from ground.registry.types import WorkerFacts
 from placement.core.releases import ReleaseStatus
 from placement.core.secrets import MAX_SECRET_VALUE_BYTES
 
@@ -217,25 +218,14 @@ class MachineWaited(msgspec.Struct, frozen=True):
     state: str
 
 
-class WorkerView(msgspec.Struct, frozen=True):
-    id: str
-    epoch: int
-    region: str
-    url: str
-    cpus: float
-    memory_mb: int
-    reserved_cpus: float
-    reserved_memory_mb: int
-    machines_starting: int
-    draining: bool
+class WorkerView(WorkerFacts, frozen=True, kw_only=True):
+    """`GET /v1/workers`: a worker's facts as its last heartbeat said them, and placement's
+    judgement of it."""
+
     layers: int
     layer_bytes: int
     updated_at: float
     healthy: bool
-    disk_full: bool = False
-    pull_blocked: str = ""  # why it cannot pull an image now ("": it can)
-    machines_running: int = 0  # starting or started: what reserved_* are held for
-    machines: int = 0
     failed: str = ""  # why placement counts it failed although it heartbeats ("": it does not)
 
 

@@ -31,7 +31,7 @@ from ground.appconfig import (
     patched,
 )
 from ground.hostnames import within_domain
-from ground.registry import Registry
+from ground.registry import Registry, facts_of
 from ground.registry.readiness import registry_answers
 from placement.api import (
     AppDeleted,
@@ -435,14 +435,9 @@ class Placement:
                          key=lambda w: w.id)
         return [
             WorkerView(
-                id=w.id, epoch=w.epoch, region=w.region, url=w.url, cpus=w.cpus,
-                memory_mb=w.memory_mb, reserved_cpus=w.reserved_cpus,
-                reserved_memory_mb=w.reserved_memory_mb, machines_starting=w.machines_starting,
-                draining=w.draining, layers=len(w.layers), layer_bytes=sum(w.layers.values()),
+                **facts_of(w), layers=len(w.layers), layer_bytes=sum(w.layers.values()),
                 updated_at=w.updated_at, healthy=w.id in judgement.live and mark is None,
-                disk_full=w.disk_full, machines_running=w.machines_running,
-                machines=w.machines, failed=mark.reason if mark is not None else "",
-                pull_blocked=w.pull_blocked,
+                failed=mark.reason if mark is not None else "",
             )
             for w in workers
             for mark in [self.fleet.failures.failed(w.id, w.epoch)]

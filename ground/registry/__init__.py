@@ -6,6 +6,17 @@ connect, never a wrong result.
 """
 
 from ground.registry.port import Registry
-from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.registry.types import (
+    Change,
+    MachineFacts,
+    MachineRecord,
+    PlacementAdvert,
+    WorkerFacts,
+    WorkerStatus,
+    facts_of,
+)
 
-__all__ = ["Change", "MachineRecord", "PlacementAdvert", "Registry", "WorkerStatus"]
+__all__ = [
+    "Change", "MachineFacts", "MachineRecord", "PlacementAdvert", "Registry", "WorkerFacts",
+    "WorkerStatus", "facts_of",
+]

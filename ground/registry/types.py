@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -25,8 +26,12 @@ class PlacementAdvert(msgspec.Struct, frozen=True):
     seal: str = ""
 
 
-class WorkerStatus(msgspec.Struct, frozen=True):
-    """A worker's heartbeat. `epoch` is a fencing token that grows on every agent start."""
+class WorkerFacts(msgspec.Struct, frozen=True):
+    """What every view of a worker says, named once: who it is (`epoch`, a fencing token
+    that grows on every agent start), where it answers, its size and what is reserved of
+    it, its machines, and whether it takes changes and pulls now. The heartbeat
+    (`WorkerStatus`), the agent's `/v1/status` (`agent.api.StatusView`) and placement's
+    `/v1/workers` (`placement.api.WorkerView`) are each these facts plus their own."""
 
     id: str
     epoch: int
@@ -37,16 +42,29 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     reserved_cpus: float = 0.0
     reserved_memory_mb: int = 0
     machines_starting: int = 0
+    machines_running: int = 0  # starting or started (what the reservations are for)
+    machines: int = 0  # that exist, in any state
     draining: bool = False
-    layers: dict[str, int] = msgspec.field(default_factory=dict)
-    updated_at: float = 0.0
     disk_full: bool = False  # its op log could not be written: it takes no changes now
     # why it cannot pull an image now ("" when it can): its free disk, even with what its
     # image cache may evict gone, is below the cache's reserve. It still takes machines
     # whose image's layers it holds.
     pull_blocked: str = ""
-    machines_running: int = 0  # starting or started (what the reservations are for)
-    machines: int = 0  # that exist, in any state
+
+
+def facts_of(view: WorkerFacts | MachineFacts) -> dict[str, Any]:
+    """The facts of `view` (a worker's or a machine's) as keywords, to build another view
+    of the same worker or machine from."""
+    kind = WorkerFacts if isinstance(view, WorkerFacts) else MachineFacts
+    return {name: getattr(view, name) for name in kind.__struct_fields__}
+
+
+class WorkerStatus(WorkerFacts, frozen=True):
+    """A worker's heartbeat: its facts, the layers it holds and what placement needs to
+    predict a pull and to know a registry loss is refilled."""
+
+    layers: dict[str, int] = msgspec.field(default_factory=dict)  # digest -> bytes
+    updated_at: float = 0.0
     # Its whole pulls' measured rate, bytes downloaded over resolve-to-unpacked seconds
     # (an EWMA over pulls that downloaded enough to say; 0: none measured yet). Older
     # agents do not send it: placement then assumes its documented default.
@@ -71,8 +89,11 @@ def boot_span_ms(events: Iterable[tuple[str, float]]) -> float:
     return max(0.0, float(started_at - starting_at) * 1000)
 
 
-class MachineRecord(msgspec.Struct, frozen=True):
-    """The registry's copy of a machine; the worker that runs it holds the truth."""
+class MachineFacts(msgspec.Struct, frozen=True):
+    """What every view of a machine says, named once: which app (and incarnation,
+    `app_uid`; release) it is for, where it runs and answers, its state and image. The
+    registry's copy (`MachineRecord`) and the agent's answer (`agent.api.MachineView`) are
+    each these facts plus their own."""
 
     id: str
     app: str
@@ -83,10 +104,15 @@ class MachineRecord(msgspec.Struct, frozen=True):
     created_at: float
     updated_at: float
     address: str = ""
-    epoch: int = 0
-    events: list[MachineEvent] = msgspec.field(default_factory=list)
     app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
     release: int = 0  # the app's release the machine was made for
+
+
+class MachineRecord(MachineFacts, frozen=True):
+    """The registry's copy of a machine; the worker that runs it holds the truth."""
+
+    epoch: int = 0
+    events: list[MachineEvent] = msgspec.field(default_factory=list)
     # its route seal (ground/auth/tickets.py): made with the ticket placement gave the
     # machine's worker, over state, address and updated_at ("": unsealed)
     seal: str = ""

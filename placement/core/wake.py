@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from ground.appconfig import AppConfig
+from ground.registry.types import MachineFacts
 
 ACTIVE = frozenset({"starting", "started"})
 # Best first: a machine already starting (an earlier wake ran out of time, its boot goes
@@ -191,23 +191,10 @@ def wake_failure(failures: Sequence[str], pending: int) -> str:
     return "no_capacity"
 
 
-class Machine(Protocol):
-    """What placement's wake and reconcile rules read of a machine: its agent's view
-    (agent.api.MachineView) and its registry record (ground.registry.MachineRecord) both
-    have it, so a wake plans from the records as they are."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def worker(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def address(self) -> str: ...
-    @property
-    def release(self) -> int: ...
-    @property
-    def image_digest(self) -> str: ...
+# What placement's wake and reconcile rules read of a machine: the facts its agent's view
+# (agent.api.MachineView) and its registry record (ground.registry.MachineRecord) share, so
+# a wake plans from the records as they are.
+Machine = MachineFacts
 
 
 def states_of(machines: Sequence[Machine], config: AppConfig) -> list[MachineState]:

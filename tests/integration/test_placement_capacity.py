@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ground.registry.types import WorkerFacts
 from tests.support.placement_helpers import Platform, eventually
 
 pytestmark = pytest.mark.integration
@@ -76,3 +77,24 @@ async def test_a_stopped_machine_on_a_full_worker_is_not_started_there_another_s
         status, machines = await p.call("GET", "/v1/apps/x/machines")
         states = {m["id"]: m["state"] for m in machines}
         assert states[first["id"]] == "stopped"  # left as it was, for the reconciler
+
+
+async def test_placement_and_each_agent_say_the_same_facts_of_a_worker(
+    tmp_path: Path, hello_layout: str
+) -> None:
+    """Placement's `/v1/workers` is each agent's `/v1/status` as heard in its heartbeats:
+    one set of facts (ground/registry/types.py WorkerFacts), built once by the agent."""
+    async with Platform(tmp_path, agents=2, cpus=1) as p:
+        await p.create_app(name="facts", image=hello_layout, guest=HALF)
+        await wake(p, "facts")
+        facts = WorkerFacts.__struct_fields__
+
+        async def agree() -> bool:
+            _, workers = await p.call("GET", "/v1/workers")
+            for worker in workers:
+                _, status = await p.call("GET", worker["url"] + "/v1/status")
+                if {k: worker[k] for k in facts} != {k: status[k] for k in facts}:
+                    return False
+            return len(workers) == 2 and sum(w["machines_running"] for w in workers) == 1
+
+        await eventually(agree)
