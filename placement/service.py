@@ -1,4 +1,6 @@
-"""The placement shell: apps (stored, published), deploys, machines, wake and autostop.
+"""The placement shell: apps (stored, published), deploys, wake and autostop; an app's
+machines and secrets as their owner acts on them are rooms of their own
+(`appmachines.py`, `appsecrets.py`).
 
 App configs live in the store (the truth) and are copied to the registry after
 every change. An app's image is resolved and its digest pinned when the app is
@@ -6,8 +8,7 @@ created, when its image changes and at every deploy — never first on a request
 Changes of one app run one at a time (`AppLocks`) and are written only over the
 config they were made from (the store checks uid and version). Each app is one
 incarnation of its name (`uid`): a new app of a deleted app's name starts with
-none of the old one's machines. Machine operations are forwarded to the agent
-that owns the machine; its answer — errors included — is passed through.
+none of the old one's machines.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections import Counter
 
 import msgspec
 
-from agent.api import MachineGone, MachineView
+from agent.api import MachineView
 from ground.appconfig import (
     ROLLBACK_FIELDS,
     AppConfig,
@@ -36,7 +36,6 @@ from ground.registry.readiness import registry_answers
 from placement.api import (
     AppDeleted,
     AppEvent,
-    CreateMachineRequest,
     DecisionView,
     DeployResult,
     JsonObject,
@@ -48,30 +47,29 @@ from placement.api import (
     WakeResponse,
     WorkerView,
 )
-from placement.applocks import AppLocks, TooMany
+from placement.applocks import AppLocks
+from placement.appmachines import AppMachines
 from placement.appsecrets import AppSecrets, SecretVault
-from placement.core.offers import NoCapacity
 from placement.core.wake import GONE
 from placement.errors import (
     Conflict,
     NotFound,
     Unavailable,
-    worker_said,
 )
 from placement.fleet.fleet import Fleet
 from placement.fleet.republish import Republisher
 from placement.machinelogs import app_logs
-from placement.placer import NewMachine, Placer, Round
+from placement.placer import Placer
 from placement.ports.leases import LeaseStore
 from placement.reconciling.reconciler import Reconciler
 from placement.store import AppStore, SecretWrites, StoreUnavailable
 from placement.tokens import Tokens
+from placement.wakes.autostop import autostop
 from placement.wakes.waker import Waker
 
 log = logging.getLogger("thaw.placement")
 READ_ONLY_FIELDS = ("version", "image_digest", "uid", "release", "secrets")  # placement's
 DEPLOY_SETTLE_S = 120.0  # a deploy answers once its first pass is done, at most this late
-MAX_WAITS_PER_APP = 16  # long polls of one app's machines at once
 # A wake asks the store for its app's config this long at most before it takes the shared
 # view's (a store stopped, not refusing, would otherwise hold every wake until its timeout)
 WAKE_STORE_WAIT_S = 1.0
@@ -103,7 +101,6 @@ class Placement:
         self.waker = waker
         self.domain = domain
         self.locks = AppLocks()
-        self._waits: Counter[str] = Counter()
         self.app_names: set[str] = set()  # the apps stored at the last look (`apps`)
         self._woken: dict[str, AppConfig] = {}  # each app's config its last wake here read
         self.republisher = Republisher(registry, store, self.locks, refill_bound_s,
@@ -113,6 +110,7 @@ class Placement:
                                      self.republisher, leases=leases)
         self.secrets = AppSecrets(vault, store, self.locks, registry, self._store_change,
                                   self.reconciler.poke)
+        self.machines = AppMachines(store, fleet, placer, self.locks)
 
     # -- apps ------------------------------------------------------------------
 
@@ -282,75 +280,6 @@ class Placement:
     async def events(self, name: str) -> list[AppEvent]:
         return await self.store.events((await self.store.get(name)).uid)
 
-    async def _spare(self, rnd: Round, avoid: frozenset[str]) -> NewMachine | NoCapacity:
-        """A stopped machine, preferably on a worker without a running one, image pulled."""
-        placed = await self.placer.place(rnd, start=False, avoid=avoid, spare=True)
-        if isinstance(placed, NewMachine):
-            await self.fleet.pull(placed.url, rnd.image.ref)
-        return placed
-
-    # -- machines --------------------------------------------------------------
-
-    async def machines(self, app: str) -> list[MachineView]:
-        config = await self.store.get(app)
-        return sorted(await self.fleet.own_machines(config), key=lambda v: v.created_at)
-
-    async def create_machine(self, app: str, options: CreateMachineRequest) -> MachineView:
-        async with self.locks.hold(app):
-            return await self._create_machine(await self.store.get(app), options)
-
-    async def _create_machine(self, config: AppConfig, options: CreateMachineRequest
-                              ) -> MachineView:
-        app = config.name
-        region = options.region or config.regions[0]
-        views = await self.fleet.own_machines(config)
-        if sum(1 for v in views if v.state not in GONE) >= config.max_machines:
-            raise Conflict(f"app {app} has max_machines={config.max_machines}",
-                           code="max_machines")
-        rnd = await self.placer.round(config, region, views)
-        placed = await (self.placer.place(rnd, start=True) if options.start
-                        else self._spare(rnd, frozenset()))
-        if isinstance(placed, NoCapacity):
-            raise Unavailable(placed.reason, code="no_capacity")
-        return placed.view
-
-    async def machine(self, app: str, mid: str, action: str = "") -> MachineView:
-        """One call on a machine at its worker: "" reads it, else "destroy", "start",
-        "stop" or "suspend"; the worker's refusal passes through as it said it."""
-        url = await self.fleet.locate(await self.store.get(app), mid)
-        agents = self.fleet.agents
-        if action == "destroy":
-            answer = await agents.destroy(url, mid)
-        elif action == "start":
-            answer = await agents.start(url, mid, 0.0)
-        elif action == "stop":
-            answer = await agents.stop(url, mid)
-        elif action == "suspend":
-            answer = await agents.suspend(url, mid)
-        else:
-            answer = await agents.machine(url, mid)
-        if isinstance(answer, MachineView):
-            return answer
-        raise worker_said(answer)
-
-    async def wait_machine(self, app: str, mid: str, state: str, timeout_s: float
-                           ) -> MachineView | MachineGone:
-        """Answer once the machine is in `state`: a long poll, at most MAX_WAITS_PER_APP
-        of an app's at once."""
-        url = await self.fleet.locate(await self.store.get(app), mid)
-        if self._waits[app] >= MAX_WAITS_PER_APP:
-            raise TooMany(f"too many waits on machines of app {app} at once")
-        self._waits[app] += 1
-        try:
-            answer = await self.fleet.agents.wait(url, mid, state, timeout_s)
-        finally:
-            self._waits[app] -= 1
-            if not self._waits[app]:
-                del self._waits[app]
-        if isinstance(answer, (MachineView, MachineGone)):
-            return answer
-        raise worker_said(answer)
-
     # -- wake, autostop, introspection ------------------------------------------
 
     async def wake(self, app: str, request: WakeRequest) -> WakeResponse:
@@ -384,7 +313,7 @@ class Placement:
         return config
 
     async def autostop(self, app: str, mid: str) -> MachineView:
-        return await self.waker.autostop(await self.store.get(app), mid)
+        return await autostop(self.fleet, await self.store.get(app), mid)
 
     async def suspect(self, worker: str, report: SuspectReport) -> SuspectAnswer:
         """An edge could not connect to `report.machine` on `worker`; a worker that is

@@ -175,15 +175,15 @@ class Routes:
     # -- machines ----------------------------------------------------------------------------
 
     async def list_machines(self, request: web.Request) -> web.Response:
-        return json_response(await self.p.machines(request.match_info["app"]))
+        return json_response(await self.p.machines.list(request.match_info["app"]))
 
     async def create_machine(self, request: web.Request) -> web.Response:
         body = await decoded(request, CreateMachineRequest)
-        return json_response(await self.p.create_machine(request.match_info["app"], body), 201)
+        return json_response(await self.p.machines.create(request.match_info["app"], body), 201)
 
     async def _machine(self, request: web.Request, action: str = "") -> web.Response:
-        view = await self.p.machine(request.match_info["app"], request.match_info["id"],
-                                    action)
+        view = await self.p.machines.call(request.match_info["app"],
+                                          request.match_info["id"], action)
         return json_response(view, 202 if action == "destroy" else 200)  # (202: as agents)
 
     async def get_machine(self, request: web.Request) -> web.Response:
@@ -211,7 +211,7 @@ class Routes:
             raise BadRequest("timeout_s must be a number") from None
         if not 0 < timeout_s <= MAX_WAIT_S:
             raise BadRequest(f"timeout_s must be in (0, {MAX_WAIT_S:g}]")
-        return json_response(await self.p.wait_machine(
+        return json_response(await self.p.machines.wait(
             request.match_info["app"], request.match_info["id"], state, timeout_s))
 
     async def logs(self, request: web.Request) -> web.Response:

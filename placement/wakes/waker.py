@@ -1,4 +1,4 @@
-"""Wake (start machines of an app within the edge's budget) and autostop.
+"""Wake: start machines of an app within the edge's budget.
 
 A wake asks the core for a plan (reuse stopped machines, then place new ones),
 starts every machine concurrently through its agent, and answers as soon as all
@@ -43,14 +43,12 @@ from placement.core.predict import BootHistory, StartsInFlight, WakeForecast
 from placement.core.wake import (
     Machine,
     MachineState,
-    Refuse,
     WakePlan,
-    decide_autostop,
     plan_wake,
     states_of,
     wake_failure,
 )
-from placement.errors import Conflict, PlacementError, worker_said
+from placement.errors import PlacementError
 from placement.fleet.fleet import Fleet
 from placement.placer import NewMachine, Placer, Round
 from placement.ports.workers import Refused, Unreachable
@@ -420,24 +418,3 @@ class Waker:
             return True
         log.warning("machine %s could not be destroyed now: %s", machine_id, answer.message)
         return False
-
-    async def autostop(self, config: AppConfig, machine_id: str) -> MachineView:
-        url = await self.fleet.locate(config, machine_id)
-        views = await self.fleet.own_machines(config)
-        states = states_of(views, config)
-        decision = decide_autostop(config, states, machine_id)
-        if isinstance(decision, Refuse):
-            event(log, "autostop", logging.DEBUG, app=config.name, machine=machine_id,
-                  result="kept", reason=decision.code)
-            raise Conflict(decision.message, code=decision.code)
-        workers = self.fleet.agents
-        answer = await (workers.suspend(url, machine_id) if decision.suspend
-                        else workers.stop(url, machine_id))
-        if not isinstance(answer, MachineView):
-            status = answer.status if isinstance(answer, Refused) else 0
-            event(log, "autostop", logging.WARNING, app=config.name, machine=machine_id,
-                  result="error", status=status)
-            raise worker_said(answer)
-        event(log, "autostop", app=config.name, machine=machine_id,
-              result="suspended" if decision.suspend else "stopped")
-        return answer
