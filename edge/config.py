@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge.core.forwarding import parse_networks
+from edge.core.kernelwall import check_table
 from edge.core.placementorder import parse_urls
 from ground.auth.signing import NO_CLUSTER_KEY, KeyRing
 from ground.auth.tickets import RouteKeys
@@ -115,6 +116,9 @@ class EdgeConfig:
     # peers believed about the client (X-Forwarded-For): CIDRs of the proxies in front of
     # the edge; none by default: every peer is the client (edge/core/forwarding.py)
     trusted_proxies: tuple[str, ...] = ()
+    # "" off; else the nftables table (inet) in which the kernel drops barred clients and
+    # SYN floods before the edge sees them (edge/core/kernelwall.py; needs CAP_NET_ADMIN)
+    nft_table: str = ""
     cluster_keys: KeyRing | None = None  # signs calls to placement's /internal; required
     # machine records are routed by only when sealed (ground/auth/tickets.py); None: all are
     route_keys: RouteKeys | None = None
@@ -159,6 +163,11 @@ class EdgeConfig:
         if self.underscore_headers not in ("drop", "reject"):
             raise ValueError('underscore_headers must be "drop" or "reject"')
         parse_networks(self.trusted_proxies)  # ValueError naming the one that is not
+        if self.nft_table:
+            check_table(self.nft_table)
+        self._check_shares()
+
+    def _check_shares(self) -> None:
         if not 0.0 < self.tunnel_share <= 1.0:
             raise ValueError("tunnel_share must be in (0, 1]")
         if not 0.0 < self.max_held_share <= 1.0:

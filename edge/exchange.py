@@ -436,6 +436,10 @@ class Exchange:
         # The machine's backpressure no longer applies once this exchange is over
         # (fail() may have abandoned the upstream before it could unpause the client).
         client.unpause(PAUSE_UPSTREAM)
+        if self.buffered:  # a body kept for a machine it never reached (shed, failed)
+            self.chunks = []
+            self.buffered = 0
+            client.unpause(PAUSE_BUFFER)
         self.shell.exchange_ended(self, True)
         client.exchange_done(self)
 

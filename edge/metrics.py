@@ -193,7 +193,8 @@ class EdgeCollector(Collector):
             "thaw_edge_client_connections_refused",
             "Connections refused because their client was over its limits: barred (its "
             "connections were cut for abuse), connections (open), new_connections (per "
-            "second)", labels=["reason"])
+            "second), clients (the client table full of clients holding something)",
+            labels=["reason"])
         for reason, count in sorted(clients.refused.items()):
             over.add_metric([reason], count)
         yield over

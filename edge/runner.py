@@ -15,9 +15,11 @@ from aiohttp import web
 
 from edge.adapters.admin import build_admin_app
 from edge.adapters.http1 import ClientConnection
+from edge.adapters.nftwall import NftWall, WallError
 from edge.adapters.registry_feed import RegistryFeed
 from edge.adapters.tls import TlsDoor
 from edge.config import EdgeConfig
+from edge.core.forwarding import parse_networks
 from edge.core.placementorder import trusted_urls
 from edge.loadshare import LoadBoard, LoadShare
 from edge.service import Edge
@@ -44,6 +46,7 @@ class EdgeRuntime:
         self._feed: RegistryFeed | None = None
         self._server: asyncio.Server | None = None
         self._tls_door: TlsDoor | None = None
+        self._wall: NftWall | None = None
         self._tls_port = 0
         self._admin: web.AppRunner | None = None
         self._proxy_port = 0
@@ -90,6 +93,8 @@ class EdgeRuntime:
         if config.tls is not None:
             self._tls_door = TlsDoor(edge, config.tls, config.h2, config.host)
             self._tls_port = await self._tls_door.start()
+        if config.nft_table:
+            await self._raise_wall(edge)
         self._admin = app_runner(build_admin_app(edge, self.ready, self._feed.state))
         await self._admin.setup()
         site = web.TCPSite(self._admin, config.admin_host, config.admin_port)
@@ -107,6 +112,20 @@ class EdgeRuntime:
         log.info("edge proxy on %s:%d%s, admin on %s:%d", config.host, self._proxy_port,
                  f", TLS on :{self._tls_port}" if self._tls_door else "", config.admin_host,
                  self._admin_port)
+
+    async def _raise_wall(self, edge: Edge) -> None:
+        """The kernel drops barred clients and SYN floods to this edge's ports."""
+        config = self.config
+        wall = NftWall(config.nft_table)
+        ports = [self._proxy_port] + ([self._tls_port] if self._tls_door else [])
+        try:
+            await wall.install(ports, config.new_conns_per_s, config.new_conns_burst,
+                               parse_networks(config.trusted_proxies))
+        except WallError:
+            await self.stop()
+            raise
+        self._wall = wall
+        edge.bar_in_kernel = wall.bar
 
     async def ready(self) -> tuple[bool, str]:
         """Ready to take traffic: not stopping, the view loaded from the registry, and the
@@ -165,9 +184,16 @@ class EdgeRuntime:
             await self._admin.cleanup()
         if edge is not None:
             edge.pool.close_all()
+        await self._closed()
+
+    async def _closed(self) -> None:
+        """The listening sockets gone, then the kernel's wall in front of them."""
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        if self._wall is not None:
+            await self._wall.remove()
+            self._wall = None
 
     async def _drain(self, edge: Edge) -> None:
         """Idle connections close now; busy ones get `shutdown_grace_s` to finish."""

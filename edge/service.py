@@ -19,7 +19,7 @@ import itertools
 import logging
 import os
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from time import perf_counter
 from typing import Any
 
@@ -93,6 +93,8 @@ class Edge(Shell):
         self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
                                  config.autostop_interval_s, self.cold.room)
         self.load_share: LoadShare | None = None  # shared with other edges (share_loads)
+        # a barred client's packets dropped by the kernel too (edge/adapters/nftwall.py)
+        self.bar_in_kernel: Callable[[str, float], None] | None = None
         self.route_guard = RouteGuard(config.route_keys)
         view.admit = self.route_guard
         self.metrics = EdgeMetrics(self)
@@ -163,8 +165,10 @@ class Edge(Shell):
     def client_struck(self, conn: ClientSide) -> None:
         if not conn.trusted:
             bar = self.clients.strike(conn.peer, self.loop.time())
-            log.warning("client %s cut for abuse: barred %.0fs", conn.peer.decode("latin-1"),
-                        bar)
+            peer = conn.peer.decode("latin-1")
+            log.warning("client %s cut for abuse: barred %.0fs", peer, bar)
+            if self.bar_in_kernel is not None:
+                self.bar_in_kernel(peer, bar)
 
     # -- routing and dispatch ------------------------------------------------------------
 

@@ -3,7 +3,7 @@ is measured beside it.
 
     .venv/bin/python loadtests/bench_abuse.py [--seconds 10] [--rate 200]
         [--attacks idle-conns,rapid-reset,made-you-reset,hold-flood,ws-idle,tls-aborts]
-        [--pin | --isolate] [--no-write]
+        [--pin | --isolate] [--rounds N] [--edge-args "--nft-table thaw_bench"] [--no-write]
 
 Every process is separate and on loopback: a Redis (the edge's registry), a fixtures
 process (this script with `--fixtures`: an asyncio backend answering `200 ok` and
@@ -29,9 +29,12 @@ nearest a 2-core machine comes to an attacker on another host. The direct load s
 whether it did.
 
 Phases, interleaved: baseline, attack 1, 10 s cool-down, baseline, attack 2, ...,
-baseline. The warm load (`--rate` GETs/s to app `web` over keep-alive connections,
-open loop: each request is sent on schedule, on an idle connection or a new one; 5 s
-timeout) runs throughout; each phase reports the requests sent in it. A cold start (a
+baseline; with `--rounds N` the attacks N times over, and each attack is judged by the
+median over rounds of its p99 ÷ the p99 of the two baselines beside it. An attacker's
+connects end with its phase even when the kernel drops its SYNs (`--nft-table`). The
+warm load (`--rate` GETs/s to app `web` over keep-alive connections, open loop: each
+request is sent on schedule, on an idle connection or a new one; 5 s timeout) runs
+throughout; each phase reports the requests sent in it. A cold start (a
 GET to a fresh app with no machine) is made from 127.0.0.1 every 2 s in baselines and in
 hold-flood. The edge's RSS (/proc/PID/status VmRSS) is read every 0.25 s: before the
 phase, its max during it, and 10 s after an attack ends. Each phase stops by itself;
@@ -81,6 +84,7 @@ from loadtests.benchlib import (
     free_port,
     key_file,
     machine_line,
+    median,
     percentile,
     process,
     wait_port,
@@ -206,6 +210,24 @@ class Tally:
         self.counts[key] = self.counts.get(key, 0) + n
 
 
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(port: int, source: str, tally: Tally, until: float) -> Stream | None:
+    """A connection from `source`, or None (counted): refused, or not made before the
+    attack's end (a SYN the kernel dropped — `--nft-table` — is sent again a second later
+    and may wait minutes: an attacker stops on time all the same)."""
+    try:
+        return await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)),
+            max(0.05, until - time.monotonic()))
+    except TimeoutError:
+        tally.add("connect_timeouts")
+    except OSError:
+        tally.add("connect_errors")
+    return None
+
+
 class H2Conn:
     """An h2c connection from `source`; `closed` is set on GOAWAY or EOF."""
 
@@ -216,13 +238,11 @@ class H2Conn:
         self.writer: asyncio.StreamWriter | None = None
         self.reader_task: asyncio.Task[None] | None = None
 
-    async def open(self, port: int, source: str) -> bool:
-        try:
-            reader, self.writer = await asyncio.open_connection(
-                "127.0.0.1", port, local_addr=(source, 0))
-        except OSError:
-            self.tally.add("connect_errors")
+    async def open(self, port: int, source: str, until: float) -> bool:
+        made = await connect(port, source, self.tally, until)
+        if made is None:
             return False
+        reader, self.writer = made
         self.tally.add("connections")
         self.writer.write(H2_OPEN)
         self.reader_task = asyncio.create_task(self._read(reader))
@@ -267,7 +287,7 @@ async def reset_loop(port: int, source: str, until: float, tally: Tally, made: b
     bad = request_block(f"web.{DOMAIN}", bad=True)
     while time.monotonic() < until:
         conn = H2Conn(tally)
-        if not await conn.open(port, source):
+        if not await conn.open(port, source, until):
             await asyncio.sleep(0.001)
             continue
         stream = 1
@@ -302,16 +322,15 @@ async def attack_resets(port: int, source: str, seconds: float, made: bool) -> T
     return tally
 
 
-Kept = list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+Kept = list[Stream]
 
 
-async def http1_open(port: int, source: str, request: bytes, tally: Tally, keep: Kept) -> None:
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                       local_addr=(source, 0))
-    except OSError:
-        tally.add("connect_errors")
+async def http1_open(port: int, source: str, request: bytes, tally: Tally, keep: Kept,
+                     until: float) -> None:
+    made = await connect(port, source, tally, until)
+    if made is None:
         return
+    reader, writer = made
     try:
         writer.write(request)
         async with asyncio.timeout(5):
@@ -335,7 +354,7 @@ async def attack_idle(port: int, source: str, seconds: float, count: int,
     for start in range(0, count, 250):
         if time.monotonic() >= until:
             break
-        await asyncio.gather(*(http1_open(port, source, request, tally, keep)
+        await asyncio.gather(*(http1_open(port, source, request, tally, keep, until)
                                for _ in range(start, min(count, start + 250))))
     tally.add("held_open_after_setup", len(keep))
     await asyncio.sleep(max(0.0, until - time.monotonic()))
@@ -381,7 +400,7 @@ async def attack_hold_flood(port: int, source: str, seconds: float) -> Tally:
             tally.add("streams_opened")
 
         while time.monotonic() < until:
-            if not await conn.open(port, source):
+            if not await conn.open(port, source, until):
                 await asyncio.sleep(0.05)
                 continue
             for _ in range(100):
@@ -418,13 +437,11 @@ async def attack_tls(port: int, source: str, seconds: float) -> Tally:
 
     async def loop() -> None:
         while time.monotonic() < until:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                          local_addr=(source, 0))
-            except OSError:
-                tally.add("connect_errors")
+            made = await connect(port, source, tally, until)
+            if made is None:
                 await asyncio.sleep(0.001)
                 continue
+            _, writer = made
             writer.write(part)
             with contextlib.suppress(OSError):
                 await writer.drain()
@@ -796,8 +813,9 @@ async def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
     phases: list[Phase] = []
     try:
         order = ["baseline"]
-        for name in args.attacks:
-            order += [name, "baseline"]
+        for _ in range(args.rounds):
+            for name in args.attacks:
+                order += [name, "baseline"]
         for name in order:
             phase = Phase(name)
             await run_phase(phase, edge_pid, load, direct, args, ports, work, cold_apps)
@@ -808,6 +826,25 @@ async def measure(args: argparse.Namespace, work: Path, ports: dict[str, int],
         for runner in runners:
             runner.cancel()
     return phases
+
+
+def beside_baselines(phases: list[Phase]) -> list[str]:
+    """Per attack: its p99 ÷ the p99 of the baselines just before and after it (pooled),
+    in each round, and the median over rounds — the drift of a long run (the machine's
+    other jobs come and go) cancels out of a ratio to neighbours."""
+    ratios: dict[str, list[float]] = {}
+    for i, phase in enumerate(phases):
+        if phase.name == "baseline" or i == 0 or i + 1 >= len(phases):
+            continue
+        around = Phase("baseline", answers=phases[i - 1].answers + phases[i + 1].answers)
+        ratios.setdefault(phase.name, []).append(phase.latency_ms(99) / around.latency_ms(99))
+    rows = ["| attack | p99 ÷ the baselines beside it, each round | median | p99 ≤ twice |",
+            "|---|---|---|---|"]
+    for name, each in ratios.items():
+        middle = median(each)
+        rows.append(f"| {name} | {', '.join(f'{r:.2f}' for r in each)} | {middle:.2f} | "
+                    f"{verdict(middle <= 2)} |")
+    return rows
 
 
 def verdict(ok: bool) -> str:
@@ -887,6 +924,7 @@ def report(phases: list[Phase], args: argparse.Namespace, command: str) -> str:
         "26): warm success ≥ 99.9 %, p99 ≤ twice the baseline's, RSS 10 s after the attack within "
         "10 % of RSS before it.", "",
         *rows, "",
+        *beside_baselines(phases), "",
         "What each attacker did and saw (its own counts):", "",
         *notes, *cold_lines,
     ])
@@ -897,7 +935,8 @@ async def main_async(args: argparse.Namespace, work: Path, ports: dict[str, int]
     from thaw.localca import LocalCA
 
     cold_apps = [f"cold{i}" for i in
-                 range(int((len(args.attacks) + 2) * args.seconds / COLD_EVERY_S) + 4)]
+                 range(int((len(args.attacks) * args.rounds + 2) * args.seconds / COLD_EVERY_S)
+                       + 4)]
     chain, key = LocalCA(work / "tls", DOMAIN).issue(DOMAIN)  # type: ignore[misc]
     (work / "edge.pem").write_bytes(chain)
     (work / "edge.key").write_bytes(key)
@@ -937,6 +976,10 @@ def main() -> None:
                         help="a comma list of: " + ", ".join(ATTACKS))
     parser.add_argument("--seconds", type=float, default=10.0, help="each phase's length")
     parser.add_argument("--rate", type=float, default=200.0, help="warm GETs per second")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="the attacks this many times over, each between two baselines; "
+                             "each attack judged by the median over rounds of its p99 ÷ the "
+                             "p99 of the two baselines beside it")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--edge-args", default="", metavar="ARGS",
                         help="more `thaw edge` flags, e.g. '--new-conns-per-s 100'")

@@ -252,6 +252,10 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    default=int(e("MAX_HELD_PER_CLIENT", "256")), metavar="N",
                    help="requests one client address may have held over all apps "
                         "(beyond: 429 too_many_held)")
+    p.add_argument("--nft-table", default=e("NFT_TABLE", ""), metavar="NAME",
+                   help="drop barred clients and SYN floods (past twice --new-conns-per-s per "
+                        "client) in the kernel: an nftables table NAME of this edge's own, "
+                        "made at start, deleted at stop (needs nft and CAP_NET_ADMIN)")
     p.add_argument("--max-resends", type=int, default=int(e("MAX_RESENDS", "2")), metavar="N",
                    help="times a request is sent again after a machine closed its connection "
                         "without answering (beyond: 502; 0 never resends)")
@@ -307,8 +311,9 @@ def up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--access-log", default=e("ACCESS_LOG", ""), metavar="off|stdout|PATH",
                    help="the edge's JSON access log (default: STATE_DIR/access.log)")
     p.add_argument("--access-log-sample", type=float,
-                   default=float(e("ACCESS_LOG_SAMPLE", "1")), metavar="RATE",
-                   help="share of warm non-5xx answers logged, 0..1 (cold and 5xx: all)")
+                   default=float(e("ACCESS_LOG_SAMPLE", "0.01")), metavar="RATE",
+                   help="share of warm non-5xx answers logged, 0..1 (default one in a "
+                        "hundred; cold and 5xx: all)")
     add_egress_flags(p)
     p.add_argument("--log-level", default=e("LOG_LEVEL", "info"))
 
@@ -373,6 +378,7 @@ async def run_edge(args: argparse.Namespace) -> int:
                         underscore_headers=args.underscore_headers,
                         trusted_proxies=tuple(c for c in args.trusted_proxies.split(",")
                                               if c.strip()),
+                        nft_table=args.nft_table,
                         cluster_keys=cluster_keys(args.cluster_key_file), tls=tls,
                         access_log="" if args.access_log == "off" else args.access_log,
                         access_log_sample_rate=args.access_log_sample,

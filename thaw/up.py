@@ -93,7 +93,9 @@ class UpConfig:
     #                    from a local CA (thaw/localca.py)
     tls_port: int = 8443
     access_log: str = ""  # "": <state>/access.log; "off"; "stdout"; or a file path
-    access_log_sample_rate: float = 1.0
+    # warm answers below 500 logged: one in a hundred (cold ones and 5xx always are); a
+    # platform serving thousands a second would write a line each (issue 28)
+    access_log_sample_rate: float = 0.01
     store: str = "sqlite"  # placement's store: or postgresql://USER@HOST:PORT/DB
     driver: str = "auto"  # what runs machines (agent.drivers)
     runtime: str = "runc"  # the OCI driver's runtime
@@ -165,6 +167,12 @@ class Platform:
     def cafile(self) -> str:
         """The local CA's certificate file with --tls, else ""."""
         return str(self.ca.cert_path) if self.ca is not None else ""
+
+    def sample_note(self) -> str:
+        rate = self.config.access_log_sample_rate
+        if rate >= 1.0:
+            return ""
+        return f" (cold and 5xx answers all, the others {rate:.0%}: --access-log-sample 1 for all)"
 
     def access_log_target(self, state: Path) -> str:
         """The edge's access log: <state>/access.log unless told otherwise ("" is off)."""
@@ -262,7 +270,8 @@ class Platform:
                 f"  curl {cacert}-H \"Authorization: Bearer $(cat {token_file})\" "
                 f"{self.api_url}/v1/apps",
                 "",
-                f"access log: {access_log or 'off'}; Prometheus targets (file_sd): "
+                f"access log: {access_log or 'off'}"
+                f"{self.sample_note() if access_log else ''}; Prometheus targets (file_sd): "
                 f"{self.config.state_dir / TARGETS_FILE} (deploy/prometheus/prometheus.yml, "
                 "docs/observability.md)",
                 "Ctrl-C stops everything.",

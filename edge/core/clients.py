@@ -25,11 +25,16 @@ many clients). Per client, as nginx's `limit_conn` and HAProxy's stick tables ke
 
 A client over any of the others is refused at once (HTTP/1: 429 and close; HTTP/2: GOAWAY
 and close); the others see no change. The table is bounded (`max_clients`): a client
-with no open connection and no bar is forgotten first, oldest first.
+with no open connection and no bar is forgotten to make room, least recently seen first.
+A client that holds something (an open connection, a bar) is never forgotten — its counts
+would start again from nothing — so when the `SCAN` least recently seen all hold
+something, a new client is refused (`FULL`), as nginx's `limit_conn` refuses when its
+zone is full; the look for room costs at most `SCAN` entries, not the whole table.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 
 from edge.core.bucket import TokenBucket
@@ -41,6 +46,8 @@ FORGET_S = 300.0  # a client's strikes are forgiven this long after its last one
 
 
 BARRED = "barred after its connections were cut for abuse"  # (refused without an answer)
+FULL = "the edge tracks as many clients as it may, each holding a connection or a bar"
+SCAN = 64  # entries looked at for one to forget, least recently seen first
 
 class ClientState:
     __slots__ = ("barred_until", "conns", "open", "resets", "strikes", "struck_at", "taken",
@@ -77,37 +84,41 @@ class ClientTable:
         self.max_clients = max_clients
         self._clients: OrderedDict[bytes, ClientState] = OrderedDict()
         # connections refused, by what the client was over; connections cut for abuse
-        self.refused = {"barred": 0, "connections": 0, "new_connections": 0}
+        self.refused = {"barred": 0, "clients": 0, "connections": 0, "new_connections": 0}
         self.struck = 0
 
     def __len__(self) -> int:
         return len(self._clients)
 
-    def _get(self, client: bytes, now: float) -> ClientState:
+    def _get(self, client: bytes, now: float) -> ClientState | None:
+        """The client's entry, made if new; None if it is new and there is no room."""
         entry = self._clients.get(client)
         if entry is None:
-            if len(self._clients) >= self.max_clients:
-                self._forget_one(now)
+            if len(self._clients) >= self.max_clients and not self._forget_one(now):
+                return None
             entry = self._clients[client] = ClientState(self.conns_per_s, self.conns_burst,
                                                     self.resets_per_s, now)
         else:
             self._clients.move_to_end(client)
         return entry
 
-    def _forget_one(self, now: float) -> None:
-        """Forget the oldest client holding nothing (no connection, no bar); if every one
-        holds something, the oldest of all (the table's bound is absolute)."""
-        for key, entry in self._clients.items():
+    def _forget_one(self, now: float) -> bool:
+        """Forget the least recently seen client holding nothing (no connection, no bar)
+        among the `SCAN` least recently seen; False if each of them holds something."""
+        for key, entry in itertools.islice(self._clients.items(), SCAN):
             if entry.open == 0 and entry.barred_until <= now:
                 del self._clients[key]
-                return
-        self._clients.popitem(last=False)
+                return True
+        return False
 
     def arrive(self, client: bytes, now: float) -> str | None:
         """A new connection from `client` before anything is spent on it (the TLS door,
         before its handshake): None if it may go on, else why not. It spends a new
         connection; `open(new=False)` counts it once it serves."""
         entry = self._get(client, now)
+        if entry is None:
+            self.refused["clients"] += 1
+            return FULL
         return self._admits(entry, now, True)
 
     def open(self, client: bytes, now: float, new: bool = True) -> str | None:
@@ -115,6 +126,9 @@ class ClientTable:
         not. `new=False`: one already counted as new (by `arrive`, or an HTTP/1
         connection that turned out to speak HTTP/2)."""
         entry = self._get(client, now)
+        if entry is None:
+            self.refused["clients"] += 1
+            return FULL
         refused = self._admits(entry, now, new)
         if refused is None:
             entry.open += 1
@@ -164,13 +178,16 @@ class ClientTable:
     def reset(self, client: bytes, now: float) -> bool:
         """One stream reset (the client's RST_STREAM, or a stream error it caused): False
         when that spends the client's budget (its connection is then cut, a strike)."""
-        return self._get(client, now).resets.take(now)
+        entry = self._get(client, now)  # (a client with a connection always has one)
+        return entry is None or entry.resets.take(now)
 
     def strike(self, client: bytes, now: float) -> float:
         """A connection of `client` was cut for abuse: bar it from new connections; how
         long (seconds)."""
         entry = self._get(client, now)
         self.struck += 1
+        if entry is None:  # (a client with a connection always has one)
+            return 0.0
         if now - entry.struck_at > FORGET_S:
             entry.strikes = 0
         entry.strikes += 1

@@ -34,7 +34,9 @@ VARIABLES = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s", "
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThawUp]:
-    platform = ThawUp(tmp_path_factory.mktemp("thaw"), hello=["idle_timeout_s=2"]).start()
+    # every warm answer logged (`thaw up` samples one in a hundred by default)
+    platform = ThawUp(tmp_path_factory.mktemp("thaw"), hello=["idle_timeout_s=2"],
+                      extra=["--access-log-sample", "1"]).start()
     try:
         yield platform
     finally:

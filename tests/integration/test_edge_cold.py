@@ -495,3 +495,26 @@ async def _dead(edge: EdgeHarness, count: int) -> bool:
     dead = sum(proc.poll() is not None for proc in edge.backends)
     assert dead <= count, f"{dead} machines died, {count} expected"
     return dead == count
+
+
+async def test_a_connection_whose_held_body_outgrew_the_buffer_reads_on_after_its_answer(
+) -> None:
+    """A held POST whose whole body came in at once but over `body_buffer_bytes` (reading
+    paused) is answered without reaching a machine (its wake failed): the body is
+    dropped and reading goes on, so the connection's next request is answered."""
+    edge = await start_edge([{"name": "full"}], body_buffer_bytes=1024,
+                            placement=FakePlacement(wake_error=(503, "no_capacity")))
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    try:
+        body = b"x" * 4096
+        writer.write(b"POST / HTTP/1.1\r\nHost: full.localhost\r\nContent-Length: %d\r\n\r\n"
+                     % len(body) + body)
+        for _ in range(2):
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 503") and b"connection: close" not in head.lower()
+            length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(b"GET / HTTP/1.1\r\nHost: full.localhost\r\n\r\n")  # the next one
+    finally:
+        writer.close()
+        await edge.close()

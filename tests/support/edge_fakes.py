@@ -412,7 +412,11 @@ async def start_edge(apps: list[dict[str, object]], placement: FakePlacement | N
                                    **config}
     runtime = EdgeRuntime(EdgeConfig(placement_url=url, **settings), registry,  # type: ignore[arg-type]
                           board=board)  # type: ignore[arg-type]
-    await runtime.start()
+    try:
+        await runtime.start()
+    except BaseException:
+        await placement.close()
+        raise
     return EdgeHarness(placement, registry, runtime)
 
 

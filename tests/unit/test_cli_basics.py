@@ -96,3 +96,19 @@ def test_every_sub_commands_help_exits_zero_and_shows_its_description(
         out = capsys.readouterr().out
         assert done.value.code == 0, path
         assert parser.description and parser.description.split("\n")[0][:40] in out, path
+
+
+def test_thaw_up_logs_every_cold_answer_and_one_warm_answer_in_a_hundred(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edge.core.accesslog import logged
+    from thaw.cli import up_config
+
+    monkeypatch.delenv("THAW_ACCESS_LOG_SAMPLE", raising=False)
+    rate = up_config(build_parser().parse_args(["up"])).access_log_sample_rate
+    draws = iter(i / 1000 for i in range(1000))  # evenly over [0, 1)
+    warm = sum(logged(200, False, rate, lambda: next(draws)) for _ in range(1000))
+    assert warm == 10
+    assert logged(200, True, rate, lambda: 0.5) and logged(502, False, rate, lambda: 0.5)
+    edge = build_parser().parse_args(["edge"])
+    assert edge.access_log_sample == 1.0  # `thaw edge` logs all it logs, unless told

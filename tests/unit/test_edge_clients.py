@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge.core.clients import MAX_BAR_S, ClientTable
+from edge.core.clients import FULL, MAX_BAR_S, SCAN, ClientTable
 
 
 def test_a_client_has_at_most_max_conns_open_and_a_closed_one_frees_its_place() -> None:
@@ -14,7 +14,7 @@ def test_a_client_has_at_most_max_conns_open_and_a_closed_one_frees_its_place() 
     assert table.open(b"b", 0.0) is None  # another client: untouched
     table.close(b"a")
     assert table.open(b"a", 0.0) is None
-    assert table.refused == {"barred": 0, "connections": 1, "new_connections": 0}
+    assert table.refused == {"barred": 0, "clients": 0, "connections": 1, "new_connections": 0}
 
 
 def test_new_connections_per_second_are_a_bucket_of_twice_the_rate() -> None:
@@ -76,6 +76,33 @@ def test_the_table_is_bounded_and_forgets_idle_clients_first() -> None:
     table.reset(b"new", 0.0)  # over the bound: "idle" goes, the others hold something
     assert len(table) == 3 and table.open_connections(b"busy") == 1
     assert "barred" in (table.open(b"barred", 0.5) or "")
+
+
+def test_a_full_table_of_clients_holding_something_refuses_a_new_one_and_forgets_none(
+) -> None:
+    """Forgetting a client with open connections would start its counts again from
+    nothing (its next connections past its bound, its closes counted against a new
+    entry): a new client is refused instead, until one holds nothing."""
+    table = ClientTable(max_conns=2, conns_per_s=1000, resets_per_s=10, max_clients=2)
+    assert table.open(b"a", 0.0) is None and table.open(b"a", 0.0) is None
+    table.strike(b"b", 0.0)  # barred for 1 s
+    assert table.open(b"c", 0.5) == FULL and table.arrive(b"c", 0.5) == FULL
+    assert table.refused["clients"] == 2 and len(table) == 2
+    assert "more than 2 open" in (table.open(b"a", 0.5) or "")  # a's count is whole
+    assert table.open(b"c", 1.5) is None  # b's bar ended: b is forgotten, c has room
+    table.close(b"a")
+    assert table.open_connections(b"a") == 1
+
+
+def test_the_look_for_a_client_to_forget_is_bounded() -> None:
+    table = ClientTable(max_conns=10, conns_per_s=1000, resets_per_s=10,
+                        max_clients=SCAN + 1)
+    for i in range(SCAN):
+        assert table.open(b"busy%d" % i, 0.0) is None  # the SCAN least recently seen
+    table.reset(b"idle", 0.0)  # seen last: beyond the look
+    assert table.open(b"new", 0.0) == FULL
+    table.close(b"busy0")
+    assert table.open(b"new", 0.0) is None and table.open_connections(b"idle") == 0
 
 
 @pytest.mark.parametrize("bad", [{"max_conns": 0}, {"conns_per_s": 0}, {"resets_per_s": -1}])
