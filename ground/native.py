@@ -37,7 +37,7 @@ SOURCES = (
     "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
     "edge/core/accesslog.py", "edge/adapters/accesslog.py",
     "edge/service.py", "edge/coldpath.py", "edge/view.py", "edge/core/forwarding.py",
-    "edge/core/clients.py",
+    "edge/core/clients.py", "edge/core/appwake.py", "edge/core/h2head.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 
