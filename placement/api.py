@@ -154,7 +154,7 @@ class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
 class Release(msgspec.Struct, frozen=True):
     """One immutable release of an app: what its machines are made from. Only `status`
     and `reason` change, as its rollout goes (pending -> rolling -> complete | failed;
-    a release rolled back from is rolled_back)."""
+    a release rolled back from is rolled_back once the rollback's rollout completes)."""
 
     app: str
     version: int
@@ -165,6 +165,10 @@ class Release(msgspec.Struct, frozen=True):
     status: ReleaseStatus
     created_at: float
     reason: str = ""  # why it was made, failed or rolled back
+    # the release that ran when this one was made (0: none, or a record older than this
+    # field): a failed rollout goes back to it
+    replaces: int = 0
+    rollback_to: int = 0  # a rollback: the release whose machine fields it copies
 
 
 class DeployRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

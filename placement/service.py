@@ -130,22 +130,26 @@ class Placement:
         return config
 
     def _release(self, config: AppConfig, version: int, reason: str,
-                 strategy: Strategy | None = None) -> Release:
+                 strategy: Strategy | None = None, replaces: int = 0,
+                 rollback_to: int = 0) -> Release:
         return Release(app=config.name, version=version, image=config.image,
                        image_digest=config.image_digest, config=config,
                        strategy=strategy or config.deploy.strategy,
-                       status="pending", created_at=self.fleet.clock(), reason=reason)
+                       status="pending", created_at=self.fleet.clock(), reason=reason,
+                       replaces=replaces, rollback_to=rollback_to)
 
     async def _store_change(self, current: AppConfig, config: AppConfig, reason: str,
-                            strategy: Strategy | None = None, secrets: SecretWrites | None = None
-                            ) -> tuple[AppConfig, Release | None]:
+                            strategy: Strategy | None = None, secrets: SecretWrites | None = None,
+                            rollback_to: int = 0) -> tuple[AppConfig, Release | None]:
         """Store `config` (and `secrets`) over `current`; a change of what machines are
-        made from is a new release (the next version), made in the same transaction."""
+        made from is a new release (the next version), made in the same transaction. It
+        replaces the release `current` runs (what a failed rollout goes back to)."""
         release = None
         if machine_spec(config) != machine_spec(current) or not current.release:
             version = await self.store.last_release(current.uid) + 1
             config = msgspec.structs.replace(config, release=version)
-            release = self._release(config, version, reason, strategy)
+            release = self._release(config, version, reason, strategy, current.release,
+                                    rollback_to)
         stored = await self.store.update(config, release, secrets)
         return stored, None if release is None else msgspec.structs.replace(
             release, config=stored)
@@ -254,7 +258,8 @@ class Placement:
 
     async def rollback(self, name: str, version: int) -> Release:
         """A new release made from release `version`'s machine fields (image, env, guest,
-        health, ...); the release it replaces is marked rolled_back."""
+        health, ...). The release it replaces is marked rolled_back once the new one's
+        rollout completes; if that rollout fails, the app goes back to it."""
         async with self.locks.hold(name):
             current = await self.store.get(name)
             old = await self.store.release(current.uid, version)
@@ -262,14 +267,11 @@ class Placement:
                 raise NotFound(f"release {version} of app {name} not found")
             fields = {field: getattr(old.config, field) for field in ROLLBACK_FIELDS}
             config = msgspec.structs.replace(current, **fields)
-            was = await self.store.release(current.uid, current.release)
-            stored, release = await self._store_change(current, config, f"rollback to {version}")
+            stored, release = await self._store_change(current, config, f"rollback to {version}",
+                                                       rollback_to=version)
             if release is None:
                 raise Conflict(f"app {name} already runs what release {version} ran",
                                code="conflict")
-            if was is not None:  # (a failed one stays failed: the table)
-                await self.store.set_release_status(current.uid, was.version, "rolled_back",
-                                                    f"rolled back to {version}")
             await self.republisher.publish(stored)
         self.reconciler.poke(name)
         return release

@@ -27,6 +27,7 @@ from placement.applocks import AppLocks
 from placement.core import reconcile as core
 from placement.core.ends import new_ends
 from placement.core.offers import NoCapacity
+from placement.core.releases import going_back_to
 from placement.errors import PlacementError
 from placement.fleet.fleet import Fleet
 from placement.metrics import outcome_class
@@ -106,9 +107,7 @@ class AppActions:
                 if view is not None:
                     self._spawn(config.name, work, self.fleet.restore(config.name, view))
             elif isinstance(action, core.CompleteRelease):
-                await self.store.set_release_status(config.uid, action.release, "complete",
-                                                    action.reason)
-                await self._event(config, "release", action.reason)
+                await self._complete_release(config, action)
             elif isinstance(action, core.FailRelease):
                 self._spawn(config.name, work, self._fail_release(config, action.reason))
             elif isinstance(action, core.Start):
@@ -276,15 +275,26 @@ class AppActions:
             await self._event(config, end.event, end.reason, machine=end.machine,
                               outcome=end.reason.split(";")[0] or end.event)
 
+    async def _complete_release(self, config: AppConfig, action: core.CompleteRelease) -> None:
+        """The release's rollout is done; a rollback's marks the release it replaced
+        rolled_back (not before: were the rollback to fail, the app goes back to it)."""
+        await self.store.set_release_status(config.uid, action.release, "complete",
+                                            action.reason)
+        await self._event(config, "release", action.reason)
+        done = await self.store.release(config.uid, action.release)
+        if done is not None and done.rollback_to and done.replaces:
+            await self.store.set_release_status(config.uid, done.replaces, "rolled_back",
+                                                f"rolled back to {done.rollback_to}")
+
     async def _fail_release(self, config: AppConfig, reason: str) -> None:
-        """The release being rolled out failed: the app goes back to the last complete
-        release before it (its machine fields; no new release), and keeps serving on it."""
+        """The release being rolled out failed: the app goes back to the release that ran
+        when it was made (its machine fields; no new release) — or, for a record that does
+        not say, the last complete one before it — and keeps serving on it."""
         async with self.locks.hold(config.name):
             current = await self.store.get(config.name)
             if current.uid != config.uid or current.release != config.release:
                 return  # changed meanwhile (a new deploy, a rollback): nothing to undo
-            back = next((r for r in await self.store.releases(current.uid)
-                         if r.version < current.release and r.status == "complete"), None)
+            back = going_back_to(await self.store.releases(current.uid), current.release)
             restored = None
             if back is not None:
                 fields = {name: getattr(back.config, name) for name in ROLLBACK_FIELDS}

@@ -141,8 +141,10 @@ async def test_a_new_image_replaces_every_machine_spares_too_and_a_rollback_retu
 
         status, rolled = await p.call("POST", "/v1/apps/hello/rollback", {"version": 1})
         assert status == 201 and rolled["version"] == 3 and rolled["image"] == images["v1"]
-        assert (await release(p, 2))["status"] == "rolled_back"
+        assert rolled["replaces"] == 2 and rolled["rollback_to"] == 1
         await eventually(lambda: shaped(3), timeout_s=60)
+        # rolled back from once the rollback is complete (not before: see the next test)
+        assert (await release(p, 2))["status"] == "rolled_back"
         for m in await machines(p, "started"):
             assert (await p.get_text(m["address"])).startswith("hello from ")
 
@@ -174,6 +176,44 @@ async def test_a_release_that_never_becomes_healthy_fails_and_the_app_keeps_the_
         assert (await p.get_text(before["address"])).startswith("hello from ")
         _, events = await p.call("GET", "/v1/apps/hello/events")
         assert any(e["action"] == "release" and "failed" in e["reason"] for e in events)
+
+
+async def test_a_failed_rollback_goes_back_to_the_release_that_ran_not_an_older_one(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """Release 1 runs; 2 (a broken image) fails, back to 1; 3 changes the env and runs;
+    a rollback to 2 makes 4, which fails: the app goes back to 3, its env included, and
+    3 stays complete (it went back to 1: 3 was marked rolled_back at the rollback)."""
+    async with Platform(tmp_path, agents=2) as p:
+        await p.create_app(**app(images, min_machines_running=1, max_machines=2))
+
+        async def status_of(version: int, status: str) -> bool:
+            return (await release(p, version))["status"] == status
+
+        await eventually(lambda: status_of(1, "complete"), timeout_s=20)
+        status, body = await p.call("POST", "/v1/apps/hello/deploy", {"image": images["mute"]})
+        assert status == 200, body
+        await eventually(lambda: status_of(2, "failed"), timeout_s=30)
+        status, body = await p.call("POST", "/v1/apps/hello/deploy",
+                                    {"config": {"env": {"APP_VERSION": "v3"}}})
+        assert status == 200 and body["release"]["version"] == 3, body
+        await eventually(lambda: status_of(3, "complete"), timeout_s=30)
+        status, rolled = await p.call("POST", "/v1/apps/hello/rollback", {"version": 2})
+        assert status == 201 and rolled["version"] == 4 and rolled["replaces"] == 3
+        await eventually(lambda: status_of(4, "failed"), timeout_s=30)
+        _, config = await p.call("GET", "/v1/apps/hello")
+        assert config["release"] == 3 and config["env"] == {"APP_VERSION": "v3"}, config
+        assert config["image"] == images["v1"]
+        assert (await release(p, 3))["status"] == "complete"
+
+        async def serving_3() -> bool:
+            found = await machines(p, "started")
+            return len(found) == 1 and found[0]["release"] == 3
+
+        await eventually(serving_3, timeout_s=30)
+        _, events = await p.call("GET", "/v1/apps/hello/events")
+        assert any("release 4 failed" in e["reason"] and "back to release 3" in e["reason"]
+                   for e in events), events
 
 
 async def test_a_crash_looping_release_fails_with_the_crashs_last_lines(
