@@ -54,10 +54,7 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
     d.add_argument("--image", default="")
     d.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="this rollout's strategy (default: the app's deploy.strategy)")
-    d.add_argument("--detach", action="store_true",
-                   help="answer once the release is made; do not follow its rollout")
-    d.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="follow the rollout at most this long (default 300)")
+    add_follow_flags(d)
     d.set_defaults(run=deploy)
 
     scale = sub.add_parser("scale", help="set how many machines an app runs")
@@ -77,6 +74,7 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
                               help="a new release made from an earlier one")
     rollback.add_argument("app")
     rollback.add_argument("version", type=int)
+    add_follow_flags(rollback)
     rollback.set_defaults(run=roll_back)
     events = sub.add_parser("events", parents=[common],
                             help="what the reconciler did to an app, and why")
@@ -141,6 +139,13 @@ def apps_delete(args: argparse.Namespace) -> int:
     n = len(gone["machines"])
     emit(args.json, gone, f"deleted app {args.name} and {n} machine{'s' * (n != 1)}")
     return 0
+
+
+def add_follow_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--detach", action="store_true",
+                        help="answer once the release is made; do not follow its rollout")
+    parser.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="follow the rollout at most this long (default 300)")
 
 
 def deploy(args: argparse.Namespace) -> int:
@@ -212,7 +217,12 @@ def follow_rollout(client: ApiClient, app: str, version: int, timeout_s: float,
                   + (f" ({release['reason']})" if release["reason"] else ""))
         seen = now
         if release["status"] in DONE:
-            return 0 if release["status"] == "complete" else 1
+            if release["status"] == "complete":
+                return 0
+            if not quiet:  # where the app went instead
+                now_on = client.get(f"/v1/apps/{app}")["release"]
+                print(f"  {app} runs release {now_on} again")
+            return 1
         if time.monotonic() > deadline:
             print(f"  still {release['status']} after {timeout_s:g} s: "
                   f"thaw releases {app} shows how it goes")
@@ -247,10 +257,16 @@ def list_releases(args: argparse.Namespace) -> int:
 
 
 def roll_back(args: argparse.Namespace) -> int:
-    made = client_of(args).post(f"/v1/apps/{args.app}/rollback", {"version": args.version})
+    """A new release made from release `version`, followed as it rolls out (as a deploy
+    is); if it fails, the app goes back to the release it replaced."""
+    client = client_of(args)
+    made = client.post(f"/v1/apps/{args.app}/rollback", {"version": args.version})
     emit(args.json, made, f"release {made['version']} of {args.app}: {made['image']} "
-                          f"(from release {args.version}), {made['status']}")
-    return 0
+                          f"(from release {args.version}, replacing {made['replaces']}), "
+                          f"{made['status']}")
+    if args.detach:
+        return 0
+    return follow_rollout(client, args.app, made["version"], args.wait_timeout, args.json)
 
 
 def list_events(args: argparse.Namespace) -> int:

@@ -71,6 +71,18 @@ def test_deploy_from_thaw_toml_creates_the_app_and_its_running_machine(
     rollback = thaw(up, "rollback", "greeter", "1")
     assert rollback.returncode == 1 and "already runs" in rollback.stderr
 
+    toml.write_text(toml.read_text() + '[env]\nGREETING = "v2"\n')
+    second = thaw(up, "deploy", "-c", str(toml))  # followed: release 2 complete
+    assert second.returncode == 0 and "complete: 1 of 1 machines on release 2" in second.stdout
+    back = thaw(up, "rollback", "greeter", "1")  # followed as a deploy is
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "(from release 1, replacing 2)" in back.stdout
+    assert "complete: 1 of 1 machines on release 3" in back.stdout, back.stdout
+    _, rolled = call("GET", f"{up.api}/v1/apps/greeter/releases", token=up.token)
+    assert [r["status"] for r in rolled] == ["complete", "rolled_back", "complete"]
+    detached = thaw(up, "rollback", "greeter", "2", "--detach")
+    assert detached.returncode == 0 and detached.stdout.strip().endswith("pending")
+
 
 def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent(
     up: ThawUp, tmp_path: Path
