@@ -202,8 +202,9 @@ def decoded(data: bytes | dict[str, Any], kind: type[T]) -> T:
             return msgspec.json.decode(data, type=kind)
         return msgspec.convert(data, type=kind)
     except msgspec.ValidationError as exc:
-        raise InvalidConfig(field_of(str(exc)), str(exc) + did_you_mean(str(exc), kind)) \
-            from None
+        message = str(exc)
+        raise InvalidConfig(field_of(message), plain(message, allowed(message, kind))
+                            + did_you_mean(message, kind)) from None
     except msgspec.DecodeError as exc:
         raise InvalidConfig("body", f"not valid JSON: {exc}") from None
     except RecursionError:
@@ -235,6 +236,58 @@ def _merge(base: Any, patch: Any) -> Any:
         else:
             out[key] = _merge(base.get(key), value)
     return out
+
+
+KINDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+         "array": "a list", "object": "a table", "null": "null"}
+COUNTED = {"str": "characters", "bytes": "bytes", "array": "items", "object": "entries"}
+_BOUND = re.compile(r"Expected `(\w+)` (>=|<=|>|<) (\S+)$")
+_LENGTH = re.compile(r"Expected `(\w+)` of length (>=|<=) (\d+)$")
+_TYPE = re.compile(r"Expected `([^`]+)`, got `(\w+)`$")
+_PATTERN = re.compile(r"Expected `str` matching regex '(.*)'$")
+_ENUM = re.compile(r"Invalid enum value (.*)$")
+_WORDS = {">=": "at least", "<=": "at most", ">": "more than", "<": "less than"}
+
+
+def plain(message: str, values: tuple[object, ...] = ()) -> str:
+    """msgspec's message about one field as an owner reads it, its path left out (the
+    field is named beside it): "Expected `int` >= 1 - at `$.max_machines`" -> "must be at
+    least 1"; a message it does not know stays as it is."""
+    text = re.sub(r" - at `\$[^`]*`$", "", message)
+    if bound := _BOUND.match(text):
+        return f"must be {_WORDS[bound.group(2)]} {bound.group(3)}"
+    if length := _LENGTH.match(text):
+        unit = COUNTED.get(length.group(1), "long")
+        return f"must be {_WORDS[length.group(2)]} {length.group(3)} {unit}"
+    if wrong := _TYPE.match(text):
+        wanted = " or ".join(KINDS.get(k.strip(), k.strip())
+                             for k in wrong.group(1).split("|"))
+        return f"must be {wanted}, not {KINDS.get(wrong.group(2), wrong.group(2))}"
+    if pattern := _PATTERN.match(text):
+        return f"must match {pattern.group(1)}"
+    if enum := _ENUM.match(text):
+        if values:
+            return f"must be one of {', '.join(str(v) for v in values)}, not {enum.group(1)}"
+        return f"{enum.group(1)} is not one of the values it may take"
+    if text.startswith("Object contains unknown field"):
+        return "is not a field here"
+    if text.startswith("Object missing required field"):
+        return "is required"
+    return text
+
+
+def allowed(message: str, kind: Any) -> tuple[object, ...]:
+    """The values the field a msgspec error names may take, when it is a `Literal`
+    (() for any other field)."""
+    at = re.search(r" - at `\$((?:\.\w+)*)`$", message)
+    if at is None:
+        return ()
+    info: Any = msgspec.inspect.type_info(kind)
+    for part in filter(None, at.group(1).split(".")):
+        info = {f.name: f.type for f in getattr(info, "fields", ())}.get(part)
+        if info is None:
+            return ()
+    return tuple(getattr(info, "values", ()))
 
 
 def did_you_mean(message: str, kind: Any) -> str:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ground.appconfig import MAX_ENV_BYTES, AppConfig, InvalidConfig, parse, patched
+from ground.appconfig import MAX_ENV_BYTES, AppConfig, InvalidConfig, parse, patched, plain
 from ground.hostnames import BadHost, normalize_host
 
 # field path -> (lowest accepted, highest accepted, lower bound inclusive)
@@ -192,3 +192,27 @@ def test_an_unknown_field_whose_name_holds_a_backtick_is_named_with_its_path() -
 
     assert field_of("Object contains unknown field ``` - at `$.guest`") == "guest.`"
     assert field_of("Object contains unknown field `a`b`") == "a`b"
+
+
+@pytest.mark.parametrize(("body", "field", "reason"), [
+    ({"max_machines": 0}, "max_machines", "must be at least 1"),
+    ({"max_machines": "3"}, "max_machines", "must be an integer, not a string"),
+    ({"guest": {"cpus": 100}}, "guest.cpus", "must be at most 64.0"),
+    ({"regions": []}, "regions", "must be at least 1 items"),
+    ({"deploy": {"strategy": "nope"}}, "deploy.strategy",
+     "must be one of canary, immediate, rolling, not 'nope'"),
+    ({"guest": {"cpu": 1}}, "guest.cpu", "is not a field here; did you mean `cpus`?"),
+])
+def test_a_refusal_says_what_the_field_must_be_in_words_not_the_decoders(
+    body: dict[str, object], field: str, reason: str
+) -> None:
+    """`thaw scale max 0` said ``Expected `int` >= 1 - at `$.max_machines` ``."""
+    with pytest.raises(InvalidConfig) as refused:
+        parse({"name": "a", "image": "x", **body})
+    assert (refused.value.field, refused.value.reason) == (field, reason)
+    assert "`$" not in str(refused.value) and "Expected" not in str(refused.value)
+
+
+def test_a_message_the_translation_does_not_know_stays_as_it_is() -> None:
+    assert plain("Something new - at `$.x`") == "Something new"
+    assert plain("Expected `int` >= 1 - at `$.max_machines`") == "must be at least 1"
