@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-WIDTH = 100  # columns a table may take
+WIDTH = 100  # columns a table may take when the terminal does not say (a pipe, a file)
+NARROWEST, WIDEST = 60, 400
 GAP = "  "
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = WIDTH,
+def terminal_width() -> int:
+    """The columns a table may take: `COLUMNS`, else the terminal's width, else `WIDTH`
+    (as `ls` and `git` do), within [NARROWEST, WIDEST]."""
+    columns = shutil.get_terminal_size((WIDTH, 24)).columns
+    return min(WIDEST, max(NARROWEST, columns))
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int | None = None,
           below: str = "") -> str:
-    """Rows under upper-case headers, at most `width` columns: the widest columns are
-    shortened (with "…") until the table fits. `below` names a field printed in full
-    under its row, every line of it indented (a reason: its words are the point)."""
+    """Rows under upper-case headers, at most `width` columns (default: the terminal's):
+    the widest columns are shortened (with "…") until the table fits. `below` names a
+    field printed in full under its row, every line of it indented (a reason: its words
+    are the point)."""
+    width = terminal_width() if width is None else width
     if below:
         return _with_below(rows, columns, width, below)
     cells = [[printable(str(row.get(col, ""))) for col in columns] for row in rows]

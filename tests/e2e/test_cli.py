@@ -32,6 +32,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThawUp]:
 
 def thaw(up: ThawUp, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "THAW_TOKEN": up.token if token is None else token}
+    env.pop("COLUMNS", None)  # tables 100 wide (not a terminal)
     return subprocess.run([sys.executable, "-m", "thaw", *args, "--api", up.api],
                           capture_output=True, text=True, timeout=60, check=False, env=env)
 

@@ -19,13 +19,27 @@ from thaw.tables import shorten, table
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-def test_a_table_fits_100_columns_by_shortening_its_widest_columns_in_the_middle() -> None:
+def test_a_table_fits_100_columns_by_shortening_its_widest_columns_in_the_middle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # and stdout is not a terminal here
     rows = [{"name": "hello", "image": "oci:/" + "x" * 150 + ":latest", "state": "started"}]
     out = table(rows, ["name", "state", "image"])
     assert max(len(line) for line in out.splitlines()) <= 100
     assert ":latest" in out and "oci:/" in out and "…" in out
     narrow = table([{"a": "1"}], ["a"])
     assert narrow == "A\n1"
+
+
+def test_a_table_takes_the_width_columns_says_within_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = [{"name": "hello", "image": "oci:/" + "x" * 150 + ":latest", "state": "started"}]
+    monkeypatch.setenv("COLUMNS", "200")  # was ignored: the image cut at 100 columns
+    wide = table(rows, ["name", "state", "image"])
+    assert "x" * 150 in wide and "…" not in wide
+    monkeypatch.setenv("COLUMNS", "20")  # too narrow to be useful: 60
+    assert max(len(line) for line in table(rows, ["name", "state", "image"]).splitlines()) == 60
 
 
 def test_shorten_keeps_both_ends() -> None:
