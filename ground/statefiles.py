@@ -12,9 +12,11 @@ only through the 0700 state dir above them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 DIR_MODE = 0o700
@@ -77,3 +79,15 @@ def write_private(path: Path, data: bytes, temp_prefix: str = ".") -> None:
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Held by one process of the host at a time (flock on `path`, made 0600): for a
+    read-modify-write of state that several processes change."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -421,6 +421,7 @@ async def run_up(args: argparse.Namespace) -> int:
     try:
         await platform.start()
         print(platform.banner(), flush=True)
+        print(platform.write_context(), flush=True)
         await wait_for_signal()
     finally:
         await platform.stop()

@@ -1,11 +1,14 @@
 """What the app-owner and operator commands share: their common flags, the API client
 they make from them, thaw.toml, `--set` pairs.
 
-The token sent is `--token`, else $THAW_TOKEN, else the local platform's admin token
-(`./.thaw/admin.token`, written by `thaw up`) — only for an API on this host. An https
-API's certificate is checked against `--cacert`, else $THAW_CACERT, else (an API on this
+The API is `--api` (or $THAW_API_URL), else the context's (`--context NAME`, $THAW_CONTEXT,
+else the current one: thaw/contexts.py; `thaw up` writes `local`), else 127.0.0.1:4280.
+The token sent is `--token`, else $THAW_TOKEN, else — when no `--api` was given — the
+context's token file, else the local platform's admin token (`./.thaw/admin.token`,
+written by `thaw up`) — only for an API on this host. An https API's certificate is
+checked against `--cacert`, else $THAW_CACERT, else the context's CA, else (an API on this
 host) the local CA of `thaw up --tls` (`./.thaw/tls/ca.pem`) when there is one, else the
-system's CAs.
+system's CAs. A context's token never goes to an `--api` given beside it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ground.appconfig import InvalidConfig
+from thaw import contexts
 from thaw.client import ApiClient
 
+DEFAULT_API = "http://127.0.0.1:4280"
 LOCAL_TOKEN = Path(".thaw") / "admin.token"
 LOCAL_CA = Path(".thaw") / "tls" / "ca.pem"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -30,9 +35,13 @@ if TYPE_CHECKING:
 
 def common_flags(env: Any) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
+    common.add_argument("--api", default=env("API_URL", ""),
                         metavar="[http[s]://]HOST:PORT",
-                        help="placement's API (default $THAW_API_URL or 127.0.0.1:4280)")
+                        help="placement's API (default $THAW_API_URL, else the context's, "
+                             "else 127.0.0.1:4280)")
+    common.add_argument("--context", default=env("CONTEXT", ""), metavar="NAME",
+                        help="the platform to talk to, by name (default $THAW_CONTEXT, else "
+                             "the current one: `thaw context list`)")
     common.add_argument("--cacert", default=env("CACERT", ""), metavar="PATH",
                         help="the CA (PEM) an https API's certificate is checked against "
                              f"(default $THAW_CACERT, else ./{LOCAL_CA} for a local API, "
@@ -81,8 +90,22 @@ def api_url(given: str) -> str:
 
 
 def client_of(args: argparse.Namespace) -> ApiClient:
-    api = api_url(args.api)
-    return ApiClient(api, token_from(args.token, api), cafile=cafile_from(args.cacert, api))
+    context = None if args.api else contexts.chosen(args.context)
+    api = api_url(args.api or (context.api if context is not None else DEFAULT_API))
+    token = args.token or (context_token(context) if context is not None else "")
+    cacert = args.cacert or (context.cacert if context is not None else "")
+    return ApiClient(api, token_from(token, api), cafile=cafile_from(cacert, api))
+
+
+def context_token(context: contexts.Context) -> str:
+    if not context.token_file:
+        return ""
+    try:
+        return Path(context.token_file).read_text().strip()
+    except OSError as exc:
+        raise contexts.ContextError(
+            f"the context's token file {context.token_file}: {exc.strerror} (is its "
+            "platform's state gone? `thaw context list`)") from None
 
 
 def settings(pairs: list[str]) -> dict[str, Any]:

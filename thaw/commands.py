@@ -13,9 +13,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ground.appconfig import InvalidConfig
-from thaw import cmd_admin, cmd_apps, cmd_machines, cmd_secrets
+from thaw import cmd_admin, cmd_apps, cmd_context, cmd_machines, cmd_secrets
 from thaw.client import ApiError
 from thaw.cmdbase import LOCAL_TOKEN, common_flags
+from thaw.contexts import ContextError
 
 if TYPE_CHECKING:
     from thaw.cmdbase import Sub
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 def add_client_commands(sub: Sub, env: Any) -> None:
     common = common_flags(env)
-    for module in (cmd_apps, cmd_machines, cmd_secrets, cmd_admin):
+    for module in (cmd_apps, cmd_machines, cmd_secrets, cmd_admin, cmd_context):
         module.add(sub, common)
 
 
@@ -31,6 +32,9 @@ def run_client_command(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
         return code
+    except ContextError as exc:
+        print(f"thaw {args.command}: {exc}", file=sys.stderr)
+        return 2
     except InvalidConfig as exc:
         what = "invalid config" if args.command in ("apps", "deploy", "launch") \
             else "invalid value"
@@ -39,6 +43,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     except ApiError as exc:
         print(f"thaw {args.command}: {exc}", file=sys.stderr)
         if exc.status == 401:
-            print(f"  (pass --token, set THAW_TOKEN, or run where ./{LOCAL_TOKEN} is)",
+            print(f"  (pass --token, set THAW_TOKEN, use a context that names its token "
+                  f"file — `thaw context list` — or run where ./{LOCAL_TOKEN} is)",
                   file=sys.stderr)
         return 1

@@ -25,6 +25,8 @@ import asyncio
 import json
 import logging
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,6 +240,27 @@ class Platform:
         return (f"machines: {agent.driver.name} -- NOT a security boundary between tenants "
                 "(run as root with runc installed for containers)")
 
+    def write_context(self) -> str:
+        """Write the CLI's context `local` (this platform's API, token file and CA) and
+        make it current: `thaw` then finds this platform from any directory; what to say
+        about it."""
+        from thaw import contexts
+
+        token_file = (self.config.state_dir / ADMIN_TOKEN_FILE).resolve()
+        made = contexts.Context(api=self.api_url, token_file=str(token_file),
+                                cacert=str(self.ca.cert_path.resolve()) if self.ca else "")
+        try:
+            contexts.put(contexts.LOCAL, made, use=True)
+        except (OSError, contexts.ContextError) as exc:
+            return f"the CLI's context was not written ({exc}): pass --api {self.api_url}"
+        where = contexts.config_dir() / contexts.FILE
+        on_path = shutil.which("thaw") == str(Path(sys.executable).parent / "thaw")
+        path_hint = ("" if on_path else
+                     f"\n  export PATH=\"{Path(sys.executable).parent}:$PATH\"   # thaw on "
+                     "your PATH")
+        return (f"the CLI's context \"local\" is current ({where}): `thaw status` works "
+                f"from any directory{path_hint}")
+
     def banner(self) -> str:
         from ground.native import state as native_state
 
@@ -245,13 +268,9 @@ class Platform:
         port = self.edge.proxy_port
         native_on, native_why = native_state()
         token_file = self.config.state_dir / ADMIN_TOKEN_FILE
-        local = self.config.state_dir.resolve() == (Path.cwd() / ".thaw").resolve()
-        token_hint = (f"the CLI uses the admin token in {token_file}" if local else
-                      f"export THAW_TOKEN=$(cat {token_file})   # the admin token, for the CLI")
         access_log = self.access_log_target(self.config.state_dir)
         # with --tls: the API's certificate is the local CA's (the CLI finds it in ./.thaw)
         cacert = f"--cacert {self.ca.cert_path} " if self.ca else ""
-        cli_cacert = cacert if self.ca and not local else ""
         return "\n".join(
             [
                 f"thaw is up (pid {os.getpid()}): edge :{port}, API {self.api_url}, "
@@ -266,7 +285,7 @@ class Platform:
                    f"https://hello.{self.config.domain}:{self.edge.tls_port}/"
                    "   # HTTP/2 by ALPN; --http1.1 for HTTP/1.1"] if self.ca else []),
                 "",
-                f"  thaw status --api {self.api_url} {cli_cacert}     # {token_hint}",
+                "  thaw status      # from any directory: the context \"local\" (below)",
                 f"  curl {cacert}-H \"Authorization: Bearer $(cat {token_file})\" "
                 f"{self.api_url}/v1/apps",
                 "",

@@ -11,16 +11,13 @@ run beside the `ip` batches of its link, so they cost a machine's create little.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import logging
-import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 from agent.core.machinenet import FAMILY, TABLE, Egress, admit, forget, ruleset
+from ground.statefiles import file_lock
 
 log = logging.getLogger("thaw.agent")
 NFT = "nft"
@@ -45,7 +42,7 @@ async def install(run_dir: Path) -> None:
 
 def _install(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _host_lock(run_dir / "nftables.lock"):
+    with file_lock(run_dir / "nftables.lock"):
         listed = subprocess.run([NFT, "list", "table", FAMILY, TABLE], capture_output=True)
         if listed.returncode != 0:
             made = subprocess.run([NFT, "-f", "-"], input=ruleset().encode(),
@@ -67,16 +64,6 @@ async def drop(address: str) -> None:
     """Take `address` out of the public set; a missing table (a host rebooted, a sweep
     after it) is not an error."""
     await _nft_script(forget(address), quiet_missing=True)
-
-
-@contextlib.contextmanager
-def _host_lock(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 async def _nft_script(script: str, quiet_missing: bool = False) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agent_process import call
+from tests.support.agent_process import call, wait_until
 from tests.support.platform import ThawUp
+from tests.support.ports import free_port
 from thaw.imagebuild import build_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -104,6 +105,38 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
     deleted = thaw(up, "apps", "delete", "owned")
     assert deleted.returncode == 0
     assert call("GET", f"{up.api}/v1/apps/owned", token=up.token)[0] == 404
+
+
+def test_thaw_status_from_another_directory_finds_the_platform_by_its_context(
+    up: ThawUp, tmp_path: Path
+) -> None:
+    """`thaw up` on its own ports writes the context `local`; `thaw status` with no flag,
+    no THAW_ variable and not in the platform's directory finds it. A second context is
+    picked with --context and made current with `thaw context use`."""
+    wait_until(lambda: (up.cli_config / "contexts.json").exists(), 10)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THAW_")}
+    env |= {"THAW_CONFIG": str(up.cli_config), "COLUMNS": "100"}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def bare(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "thaw", *args], cwd=elsewhere, env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    status = bare("status")
+    assert status.returncode == 0 and "WORKERS" in status.stdout, status.stderr
+    closed = free_port()
+    assert bare("context", "add", "other", "--api", f"127.0.0.1:{closed}").returncode == 0
+    listed = bare("context", "list")
+    assert "* " in listed.stdout and "local" in listed.stdout and "other" in listed.stdout
+    other = bare("status", "--context", "other")
+    assert other.returncode == 1 and f"127.0.0.1:{closed}" in other.stderr
+    assert bare("context", "use", "other").returncode == 0
+    assert bare("status").returncode == 1  # the current one is other now
+    assert bare("status", "--context", "local").returncode == 0
+    unknown = bare("status", "--context", "nope")
+    assert unknown.returncode == 2 and "no context 'nope'" in unknown.stderr
+    assert bare("context", "use", "local").returncode == 0
 
 
 def test_an_unknown_app_is_a_clear_error_not_a_traceback(up: ThawUp) -> None:

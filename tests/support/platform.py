@@ -19,6 +19,7 @@ class ThawUp:
     def __init__(self, state_dir: Path, *, agents: int = 2, hello: list[str] | None = None,
                  extra: list[str] | None = None):
         self.state_dir = state_dir
+        self.cli_config = state_dir.parent / f"{state_dir.name}-cli"  # its CLI contexts
         self.agents, self.hello, self.extra = agents, hello or [], extra or []
         self._choose_ports()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -59,7 +60,8 @@ class ThawUp:
     def _start_once(self, timeout_s: float) -> ThawUp:
         self.proc = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**os.environ, "THAW_LOG_LEVEL": "warning"},
+            # the CLI's contexts of this platform alone (not the user's ~/.config/thaw)
+            env={**os.environ, "THAW_LOG_LEVEL": "warning", "THAW_CONFIG": str(self.cli_config)},
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
