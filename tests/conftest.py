@@ -1,5 +1,6 @@
 """Fixtures shared by every test package."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,13 @@ from tests.support.placement_helpers import hello_layout
 from tests.support.redis_server import redis_own, redis_server
 
 __all__ = ["docker_registry", "hello_layout", "redis_own", "redis_server", "trap", "trap6"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_cli_context_of_the_user(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The CLI run by tests reads and writes contexts of the session's own, never the
+    user's ~/.config/thaw (whose current one may point at a `make up` of theirs)."""
+    os.environ["THAW_CONFIG"] = str(tmp_path_factory.mktemp("cli-config"))
 
 
 @pytest.fixture(scope="session", autouse=True)
