@@ -194,13 +194,18 @@ class EgressPolicy:
     def layout_refusal(self, real_path: str) -> str | None:
         """None when the resolved layout directory `real_path` is under one of `layout_dirs`."""
         if not self.layout_dirs:
-            return "image layouts are not allowed here"
+            return "image layouts are not allowed here" + ALLOW_HINT
         path = PurePosixPath(real_path)
         if path.is_absolute() and ".." not in path.parts:
             for allowed in map(PurePosixPath, self.layout_dirs):
                 if path == allowed or allowed in path.parents:
                     return None
-        return "the layout is not under an allowed layout directory"
+        return "the layout is not under an allowed layout directory" + ALLOW_HINT
+
+
+# what a refused layout's owner is told to ask for (no directory of the host is named)
+ALLOW_HINT = ("; an operator allows a directory with --allow-layout DIR (thaw up, or thaw "
+              "placement and thaw agent)")
 
 
 def target_refusal(policy: EgressPolicy, scheme: str, host: str, port: int) -> str | None:

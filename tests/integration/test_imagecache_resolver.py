@@ -132,7 +132,9 @@ async def test_layout_outside_the_allowed_dirs_is_refused_for_pull_and_resolve(
     assert caught.value.code == "forbidden_host"
     error = await _pull_error(policy, ref, tmp_path / "cache")
     assert error.code == "forbidden_host"
-    assert error.message == f"layout {layout}: the layout is not under an allowed layout directory"
+    assert error.message == (f"layout {layout}: the layout is not under an allowed layout "
+                             "directory; an operator allows a directory with --allow-layout "
+                             "DIR (thaw up, or thaw placement and thaw agent)")
 
 
 async def test_symlink_in_an_allowed_dir_to_a_layout_outside_is_refused(tmp_path: Path) -> None:
