@@ -23,6 +23,7 @@ DRIVER_TESTS := tests/integration/test_agent.py tests/integration/test_agent_dur
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "making .venv: the project and its test extra from PyPI (once; a minute or two)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -72,6 +73,7 @@ test: sysdeps venv lint typecheck native
 	THAW_TEST_DRIVER=bubblewrap $(PY) -m pytest -q $(XDIST) $(DRIVER_TESTS)
 
 up: sysdeps venv native
+	@echo "starting thaw up $(UP_ARGS) (the CLI is $(VENV)/bin/thaw)"
 	$(VENV)/bin/thaw up $(UP_ARGS)
 
 # The load-test kit (docs/loadtesting.md): a k6 or Locust scenario against a running
