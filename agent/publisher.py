@@ -63,45 +63,45 @@ class Publisher:
         self._layers_dirty = True
         self._kick.set()
 
-    def facts(self) -> WorkerFacts:
-        """What this worker says of itself to every reader (placement and /v1/status)."""
-        agent = self.agent
-        cpus, memory = agent.state.reserved()
-        machines = agent.state.machines.values()
-        starting = sum(1 for m in machines if m.state is MachineState.STARTING)
-        started = sum(1 for m in machines if m.state is MachineState.STARTED)
-        return WorkerFacts(
-            id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
-            url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
-            reserved_cpus=cpus, reserved_memory_mb=memory, machines_starting=starting,
-            machines_running=starting + started, machines=len(agent.state.machines),
-            draining=agent.draining, disk_full=agent.disk_short(),
-            pull_blocked=agent.cache.pull_blocked(),
-        )
-
-    def _observed(self) -> dict[str, int]:
-        """The cache's layers (digest -> bytes), with the machine and cache gauges set."""
+    def _observed(self) -> tuple[dict[str, int], Counter[str]]:
+        """The cache's layers (digest -> bytes) and the machines by state, with the
+        machine and cache gauges set from them."""
         agent = self.agent
         layers = agent.cache.layers()
         agent.metrics.layer_bytes.set(sum(layers.values()))
         counts = Counter(m.state.value for m in agent.state.machines.values())
         for state in MachineState:
             agent.metrics.machines.labels(state.value).set(counts.get(state.value, 0))
-        return layers
+        return layers, counts
+
+    def facts(self, counts: Counter[str]) -> WorkerFacts:
+        """What this worker says of itself to every reader (placement and /v1/status);
+        `counts`: its machines by state."""
+        agent = self.agent
+        cpus, memory = agent.state.reserved()
+        starting = counts[MachineState.STARTING.value]
+        return WorkerFacts(
+            id=agent.worker_id, epoch=agent.state.epoch, region=agent.config.region,
+            url=self.url, cpus=agent.config.cpus, memory_mb=agent.config.memory_mb,
+            reserved_cpus=cpus, reserved_memory_mb=memory, machines_starting=starting,
+            machines_running=starting + counts[MachineState.STARTED.value],
+            machines=len(agent.state.machines), draining=agent.draining,
+            disk_full=agent.disk_short(), pull_blocked=agent.cache.pull_blocked(),
+        )
 
     def status(self) -> StatusView:
         agent = self.agent
-        layers = self._observed()
-        counts = Counter(m.state.value for m in agent.state.machines.values())
+        layers, counts = self._observed()
         return StatusView(
-            **facts_of(self.facts()), machine_states=dict(counts), driver=agent.driver.name,
-            isolated=agent.driver.isolated, layers=len(layers),
+            **facts_of(self.facts(counts)), machine_states=dict(counts),
+            driver=agent.driver.name, isolated=agent.driver.isolated, layers=len(layers),
             layer_bytes=sum(layers.values()),
         )
 
     def worker_status(self) -> WorkerStatus:
+        layers, counts = self._observed()
         return WorkerStatus(
-            **facts_of(self.facts()), layers=self._observed(), updated_at=self.agent.clock(),
+            **facts_of(self.facts(counts)), layers=layers, updated_at=self.agent.clock(),
             # Whole pulls' rate (bytes downloaded over resolve-to-unpacked time, an EWMA),
             # not the downloads' alone: what placement predicts a machine's pull by.
             pull_bytes_per_s=round(self.agent.cache.stats.bytes_per_s, 1),

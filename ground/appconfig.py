@@ -280,14 +280,19 @@ def allowed(message: str, kind: Any) -> tuple[object, ...]:
     """The values the field a msgspec error names may take, when it is a `Literal`
     (() for any other field)."""
     at = re.search(r" - at `\$((?:\.\w+)*)`$", message)
-    if at is None:
-        return ()
+    info = _type_at(kind, at.group(1)) if at is not None else None
+    return tuple(getattr(info, "values", ()))
+
+
+def _type_at(kind: Any, path: str) -> Any:
+    """msgspec's type info of the field at `path` (".guest.cpus"; "" : `kind` itself),
+    None when no field is there."""
     info: Any = msgspec.inspect.type_info(kind)
-    for part in filter(None, at.group(1).split(".")):
+    for part in filter(None, path.split(".")):
         info = {f.name: f.type for f in getattr(info, "fields", ())}.get(part)
         if info is None:
-            return ()
-    return tuple(getattr(info, "values", ()))
+            return None
+    return info
 
 
 def did_you_mean(message: str, kind: Any) -> str:
@@ -297,12 +302,7 @@ def did_you_mean(message: str, kind: Any) -> str:
                      message)  # (a name may hold a backtick: the shortest that ends the line)
     if found is None:
         return ""
-    info: Any = msgspec.inspect.type_info(kind)
-    for part in filter(None, (found.group(2) or "").split(".")):
-        nested = {f.name: f.type for f in getattr(info, "fields", ())}.get(part)
-        if nested is None:
-            return ""
-        info = nested
+    info = _type_at(kind, found.group(2) or "")
     names = [f.name for f in getattr(info, "fields", ())]
     close = [n for n in names if n.startswith(found.group(1))] or difflib.get_close_matches(
         found.group(1), names, n=1, cutoff=0.6)

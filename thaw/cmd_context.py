@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from thaw import contexts
 from thaw.cmdbase import api_url
 from thaw.tables import emit, table
@@ -44,10 +46,7 @@ def context_list(args: argparse.Namespace) -> int:
     rows = [{"": "*" if name == known.current else "", "name": name, "api": c.api,
              "token file": c.token_file or "-", "ca": c.cacert or "-"}
             for name, c in sorted(known.contexts.items())]
-    emit(args.json, {"current": known.current,
-                     "contexts": {k: {"api": v.api, "token_file": v.token_file,
-                                      "cacert": v.cacert}
-                                  for k, v in known.contexts.items()}},
+    emit(args.json, msgspec.to_builtins(known),
          lambda: table(rows, ["", "name", "api", "token file", "ca"]) if rows else
          f"no contexts yet in {contexts.config_dir() / contexts.FILE} (`thaw up` writes "
          "one, `thaw context add` adds one)")
