@@ -15,8 +15,8 @@ from loadtests.kit import hostkill
 from loadtests.kit.plot import plot
 from loadtests.kit.report import (
     Event,
+    read_export,
     read_points,
-    read_thresholds,
     report_markdown,
     summarize,
     summary_table,
@@ -57,13 +57,14 @@ class LoadTest:
                                 self.args.sample_interval) as sampler:
                 origin_ms = time.time() * 1000.0
                 code = run_tool(tool, self.report / "tool.log", deadline, self.actions())
-                self.events.append(Event(time.time() * 1000.0, "load ends"))
+                ended_ms = time.time() * 1000.0
+                self.events.append(Event(ended_ms, "load ends"))
                 self.settle(sampler)
         finally:
             self.restore()
         points = read_points(tool.points)
         summary = summarize(self.args.scenario, self.args.tool, points, sampler.samples,
-                            read_thresholds(tool.verdict))
+                            read_export(tool.verdict), (ended_ms - origin_ms) / 1000.0)
         title = (f"thaw loadtest {summary.scenario} ({summary.tool}): "
                  f"{', '.join(hosts) if len(hosts) < 3 else f'{len(hosts)} apps'}")
         plot(self.report / "plot.png", title, points, sampler.samples, self.events, origin_ms)

@@ -7,6 +7,12 @@ verdict (k6's `--summary-export` JSON, or the locustfile's `--summary-json` in t
 shape), the machines sampled from placement's API (`machines.csv`: timestamp_ms, app,
 state, count) and the driver's events (a deploy, a kill). Pure but for reading files:
 values in, values out (the picture is loadtests/kit/plot.py).
+
+The summary's figures are the tool's own where its verdict has them (requests, the rate,
+errors, percentiles, hold and cold): one number per figure, computed once, by the tool,
+the same in the table as in the tool's own output. The rate is requests over the whole
+run as the tool timed it (k6's `http_reqs` rate; the locustfile's the same way). Points
+stand in only for a figure a verdict lacks (the tool failed before writing one).
 """
 
 from __future__ import annotations
@@ -119,6 +125,12 @@ def read_points(path: Path) -> dict[str, list[Point]]:
         return parse_points(lines)
 
 
+def tool_figure(export: dict[str, Any], metric: str, stat: str) -> float | None:
+    """One figure of the tool's own summary (`metrics.<metric>.<stat>`), None when absent."""
+    value = ((export.get("metrics") or {}).get(metric) or {}).get(stat)
+    return float(value) if isinstance(value, int | float) else None
+
+
 def parse_thresholds(export: dict[str, Any]) -> list[Threshold]:
     """From k6's `--summary-export` shape: `metrics.<name>.thresholds = {expr: crossed}`."""
     found = []
@@ -128,11 +140,13 @@ def parse_thresholds(export: dict[str, Any]) -> list[Threshold]:
     return found
 
 
-def read_thresholds(path: Path) -> list[Threshold]:
+def read_export(path: Path) -> dict[str, Any]:
+    """The tool's verdict file ({} when it wrote none or it does not parse)."""
     try:
-        return parse_thresholds(json.loads(path.read_text()))
+        export = json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
+        return {}
+    return export if isinstance(export, dict) else {}
 
 
 def parse_machines(lines: Iterable[str]) -> list[MachineCount]:
@@ -181,20 +195,30 @@ def bins(points: dict[str, list[Point]], origin_ms: float, width_s: float) -> li
 
 
 def summarize(scenario: str, tool: str, points: dict[str, list[Point]],
-              machines: Sequence[MachineCount], thresholds: Sequence[Threshold]) -> Summary:
+              machines: Sequence[MachineCount], export: dict[str, Any],
+              load_s: float) -> Summary:
+    """The run's figures: the tool's own from `export` (its verdict), else computed from
+    `points` (the rate over `load_s`, the seconds the tool ran)."""
+    def figure(metric: str, stat: str, otherwise: float) -> float:
+        found = tool_figure(export, metric, stat)
+        return otherwise if found is None else found
+
     durations = [p.value for p in points["http_req_duration"]]
-    stamps = [p.at_ms for p in points["http_req_duration"]]
-    span_s = max((max(stamps) - min(stamps)) / 1000.0, 0.001) if stamps else 0.0
+    requests = int(figure("http_reqs", "count", len(durations)))
     started = [count for _, count in machines_in(machines, "started")]
     return Summary(
-        scenario=scenario, tool=tool, requests=len(durations),
-        errors=int(sum(p.value > 0 for p in points["errors"])),
-        rps=len(durations) / span_s if span_s else 0.0,
-        p50_ms=percentile(durations, 50), p95_ms=percentile(durations, 95),
-        p99_ms=percentile(durations, 99), cold=len(points["cold_ms"]),
-        hold_p99_ms=percentile([p.value for p in points["hold_ms"]], 99),
-        cold_p99_ms=percentile([p.value for p in points["cold_ms"]], 99),
-        machines_max=max(started, default=0), thresholds=tuple(thresholds),
+        scenario=scenario, tool=tool, requests=requests,
+        errors=int(figure("errors", "passes", sum(p.value > 0 for p in points["errors"]))),
+        rps=figure("http_reqs", "rate", requests / load_s if load_s > 0 else 0.0),
+        p50_ms=figure("http_req_duration", "med", percentile(durations, 50)),
+        p95_ms=figure("http_req_duration", "p(95)", percentile(durations, 95)),
+        p99_ms=figure("http_req_duration", "p(99)", percentile(durations, 99)),
+        cold=int(figure("cold_requests", "count", len(points["cold_ms"]))),
+        hold_p99_ms=figure("hold_ms", "p(99)",
+                           percentile([p.value for p in points["hold_ms"]], 99)),
+        cold_p99_ms=figure("cold_ms", "p(99)",
+                           percentile([p.value for p in points["cold_ms"]], 99)),
+        machines_max=max(started, default=0), thresholds=tuple(parse_thresholds(export)),
     )
 
 
@@ -218,9 +242,12 @@ def report_markdown(summary: Summary, command: str, events: Sequence[Event], ori
     """summary.md: the command, the table, what happened when, and the parameters."""
     lines = [f"# thaw loadtest {summary.scenario} ({summary.tool})", "", "```",
              command, "```", "", summary_table(summary),
-             f"Exit status {exit_code}. Machines: the largest number started at once in "
-             "the samples of placement's API. Latency: the whole request, cold ones "
-             "included; hold and cold: requests the edge held for a wake (Server-Timing).",
+             f"Exit status {exit_code}. The figures are {summary.tool}'s own summary. "
+             "req/s: requests over the whole run as the tool timed it (k6's http_reqs "
+             "rate; the plot's bars are requests per bin). Latency: the whole request, "
+             "cold ones included; hold and cold: requests the edge held for a wake "
+             "(Server-Timing). Machines: the largest number started at once in the "
+             "samples of placement's API.",
              ""]
     if events:
         lines += ["| at s | event |", "|---|---|"]

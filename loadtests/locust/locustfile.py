@@ -75,10 +75,18 @@ class Run:
     samples: Any = None  # csv.writer
     samples_file: Any = None
     users = 0  # users started so far: wake-herd gives user i app i mod len(hosts)
+    began = 0.0  # time.monotonic() when the test started, and when it stopped
+    ended = 0.0
+
+
+@events.test_stop.add_listener
+def note_the_end(**_: Any) -> None:
+    Run.ended = time.monotonic()
 
 
 @events.test_start.add_listener
 def open_samples(environment: Environment, **_: Any) -> None:
+    Run.began = time.monotonic()
     path = environment.parsed_options.samples_csv
     if path:
         Run.samples_file = open(path, "w", newline="")  # noqa: SIM115 (closed on quitting)
@@ -185,7 +193,8 @@ def check_slo(environment: Environment, **_: Any) -> None:
         Run.samples_file.close()
     if options.summary_json:
         with open(options.summary_json, "w") as out:
-            json.dump(summary_export(Run.tally, verdicts), out, indent=1)
+            run_s = (Run.ended or time.monotonic()) - Run.began
+            json.dump(summary_export(Run.tally, verdicts, run_s), out, indent=1)
     print(f"thaw SLOs ({Run.tally.requests} requests, {Run.tally.errors} errors, "
           f"{len(Run.tally.cold_ms)} cold):", *verdict_lines(verdicts), sep="\n  ", flush=True)
     environment.process_exit_code = 0 if all(v.ok for v in verdicts) else 1

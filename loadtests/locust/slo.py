@@ -120,11 +120,14 @@ def evaluate(tally: Tally, slo: Slo) -> list[Verdict]:
     return verdicts
 
 
-def summary_export(tally: Tally, verdicts: Sequence[Verdict]) -> dict[str, Any]:
+def summary_export(tally: Tally, verdicts: Sequence[Verdict],
+                   run_s: float) -> dict[str, Any]:
     """The run in the shape of k6's `--summary-export` JSON: per metric its values and
-    `thresholds` as {expression: crossed}."""
+    `thresholds` as {expression: crossed}; the request rate over the run's `run_s`
+    seconds, as k6 gives `http_reqs`."""
     metrics: dict[str, dict[str, Any]] = {
-        "http_reqs": {"count": tally.requests},
+        "http_reqs": {"count": tally.requests,
+                      "rate": tally.requests / run_s if run_s > 0 else 0.0},
         "errors": {"value": tally.error_rate, "passes": tally.errors,
                    "fails": tally.requests - tally.errors},
         "warm_ms": trend(tally.warm_ms),

@@ -52,12 +52,34 @@ def table_row(report: Path) -> dict[str, str]:
     return dict(zip(names, values, strict=True))
 
 
+def assert_the_table_is_the_tools_summary(report: Path) -> dict[str, str]:
+    """summary.md's figures are the tool's own (its verdict.json, k6's --summary-export or
+    the locustfile's in that shape), and the points plotted are as many as it counted."""
+    import json
+
+    from loadtests.kit.report import read_points
+
+    row = table_row(report)
+    metrics = json.loads((report / "verdict.json").read_text())["metrics"]
+    requests = int(metrics["http_reqs"]["count"])
+    assert int(row["requests"].replace(",", "")) == requests
+    assert row["req/s"] == f"{metrics['http_reqs']['rate']:,.1f}"
+    duration = metrics["http_req_duration"]
+    assert [row["p50 ms"], row["p95 ms"], row["p99 ms"]] == [
+        f"{duration[stat]:.1f}" for stat in ("med", "p(95)", "p(99)")]
+    if "hold_ms" in metrics and "p(99)" in metrics["hold_ms"]:
+        assert row["hold p99 ms"] == f"{metrics['hold_ms']['p(99)']:.1f}"
+    points = next(report.glob("points.csv.gz"), report / "samples.csv")
+    assert len(read_points(points)["http_req_duration"]) == requests
+    return row
+
+
 def test_a_k6_cold_burst_of_200_passes_its_thresholds_and_reports_the_wake(
     up: ThawUp, tmp_path: Path,
 ) -> None:
     code = loadtest(up, tmp_path, "cold-burst", "--tool", "k6", "--requests", "200", *LOOSE)
-    row = table_row(tmp_path)
     assert code == 0, (tmp_path / "tool.log").read_text()[-3000:]
+    row = assert_the_table_is_the_tools_summary(tmp_path)
     assert row["requests"] == "200" and row["errors"] == "0"
     assert int(row["cold"]) > 0 and float(row["hold p99 ms"]) > 0
     assert int(row["machines max"]) >= 1 and row["thresholds"] == "pass"
@@ -73,10 +95,15 @@ def test_a_k6_cold_burst_of_200_passes_its_thresholds_and_reports_the_wake(
 def test_a_headless_locust_run_passes_its_thresholds(up: ThawUp, tmp_path: Path) -> None:
     code = loadtest(up, tmp_path, "steady", "--tool", "locust", "--duration", "10s",
                     "--rate", "20", *LOOSE)
-    row = table_row(tmp_path)
     assert code == 0, (tmp_path / "tool.log").read_text()[-3000:]
+    row = assert_the_table_is_the_tools_summary(tmp_path)
     assert 150 <= int(row["requests"].replace(",", "")) <= 230 and row["errors"] == "0"
-    assert (tmp_path / "locust_stats.csv").exists()
+    # and Locust's own stats count the same GETs
+    import csv
+
+    with open(tmp_path / "locust_stats.csv", newline="") as stats:
+        total = next(r for r in csv.DictReader(stats) if r["Name"] == "Aggregated")
+    assert total["Request Count"] == row["requests"].replace(",", "")
     assert (tmp_path / "plot.png").read_bytes().startswith(PNG_SIGNATURE)
 
 

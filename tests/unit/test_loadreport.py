@@ -100,10 +100,11 @@ def test_locust_verdicts_read_back_like_k6_summary_export() -> None:
     tally = Tally()
     tally.record(200, 150.0, {"hold": 120.0})
     verdicts = evaluate(tally, Slo(hold_p99_ms=100))
-    read = {(t.metric, t.expression): t.ok for t in parse_thresholds(
-        summary_export(tally, verdicts))}
+    export = summary_export(tally, verdicts, 0.5)
+    read = {(t.metric, t.expression): t.ok for t in parse_thresholds(export)}
     assert read == {(v.metric, v.expression): v.ok for v in verdicts}
     assert read[("hold_ms", "p(99)<100")] is False
+    assert export["metrics"]["http_reqs"] == {"count": 1, "rate": 2.0}  # as k6 gives it
 
 
 def test_k6_summary_export_says_true_for_a_crossed_threshold() -> None:
@@ -164,23 +165,40 @@ def test_machines_are_summed_over_apps_per_sampling_round() -> None:
     assert machines_in(samples, "stopped", "created") == [(1000.0, 1), (1500.0, 1)]
 
 
-def test_summary_has_rate_percentiles_hold_cold_and_the_most_machines_started() -> None:
+def test_without_the_tools_summary_figures_come_from_the_points_over_the_load() -> None:
     points = parse_points(k6_csv(
         [("http_req_duration", 1000 + i * 10, float(i)) for i in range(101)]
         + [("hold_ms", 1000, 50.0), ("cold_ms", 1000, 80.0), ("errors", 1000, 0.0)]))
     machines = [MachineCount(1000, "a", "started", 2), MachineCount(1500, "a", "started", 4)]
-    summary = summarize("steady", "k6", points, machines, [Threshold("errors", "rate<=0", True)])
+    summary = summarize("steady", "k6", points, machines, {}, 4.0)
     assert summary.requests == 101 and summary.errors == 0
-    assert summary.rps == pytest.approx(101.0)  # 101 answers over 1 s
+    assert summary.rps == pytest.approx(101 / 4.0)  # over the load, not the answers' span
     assert summary.p99_ms == pytest.approx(99.0) and summary.p50_ms == pytest.approx(50.0)
     assert (summary.hold_p99_ms, summary.cold_p99_ms, summary.cold) == (50.0, 80.0, 1)
     assert summary.machines_max == 4 and summary.passed
 
 
+def test_the_tools_own_summary_is_the_reports_figures() -> None:
+    points = parse_points(k6_csv([("http_req_duration", 1000, 5.0)]))
+    export = {"metrics": {
+        "http_reqs": {"count": 438, "rate": 43.8},
+        "errors": {"passes": 2, "fails": 436, "value": 2 / 438,
+                   "thresholds": {"rate<=0": True}},
+        "http_req_duration": {"med": 3.5, "p(95)": 9.25, "p(99)": 12.0},
+        "hold_ms": {"p(99)": 700.0}, "cold_ms": {"p(99)": 710.0},
+        "cold_requests": {"count": 7}}}
+    summary = summarize("cold-burst", "k6", points, [], export, 1.0)
+    assert (summary.requests, summary.rps, summary.errors, summary.cold) == (438, 43.8, 2, 7)
+    assert (summary.p50_ms, summary.p95_ms, summary.p99_ms) == (3.5, 9.25, 12.0)
+    assert (summary.hold_p99_ms, summary.cold_p99_ms) == (700.0, 710.0)
+    assert summary.thresholds == (Threshold("errors", "rate<=0", False),)
+    assert "| 438 | 2 | 43.8 | 3.5 | 9.2 | 12.0 | 7 | 700.0 | 710.0 |" in summary_table(summary)
+
+
 def test_the_table_says_fail_for_a_failed_threshold_and_lists_each() -> None:
-    summary = summarize("cold-burst", "locust", parse_points([]), [],
-                        [Threshold("errors", "rate<=0", True),
-                         Threshold("hold_ms", "p(99)<5", False)])
+    export = {"metrics": {"errors": {"thresholds": {"rate<=0": False}},
+                          "hold_ms": {"thresholds": {"p(99)<5": True}}}}
+    summary = summarize("cold-burst", "locust", parse_points([]), [], export, 0.0)
     table = summary_table(summary)
     assert "| cold-burst | locust | 0 | 0 |" in table and table.splitlines()[2].endswith(
         "| FAIL |")
@@ -214,6 +232,50 @@ def test_a_sampling_round_counts_states_skips_failing_apps_and_records_no_machin
                     MachineCount(2000.0, "b", "started", 0)]
     assert sampler.started_now() == 1
     assert parse_machines((tmp_path / "m.csv").read_text().splitlines()) == rows
+
+
+class Fleet:
+    """Machines by app as placement lists them, changed by the test between rounds."""
+
+    def __init__(self) -> None:
+        self.fleet: dict[str, list[dict[str, object]]] = {"a": [], "b": []}
+        self.down: set[str] = set()
+
+    def machines(self, app: str) -> list[dict[str, object]]:
+        if app in self.down:
+            raise OSError("its worker is gone")
+        return self.fleet[app]
+
+
+def test_a_machine_is_counted_from_when_it_changed_state_not_from_the_next_round(
+    tmp_path: Path,
+) -> None:
+    now = [1.0]
+    api = Fleet()
+    sampler = MachineSampler(api, ["a", "b"], tmp_path / "m.csv", clock=lambda: now[0])
+    (tmp_path / "m.csv").write_text("timestamp_ms,app,state,count\n")
+    assert sampler.sample_once() == [MachineCount(1000.0, "a", "started", 0),
+                                     MachineCount(1000.0, "b", "started", 0)]
+    # between the rounds: a's machine started at 1.2 s, b's was created at 1.3 s
+    api.fleet["a"] = [{"id": "m1", "state": "started", "updated_at": 1.2}]
+    api.fleet["b"] = [{"id": "m2", "state": "created", "updated_at": 1.3}]
+    now[0] = 1.5
+    assert machines_in(sampler.sample_once(), "started") == [
+        (1200.0, 1), (1300.0, 1), (1500.0, 1)]
+    assert machines_in(sampler.samples, "created") == [
+        (1000.0, 0), (1200.0, 0), (1300.0, 1), (1500.0, 1)]
+    # a stamp outside the rounds (another host's clock) is kept within them; a machine
+    # no longer listed is gone at the round; an app that fails to list keeps its counts
+    api.fleet["a"] = [{"id": "m1", "state": "started", "updated_at": 1.2},
+                      {"id": "m3", "state": "started", "updated_at": 9.0}]
+    api.fleet["b"] = []
+    now[0] = 2.0
+    assert machines_in(sampler.sample_once(), "started") == [(2000.0, 2)]
+    api.down.add("a")
+    now[0] = 2.5
+    assert machines_in(sampler.sample_once(), "started") == [(2500.0, 2)]
+    assert sampler.started_now() == 2
+    assert parse_machines((tmp_path / "m.csv").read_text().splitlines()) == sampler.samples
 
 
 # -- scenarios and the driver's flags --------------------------------------------------------
