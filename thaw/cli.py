@@ -420,8 +420,9 @@ async def run_up(args: argparse.Namespace) -> int:
     platform = Platform(up_config(args))
     try:
         await platform.start()
+        written = platform.write_context()  # before the banner says to use it
         print(platform.banner(), flush=True)
-        print(platform.write_context(), flush=True)
+        print(written, flush=True)
         await wait_for_signal()
     finally:
         await platform.stop()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ground.appconfig import InvalidConfig
 from thaw.client import ApiClient
 from thaw.cmd_machines import machine_table
-from thaw.cmdbase import GONE, client_of
+from thaw.cmdbase import GONE, client_of, url_of
 from thaw.tables import emit, shorten, table, when
 
 if TYPE_CHECKING:
@@ -95,17 +95,19 @@ def machine_counts(views: list[dict[str, Any]]) -> str:
 def app_status(client: ApiClient, args: argparse.Namespace) -> int:
     app = client.get(f"/v1/apps/{args.app}")
     views = client.get(f"/v1/apps/{args.app}/machines")
+    url = url_of(args, app["name"])
 
     def human() -> str:
         head = (f"{app['name']}  release {app['release']}  {shorten(app['image'], 50)} "
                 f"({str(app['image_digest'])[7:19]})\n"
-                f"scale {app['min_machines_running']}-{app['max_machines']}  "
+                + (f"url {url}\n" if url else "")
+                + f"scale {app['min_machines_running']}-{app['max_machines']}  "
                 f"auto_stop {app['auto_stop']} after {app['idle_timeout_s']:g} s  "
                 f"concurrency {app['concurrency']['soft_limit']}/"
                 f"{app['concurrency']['hard_limit']} {app['concurrency']['type']}")
         return head + "\n\n" + machine_table(views)
 
-    emit(args.json, {"app": app, "machines": views}, human)
+    emit(args.json, {"app": app, "machines": views, "url": url}, human)
     return 0
 
 

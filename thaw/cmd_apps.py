@@ -4,16 +4,31 @@ releases, rollback, events."""
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import time
+import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ground.appconfig import STRATEGIES, AppConfig, parse
+from thaw import contexts
+from thaw.appbuild import CHECKED_AS, BuildSpec, build_and_store, read_build
 from thaw.appfields import OWN_FIELDS
 from thaw.client import ApiClient, ApiError
-from thaw.cmdbase import GONE, add_app_flags, app_name, client_of, load_thaw_toml, settings
+from thaw.cmdbase import (
+    GONE,
+    THAW_TOML,
+    add_app_flags,
+    app_name,
+    client_of,
+    context_of,
+    load_thaw_toml,
+    settings,
+    url_of,
+)
 from thaw.launch import add_launch
 from thaw.tables import emit, shorten, table, when
 
@@ -41,6 +56,13 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
     delete = a.add_parser("delete", parents=[common], help="delete an app and its machines")
     delete.add_argument("name")
     delete.set_defaults(run=apps_delete)
+    opened = a.add_parser("open", parents=[common],
+                          help="the app's URL, opened in a browser when there is a display")
+    opened.add_argument("name", nargs="?", default="", help="the app (default: thaw.toml's)")
+    opened.add_argument("path", nargs="?", default="/", help="a path on it (default /)")
+    opened.add_argument("-c", "--config", type=Path, default=THAW_TOML,
+                        help="the thaw.toml that names the app when NAME is not given")
+    opened.set_defaults(run=apps_open)
     update = a.add_parser("update", parents=[common], help="change an app's fields")
     update.add_argument("name")
     update.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
@@ -109,6 +131,25 @@ def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix.rstrip("."), value)]
 
 
+def apps_open(args: argparse.Namespace) -> int:
+    """As `fly apps open`: the app's URL (the context's `app_url`), in a browser when this
+    session has a display, always printed."""
+    name = args.name or app_name(argparse.Namespace(app="", config=args.config))
+    client_of(args).get(f"/v1/apps/{name}")  # an app that is not there is said so
+    base = url_of(args, name)
+    if not base:
+        raise contexts.ContextError(
+            "this context does not say where apps are served: add it with `thaw context "
+            "add NAME --api URL --app-url 'https://{app}.example.com/' --use`")
+    url = base.rstrip("/") + "/" + args.path.lstrip("/")
+    opened = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and \
+        webbrowser.open(url)
+    emit(args.json, {"app": name, "url": url, "opened": opened},
+         url if opened or args.json else f"{url}\n(no display to open a browser on: "
+                                         f"curl {shlex.quote(url)})")
+    return 0
+
+
 def apps_show(args: argparse.Namespace) -> int:
     config = client_of(args).get(f"/v1/apps/{args.name}")
     emit(args.json, config, lambda: "\n".join(f"{k:<24} {v}" for k, v in flat(config)))
@@ -154,6 +195,8 @@ def deploy(args: argparse.Namespace) -> int:
     body = load_thaw_toml(args.config)
     if args.image:
         body["image"] = args.image
+    elif (spec := read_build(args.config)) is not None:
+        body["image"] = built_image(args, spec, body)
     wanted = declared(parse(body))
     name = wanted["name"]
     client = client_of(args)
@@ -183,6 +226,17 @@ def deploy(args: argparse.Namespace) -> int:
     if release is None or args.detach:
         return 0
     return follow_rollout(client, name, release["version"], args.wait_timeout, args.json)
+
+
+def built_image(args: argparse.Namespace, spec: BuildSpec, body: dict[str, Any]) -> str:
+    """thaw.toml's [build], built and stored where the context keeps images: the
+    reference deploy sends."""
+    name = parse({**body, "image": CHECKED_AS}).name  # thaw.toml's errors before a build
+    context = context_of(args)
+    ref = build_and_store(spec, args.config, name, context.images if context else "")
+    if not args.json:
+        print(f"built {spec.dockerfile} -> {ref}", flush=True)
+    return ref
 
 
 def declared(config: AppConfig) -> dict[str, Any]:

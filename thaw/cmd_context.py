@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from thaw import contexts
+from thaw.appbuild import check_images
 from thaw.cmdbase import api_url
 from thaw.tables import emit, table
 
@@ -34,6 +35,13 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
                        help="the file its token is in (read at each command)")
     added.add_argument("--cacert", default="", metavar="PATH",
                        help="the CA (PEM) its API's certificate is checked against")
+    added.add_argument("--app-url", default="", metavar="URL",
+                       help="where it serves an app, {app} for the name, e.g. "
+                            "'https://{app}.example.com/' (for thaw apps open)")
+    added.add_argument("--images", default="", metavar="oci:DIR|URL",
+                       help="where thaw deploy puts an image it builds ([build] in "
+                            "thaw.toml): a layout the platform reads, oci:/DIR, or a "
+                            "registry, http(s)://HOST:PORT")
     added.add_argument("--use", action="store_true", help="make it the current one too")
     added.set_defaults(run=context_add)
     removed = c.add_parser("remove", help="forget a context")
@@ -44,10 +52,11 @@ def add(sub: Sub, common: argparse.ArgumentParser) -> None:
 def context_list(args: argparse.Namespace) -> int:
     known = contexts.load()
     rows = [{"": "*" if name == known.current else "", "name": name, "api": c.api,
-             "token file": c.token_file or "-", "ca": c.cacert or "-"}
+             "token file": c.token_file or "-", "ca": c.cacert or "-",
+             "apps at": c.app_url or "-"}
             for name, c in sorted(known.contexts.items())]
     emit(args.json, msgspec.to_builtins(known),
-         lambda: table(rows, ["", "name", "api", "token file", "ca"]) if rows else
+         lambda: table(rows, ["", "name", "api", "apps at", "token file", "ca"]) if rows else
          f"no contexts yet in {contexts.config_dir() / contexts.FILE} (`thaw up` writes "
          "one, `thaw context add` adds one)")
     return 0
@@ -67,7 +76,8 @@ def context_add(args: argparse.Namespace) -> int:
     made = contexts.Context(
         api=api_url(args.api),
         token_file=str(Path(args.token_file).resolve()) if args.token_file else "",
-        cacert=str(Path(args.cacert).resolve()) if args.cacert else "")
+        cacert=str(Path(args.cacert).resolve()) if args.cacert else "",
+        app_url=contexts.check_app_url(args.app_url), images=check_images(args.images))
     now = contexts.put(args.name, made, use=args.use)
     print(f"context {args.name}: {made.api}"
           + (" (current)" if now.current == args.name else ""))

@@ -2,7 +2,8 @@
 they make from them, thaw.toml, `--set` pairs.
 
 The API is `--api` (or $THAW_API_URL), else the context's (`--context NAME`, $THAW_CONTEXT,
-else the current one: thaw/contexts.py; `thaw up` writes `local`), else 127.0.0.1:4280.
+else the `context` thaw.toml names, else the current one: thaw/contexts.py; `thaw up`
+writes `local`), else 127.0.0.1:4280.
 The token sent is `--token`, else $THAW_TOKEN, else — when no `--api` was given — the
 context's token file, else the local platform's admin token (`./.thaw/admin.token`,
 written by `thaw up`) — only for an API on this host. An https API's certificate is
@@ -25,6 +26,7 @@ from thaw import contexts
 from thaw.client import ApiClient
 
 DEFAULT_API = "http://127.0.0.1:4280"
+THAW_TOML = Path("thaw.toml")
 LOCAL_TOKEN = Path(".thaw") / "admin.token"
 LOCAL_CA = Path(".thaw") / "tls" / "ca.pem"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -89,8 +91,36 @@ def api_url(given: str) -> str:
     return given
 
 
+def context_of(args: argparse.Namespace) -> contexts.Context | None:
+    """The context a command talks to: none when `--api` is given; else `--context` (or
+    $THAW_CONTEXT), else the one thaw.toml names, else the current one."""
+    if args.api:
+        return None
+    return contexts.chosen(args.context or toml_context(getattr(args, "config", None)))
+
+
+def toml_context(path: Path | None) -> str:
+    """The `context` a thaw.toml names ("" for none, no file, or a file that is not TOML:
+    the command reading it says so)."""
+    path = path or THAW_TOML
+    try:
+        with open(path, "rb") as f:
+            named = tomllib.load(f).get("context", "")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    if not isinstance(named, str):
+        raise contexts.ContextError(f"{path}: context must be a context's name (a string)")
+    return named
+
+
+def url_of(args: argparse.Namespace, app: str) -> str:
+    """Where the platform serves `app`, from the context's `app_url` ("" when not known)."""
+    context = context_of(args)
+    return contexts.app_url(context.app_url, app) if context and context.app_url else ""
+
+
 def client_of(args: argparse.Namespace) -> ApiClient:
-    context = None if args.api else contexts.chosen(args.context)
+    context = context_of(args)
     api = api_url(args.api or (context.api if context is not None else DEFAULT_API))
     token = args.token or (context_token(context) if context is not None else "")
     cacert = args.cacert or (context.cacert if context is not None else "")
@@ -141,9 +171,13 @@ def load_thaw_toml(path: Path) -> dict[str, Any]:
 
 
 def app_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """thaw.toml's tables as AppConfig fields: `app` is accepted for `name`."""
+    """thaw.toml's tables as AppConfig fields: `app` is accepted for `name`; `context`
+    (the platform, for the CLI: `context_of`) and `[build]` (what deploy builds:
+    thaw/appbuild.py) are not the app's."""
     if "app" in data:
         data["name"] = data.pop("app")
+    data.pop("context", None)
+    data.pop("build", None)
     return data
 
 
@@ -162,5 +196,5 @@ def app_name(args: argparse.Namespace) -> str:
 
 def add_app_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-a", "--app", default="", help="the app (default: the app of thaw.toml)")
-    p.add_argument("-c", "--config", type=Path, default=Path("thaw.toml"),
+    p.add_argument("-c", "--config", type=Path, default=THAW_TOML,
                    help="the thaw.toml that names the app when -a is not given")

@@ -2,8 +2,10 @@
 keep them — an API URL, the file its token is in, the CA its certificate is checked
 against. `thaw up` writes the context `local` (its own ports, its state dir's token and
 CA) and makes it current, so `thaw status` works from any directory with no flags; `thaw
-context add|use|list|remove` manage others; `--context NAME` (or $THAW_CONTEXT) picks one
-for a command.
+context add|use|list|remove` manage others; `--context NAME` (or $THAW_CONTEXT, or a
+`context = "NAME"` line in the thaw.toml a command reads) picks one for a command. A
+context also says where the platform serves an app (`app_url`), for `thaw apps open` and
+`thaw status APP`.
 
 They live in `$THAW_CONFIG/contexts.json`, else `$XDG_CONFIG_HOME/thaw/`, else
 `~/.config/thaw/` (mode 0600 in a 0700 directory: it names token files, not tokens).
@@ -34,6 +36,29 @@ class Context(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     api: str
     token_file: str = ""  # read at each command (a rotated token is picked up)
     cacert: str = ""
+    # where the platform serves an app, `{app}` standing for its name, e.g.
+    # "https://{app}.example.com/" ("": not known; `thaw apps open` says how to set it)
+    app_url: str = ""
+    # where `thaw deploy` puts an image it built (thaw.toml's [build]): "oci:/DIR", a layout
+    # the platform reads, or "http(s)://HOST:PORT", a registry ("": none; thaw/appbuild.py)
+    images: str = ""
+
+
+APP = "{app}"
+
+
+def app_url(template: str, app: str) -> str:
+    """An app's URL from a context's `app_url` template."""
+    return template.replace(APP, app)
+
+
+def check_app_url(template: str) -> str:
+    """A context's `app_url`: http(s), naming `{app}` once, or "" (not known)."""
+    if template and (template.count(APP) != 1
+                     or not template.startswith(("http://", "https://"))):
+        raise ContextError(f"--app-url: an http(s) URL with {APP} where the app's name goes, "
+                           f"e.g. https://{APP}.example.com/, not {template[:200]!r}")
+    return template
 
 
 class Contexts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

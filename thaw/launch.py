@@ -16,7 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ground.appconfig import APP_NAME, parse
+from thaw.appbuild import CHECKED_AS, DOCKERFILE
 from thaw.appfields import FieldDoc, fields, toml_value
 from thaw.cmdbase import app_fields
 
@@ -65,27 +68,44 @@ def launch(args: argparse.Namespace, deploy: Callable[[argparse.Namespace], int]
     if args.config.exists() and not args.force:
         raise ValueError(f"{args.config} exists (pass --force to replace it)")
     ask = sys.stdin.isatty() and not args.yes
+    here = args.config.resolve().parent
+    # a Dockerfile beside thaw.toml and no --image: deploy builds it (thaw/appbuild.py)
+    build = (here / DOCKERFILE).is_file() and not args.image
     values: dict[str, Any] = {
-        "name": args.name or answer(ask, "App name", default_name(Path.cwd().name)),
-        "image": args.image or answer(ask, "Image (e.g. registry:5000/app:v1)", ""),
+        "name": args.name or answer(ask, "App name", default_name(here.name)),
     }
-    if not values["image"]:
-        raise ValueError("--image is needed (no terminal to ask on)" if not ask
-                         else "an image is needed")
+    if not build:
+        values["image"] = args.image or answer(ask, "Image (e.g. registry:5000/app:v1)", "")
+        if not values["image"]:
+            raise ValueError("--image is needed (no terminal to ask on)" if not ask
+                             else "an image is needed")
     for flag, field in FLAGS.items():
         given = getattr(args, flag)
         if given is not None:
             values[field] = [given] if field == "regions" else given
-    text = render(values)
-    parse(app_fields(tomllib.loads(text)))  # what deploy will check, before it is written
+    text = render(values, args.context) + (BUILD_TABLE if build else "")
+    checked = app_fields(tomllib.loads(text))  # what deploy will check, before it is written
+    parse({"image": CHECKED_AS, **checked})
     args.config.write_text(text)
     if not args.json:
         print(f"wrote {args.config} for app {values['name']}"
               + ("" if args.deploy else f": thaw deploy -c {args.config}"))
+        if build:
+            print(f"found {DOCKERFILE}: thaw deploy builds it (thaw image build; RUN is not "
+                  "supported yet, docs/images.md) and deploys the image it built, stored "
+                  "where the context keeps images (thaw up's: its own layout)")
     if args.deploy:
         args.image, args.strategy, args.detach, args.wait_timeout = "", None, False, 300.0
         return deploy(args)
     return 0
+
+
+BUILD_TABLE = f"""[build]
+# thaw deploy builds this Dockerfile and deploys the image (docs/cli.md, thaw deploy)
+dockerfile = "{DOCKERFILE}"
+# dir = "."          # what COPY sees, from this file's directory
+# args = {{}}          # --build-arg NAME = "value"
+"""
 
 
 def answer(ask: bool, question: str, default: str) -> str:
@@ -100,12 +120,15 @@ def default_name(directory: str) -> str:
     return name if APP_NAME.match(name) else ""
 
 
-def render(values: dict[str, Any]) -> str:
+def render(values: dict[str, Any], context: str = "") -> str:
     """thaw.toml text: `values` (field path -> value) set, every other field commented
-    out at its default; each line says what the field means and its bound."""
+    out at its default; each line says what the field means and its bound; the platform
+    (`context`) the CLI talks to from this directory when one was chosen."""
     lines = ["# thaw.toml: `thaw deploy` creates or updates this app and rolls it out.",
              "# Every field is here; a commented one is at its default. docs/cli.md",
              "# describes them all.", ""]
+    lines += ["# the platform thaw commands here talk to (`thaw context list`); not the app's",
+              f"context = {toml_value(context)}", ""] if context else []
     table = ""
     for field in fields():
         if field.table != table:
@@ -120,4 +143,6 @@ def line(field: FieldDoc, values: dict[str, Any]) -> str:
     note = f"# {field.meaning}; {field.bound}"
     if field.path in values:
         return f"{note}\n{key} = {toml_value(values[field.path])}"
+    if field.default is msgspec.NODEFAULT:  # the image, when deploy builds it
+        return f"{note}\n# {key}: the one thaw deploy builds ([build], below)"
     return f"{note}\n# {key} = {toml_value(field.default)}"

@@ -248,7 +248,10 @@ class Platform:
 
         token_file = (self.config.state_dir / ADMIN_TOKEN_FILE).resolve()
         made = contexts.Context(api=self.api_url, token_file=str(token_file),
-                                cacert=str(self.ca.cert_path.resolve()) if self.ca else "")
+                                cacert=str(self.ca.cert_path.resolve()) if self.ca else "",
+                                app_url=self.app_url(),
+                                images=f"oci:{(self.config.state_dir / 'images').resolve()}"
+                                       "/layout")
         try:
             contexts.put(contexts.LOCAL, made, use=True)
         except (OSError, contexts.ContextError) as exc:
@@ -260,6 +263,15 @@ class Platform:
                      "your PATH")
         return (f"the CLI's context \"local\" is current ({where}): `thaw status` works "
                 f"from any directory{path_hint}")
+
+    def app_url(self) -> str:
+        """Where this platform serves an app ({app}: its name): the edge's HTTPS port with
+        --tls, else its plain one, under the domain (*.localhost reaches this host in curl
+        and browsers)."""
+        assert self.edge is not None
+        if self.ca:
+            return f"https://{{app}}.{self.config.domain}:{self.edge.tls_port}/"
+        return f"http://{{app}}.{self.config.domain}:{self.edge.proxy_port}/"
 
     def banner(self) -> str:
         from ground.native import state as native_state
@@ -286,6 +298,8 @@ class Platform:
                    "   # HTTP/2 by ALPN; --http1.1 for HTTP/1.1"] if self.ca else []),
                 "",
                 "  thaw status      # from any directory: the context \"local\" (below)",
+                "  thaw apps open hello   # its URL, "
+                + self.app_url().replace("{app}", "hello"),
                 f"  curl {cacert}-H \"Authorization: Bearer $(cat {token_file})\" "
                 f"{self.api_url}/v1/apps",
                 "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -105,6 +106,60 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
     deleted = thaw(up, "apps", "delete", "owned")
     assert deleted.returncode == 0
     assert call("GET", f"{up.api}/v1/apps/owned", token=up.token)[0] == 404
+
+
+def as_owner(up: ThawUp, where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`thaw ARGS` run in `where` with no flag and no THAW_ variable: only the contexts
+    `thaw up` wrote say which platform."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THAW_")}
+    env |= {"THAW_CONFIG": str(up.cli_config), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "thaw", *args], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_launch_in_a_directory_with_a_dockerfile_and_deploy_build_it_and_open_gives_its_url(
+    up: ThawUp, tmp_path: Path
+) -> None:
+    """As `fly launch` and `fly deploy` with a Dockerfile: launch writes [build] instead of
+    asking for an image, deploy builds it into the platform's layout (the context `thaw
+    up` wrote says where) and deploys it; `thaw apps open` and `thaw status APP` say the
+    URL the app answers on."""
+    wait_until(lambda: (up.cli_config / "contexts.json").exists(), 10)
+    app = tmp_path / "built"
+    app.mkdir()
+    (app / "app.py").write_text((HELLO / "app.py").read_text())
+    (app / "Dockerfile").write_text(
+        "FROM builtin:python3\nWORKDIR /app\nCOPY app.py .\nENV PYTHONUNBUFFERED=1\n"
+        "EXPOSE 8080\nCMD [\"python3\", \"app.py\"]\n")
+    launched = as_owner(up, app, "launch", "--yes", "--cpus", "0.25", "--memory-mb", "64")
+    assert launched.returncode == 0, launched.stderr
+    assert "found Dockerfile: thaw deploy builds it" in launched.stdout
+    toml = (app / "thaw.toml").read_text()
+    assert 'app = "built"' in toml and '[build]\n' in toml and "\nimage =" not in toml
+
+    deployed = as_owner(up, app, "deploy")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    built = re.search(r"built Dockerfile -> (oci:\S+:built:deploy-[0-9a-f]{12})",
+                      deployed.stdout)
+    assert built is not None, deployed.stdout
+    assert "created app built: release 1" in deployed.stdout
+    _, config = call("GET", f"{up.api}/v1/apps/built", token=up.token)
+    assert config["image"] == built.group(1) and config["image_digest"].startswith("sha256:")
+    again = as_owner(up, app, "deploy")  # the same files: the same image, nothing to do
+    assert again.returncode == 0 and "up to date: release 1" in again.stdout, again.stdout
+
+    opened = as_owner(up, app, "apps", "open")  # thaw.toml names the app
+    assert opened.returncode == 0, opened.stderr
+    url = opened.stdout.split()[0]
+    assert url == f"http://built.localhost:{up.edge_port}/"
+    host = url.split("//")[1].split(":")[0]  # *.localhost: this host, for curl and browsers
+    connection = http.client.HTTPConnection("127.0.0.1", up.edge_port, timeout=60)
+    connection.request("GET", "/", headers={"Host": host})
+    assert connection.getresponse().status == 200  # woken: the image deploy built runs
+    connection.close()
+    shown = as_owner(up, app, "status", "built")
+    assert shown.returncode == 0 and f"url {url}" in shown.stdout, shown.stdout
+    assert json.loads(as_owner(up, app, "status", "built", "--json").stdout)["url"] == url
 
 
 def test_thaw_status_from_another_directory_finds_the_platform_by_its_context(

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.support.agent_process import call
+from tests.support.agent_process import call, wait_until
 from tests.support.platform import ThawUp
 from tests.support.ports import free_port
 
@@ -50,6 +50,21 @@ def test_the_banner_says_how_to_curl_over_tls(up: tuple[ThawUp, int]) -> None:
     platform, tls_port = up
     assert f"--cacert {platform.state_dir}/tls/ca.pem" in platform.output.decode()
     assert f"https://hello.localhost:{tls_port}/" in platform.output.decode()
+
+
+def test_the_contexts_app_url_is_the_https_one_and_curl_reaches_the_app_by_it(
+    up: tuple[ThawUp, int],
+) -> None:
+    import json
+
+    platform, tls_port = up
+    wait_until(lambda: (platform.cli_config / "contexts.json").exists(), 10)
+    local = json.loads((platform.cli_config / "contexts.json").read_text())["contexts"]["local"]
+    assert local["app_url"] == f"https://{{app}}.localhost:{tls_port}/"
+    url = local["app_url"].replace("{app}", "hello")  # curl sends *.localhost to this host
+    body, summary = curl("--cacert", f"{platform.state_dir}/tls/ca.pem", url,
+                         platform=platform)
+    assert summary.endswith(" 200") and body.startswith("hello from ")
 
 
 def test_h2c_with_prior_knowledge_wakes_the_cold_app(up: tuple[ThawUp, int]) -> None:

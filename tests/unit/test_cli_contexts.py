@@ -7,12 +7,23 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from ground.appconfig import parse
 from thaw import contexts
-from thaw.cmdbase import client_of
+from thaw.appbuild import (
+    CHECKED_AS,
+    AppBuildError,
+    BuildSpec,
+    build_and_store,
+    check_images,
+    read_build,
+)
+from thaw.cmdbase import app_fields, client_of, url_of
+from thaw.launch import BUILD_TABLE, render
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +84,64 @@ def test_a_command_uses_the_contexts_api_token_and_ca_unless_given_an_api(
 
 def test_with_no_context_the_default_api_is_the_local_one() -> None:
     assert client_of(args()).port == 4280
+
+
+def test_a_thaw_toml_naming_its_context_picks_it_unless_a_context_is_given(
+    tmp_path: Path,
+) -> None:
+    contexts.put("local", contexts.Context(api="http://127.0.0.1:5000"))
+    contexts.put("prod", contexts.Context(api="http://127.0.0.1:5001"))
+    toml = tmp_path / "thaw.toml"
+    toml.write_text('context = "prod"\napp = "x"\nimage = "r/x:1"\n')
+    assert client_of(args(config=toml)).port == 5001  # thaw.toml's, not the current one
+    assert client_of(args()).port == 5001  # ./thaw.toml is read when no -c is given
+    assert client_of(args(config=toml, context="local")).port == 5000  # --context wins
+    assert client_of(args(config=toml, api="127.0.0.1:6000")).port == 6000
+    assert app_fields({"context": "prod", "app": "x", "build": {}}) == {"name": "x"}
+    toml.write_text('context = "gone"\n')
+    with pytest.raises(contexts.ContextError, match="no context 'gone'"):
+        client_of(args(config=toml))
+    toml.write_text("context = 3\n")
+    with pytest.raises(contexts.ContextError, match="context must be"):
+        client_of(args(config=toml))
+
+
+def test_an_apps_url_comes_from_its_contexts_template() -> None:
+    contexts.put("up", contexts.Context(api="http://127.0.0.1:5000",
+                                        app_url="http://{app}.localhost:8080/"))
+    assert url_of(args(), "hello") == "http://hello.localhost:8080/"
+    assert url_of(args(api="127.0.0.1:5000"), "hello") == ""  # no context: not known
+    assert contexts.check_app_url("https://{app}.example.com/") == "https://{app}.example.com/"
+    for bad in ("https://example.com/", "ftp://{app}.x/", "https://{app}.{app}.x/"):
+        with pytest.raises(contexts.ContextError, match="--app-url"):
+            contexts.check_app_url(bad)
+
+
+def test_where_built_images_go_is_a_layout_by_absolute_path_or_a_registry() -> None:
+    assert check_images("oci:/srv/images/layout") == "oci:/srv/images/layout"
+    assert check_images("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    for bad in ("oci:relative/dir", "127.0.0.1:5000", "http://h:5000/some/path", "ftp://h"):
+        with pytest.raises(AppBuildError, match="--images"):
+            check_images(bad)
+
+
+def test_thaw_tomls_build_table_is_read_checked_and_absent_is_none(tmp_path: Path) -> None:
+    toml = tmp_path / "thaw.toml"
+    assert read_build(toml) is None
+    toml.write_text('app = "x"\n')
+    assert read_build(toml) is None
+    toml.write_text('app = "x"\n[build]\ndockerfile = "Dockerfile.prod"\nargs = {V = "2"}\n')
+    assert read_build(toml) == BuildSpec(dockerfile="Dockerfile.prod", args={"V": "2"})
+    toml.write_text('app = "x"\n[build]\ndockerfil = "D"\n')
+    with pytest.raises(AppBuildError, match=r"\[build\].*known: dockerfile, dir, args"):
+        read_build(toml)
+    with pytest.raises(AppBuildError, match="keeps no images"):
+        build_and_store(BuildSpec(), toml, "x", "")
+
+
+def test_launch_writes_the_context_it_was_given_and_a_build_table_deploy_accepts() -> None:
+    text = render({"name": "x"}, "prod") + BUILD_TABLE
+    data = tomllib.loads(text)
+    assert data["context"] == "prod" and data["build"] == {"dockerfile": "Dockerfile"}
+    assert "image" not in data and "# image: the one thaw deploy builds" in text
+    assert parse({"image": CHECKED_AS, **app_fields(data)}).name == "x"
