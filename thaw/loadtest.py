@@ -19,9 +19,11 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+DEFAULT_EDGE = "http://127.0.0.1:8080"
 SCENARIO_NAMES = ("cold-burst", "steady", "ramp", "wake-herd", "deploy", "host-loss")
 
 
@@ -64,16 +66,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="wake-herd: how many cold apps")
     p.add_argument("--app", default=env("LOADTEST_APP", "hello"),
                    help="the app under load (wake-herd copies its image)")
-    p.add_argument("--domain", default="localhost", help="apps are served as NAME.DOMAIN")
+    p.add_argument("--domain", default="", help="apps are served as NAME.DOMAIN (default: "
+                   "the context's, else localhost)")
     p.add_argument("--host", default="", help="the Host header (default APP.DOMAIN)")
     p.add_argument("--path", default="/", help="the path every request asks for")
-    p.add_argument("--base-url", default=env("EDGE_URL", "http://127.0.0.1:8080"),
-                   help="the edge (default $THAW_EDGE_URL or http://127.0.0.1:8080)")
-    p.add_argument("--api", default=env("API_URL", "http://127.0.0.1:4280"),
+    p.add_argument("--base-url", default=env("EDGE_URL", ""),
+                   help="the edge (default $THAW_EDGE_URL, else the context's, else "
+                        f"{DEFAULT_EDGE})")
+    p.add_argument("--api", default=env("API_URL", ""),
                    metavar="[http://]HOST:PORT",
-                   help="placement's API (default $THAW_API_URL or 127.0.0.1:4280)")
+                   help="placement's API (default $THAW_API_URL, else the context's, else "
+                        "127.0.0.1:4280)")
+    p.add_argument("--context", default=env("CONTEXT", ""), metavar="NAME",
+                   help="the platform, by name (default $THAW_CONTEXT, else the current "
+                        "one: thaw context list; thaw up writes it)")
     p.add_argument("--token", default=env("TOKEN", ""),
-                   help="bearer token (default $THAW_TOKEN, else ./.thaw/admin.token)")
+                   help="bearer token (default $THAW_TOKEN, else the context's, else "
+                        "./.thaw/admin.token)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="an AppConfig field set on the app for the run and put back after "
                         "(repeatable; over the scenario's own)")
@@ -111,7 +120,38 @@ def run(args: argparse.Namespace) -> int:
     """Run the scenario `args` name; the tool's exit status (see the module's doc)."""
     from loadtests.kit.driver import LoadTest
 
+    find_platform(args)
     return LoadTest(args, command_line(args)).run()
+
+
+def find_platform(args: argparse.Namespace) -> None:
+    """Fill in the API, token, edge and domain a run was not given, as the CLI finds
+    them: from the context (`--context`, else the current one; `thaw up` writes `local`
+    with its own ports), else make up's defaults. An --api given bypasses contexts."""
+    from thaw import contexts
+    from thaw.cmdbase import DEFAULT_API, context_token
+
+    context = None if args.api else contexts.chosen(args.context)
+    if context is not None:
+        args.token = args.token or context_token(context)
+    args.api = args.api or (context.api if context is not None else DEFAULT_API)
+    base, domain = edge_of(context.app_url if context is not None else "", args.app)
+    args.base_url = args.base_url or base
+    args.domain = args.domain or domain
+
+
+def edge_of(app_url: str, app: str) -> tuple[str, str]:
+    """(the edge's base URL, the apps' domain) from a context's plain-HTTP `app_url`
+    (`http://{app}.DOMAIN:PORT/`: the edge at `app`'s name, or at 127.0.0.1 for a
+    *.localhost domain); make up's defaults for none, HTTPS (the kit's tools would need
+    its CA: pass --base-url) or a template of another form."""
+    parts = urlsplit(app_url.replace("{app}", "x"))
+    host = parts.hostname or ""
+    if parts.scheme != "http" or not app_url.startswith("http://{app}.") or not host:
+        return DEFAULT_EDGE, "localhost"
+    domain = host.removeprefix("x.")
+    local = domain == "localhost" or domain.endswith(".localhost")
+    return f"http://{'127.0.0.1' if local else f'{app}.{domain}'}:{parts.port or 80}", domain
 
 
 def command_line(args: argparse.Namespace) -> str:

@@ -364,3 +364,35 @@ def test_the_victim_is_the_worker_of_the_apps_started_machine_with_all_its_machi
     assert choose_victim("hello", workers, machines, worker="w0").machine_ids == ("m1",)
     with pytest.raises(ValueError, match="no started machine"):
         choose_victim("other2", workers, machines)
+
+
+def test_the_kit_finds_the_platform_by_its_context_as_the_cli_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from thaw import contexts
+    from thaw.loadtest import edge_of, find_platform
+
+    monkeypatch.setenv("THAW_CONFIG", str(tmp_path / "cfg"))
+    for name in ("API_URL", "EDGE_URL", "TOKEN", "CONTEXT"):
+        monkeypatch.delenv(f"THAW_{name}", raising=False)
+    top = argparse.ArgumentParser(prog="thaw")
+    add_parser(top.add_subparsers(dest="command"))
+    given = top.parse_args(["loadtest", "steady"])
+    find_platform(given)  # no context: make up's defaults
+    assert (given.api, given.base_url, given.domain) == (
+        "http://127.0.0.1:4280", "http://127.0.0.1:8080", "localhost")
+    token = tmp_path / "admin.token"
+    token.write_text("t0k\n")
+    contexts.put("local", contexts.Context(api="http://127.0.0.1:4281", token_file=str(token),
+                                           app_url="http://{app}.localhost:8081/"))
+    found = top.parse_args(["loadtest", "steady"])
+    find_platform(found)  # thaw up on its own ports: found with no flag
+    assert (found.api, found.token, found.base_url, found.domain) == (
+        "http://127.0.0.1:4281", "t0k", "http://127.0.0.1:8081", "localhost")
+    mine = top.parse_args(["loadtest", "steady", "--api", "10.0.0.6:4280"])
+    find_platform(mine)  # an --api of its own: no context, never its token
+    assert (mine.api, mine.token) == ("10.0.0.6:4280", "")
+    assert edge_of("http://{app}.apps.example:8000/", "web") == (
+        "http://web.apps.example:8000", "apps.example")
+    assert edge_of("https://{app}.localhost:8443/", "web") == (
+        "http://127.0.0.1:8080", "localhost")  # HTTPS: the defaults (pass --base-url)
