@@ -98,7 +98,11 @@ def test_every_field_has_a_meaning_and_a_bound(field: str) -> None:
     assert doc.meaning and doc.bound
 
 
-def test_a_reason_is_printed_in_full_under_its_row_every_line_indented() -> None:
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_a_reason_is_printed_in_full_under_its_row_every_line_indented(
+    columns: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)  # the reason is longer than either
     why = ("machine m1 of release 2 failed: crashed 6 times in 60s; last: exited(3); last "
            "output:\n2026-11-27T12:00:00.123Z " + "cannot open the flux capacitor " * 5)
     rows = [{"version": 2, "status": "failed", "reason": why},
