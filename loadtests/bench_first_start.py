@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.ports import free_ports  # noqa: E402
+from tests.support.ports import free_ports
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
