@@ -84,11 +84,12 @@ class ColdPath:
             exchange.held_at = now
         exchange.to(Event.HOLD)
         self.run(self.wakes.hold(app.name, exchange, now, self.shape(app), since,
-                                 client_timeout_s(exchange), self._held_by(exchange)))
+                                 client_timeout_s(exchange), self.whose(exchange)))
 
-    def _held_by(self, exchange: Exchange) -> bytes | None:
-        """Whose a held request is, for the per-client bound: its peer, or the client a
-        trusted proxy names; None for a trusted proxy's own (it speaks for many)."""
+    def whose(self, exchange: Exchange) -> bytes | None:
+        """Whose a request is, for the per-client bounds (held requests, tunnels): its
+        peer, or the client a trusted proxy names; None for a trusted proxy's own (it
+        speaks for many)."""
         client = exchange.client
         if not client.trusted:
             return client.peer

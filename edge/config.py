@@ -112,6 +112,12 @@ class EdgeConfig:
     # too_many_held for it alone (edge/core/holdqueue.py). A client here is the address a
     # trusted proxy names; a trusted proxy's own requests are not bounded
     max_held_per_client: int = 256
+    # WebSocket tunnels one client may hold open (or have asked for) over all apps; beyond:
+    # 429 too_many_tunnels for it alone. An app's tunnels are bounded per machine
+    # (tunnel_share); this keeps one client from taking all of them from the app's other
+    # clients, and bounds the set-up work (an upstream connection each) one client can
+    # ask of the edge. The client is the same as for max_held_per_client
+    max_tunnels_per_client: int = 64
     underscore_headers: str = "drop"  # "drop" | "reject": request header names with "_"
     # peers believed about the client (X-Forwarded-For): CIDRs of the proxies in front of
     # the edge; none by default: every peer is the client (edge/core/forwarding.py)
@@ -150,7 +156,7 @@ class EdgeConfig:
             "h2_stream_window_bytes", "h2_stream_buffer_bytes", "h2_resets_per_s",
             "h2_control_frames_per_s", "h2_max_continuations", "max_conns_per_client",
             "new_conns_per_s", "new_conns_burst", "h2_client_resets_per_s",
-            "client_requests_per_turn", "max_held_per_client",
+            "client_requests_per_turn", "max_held_per_client", "max_tunnels_per_client",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")

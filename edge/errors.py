@@ -29,6 +29,7 @@ STATUS: dict[str, int] = {
     "body_too_large": 413,
     "too_many_requests": 429,  # a client over its own limits (edge/core/clients.py)
     "too_many_held": 429,  # a client with as many requests held as it may (holdqueue)
+    "too_many_tunnels": 429,  # a client with as many WebSocket tunnels as it may
     "headers_too_large": 431,
     "upgrade_not_supported": 501,
     "transfer_coding_not_supported": 501,
@@ -62,6 +63,7 @@ MESSAGES: dict[str, str] = {
     "body_too_large": "the request body is too large",
     "too_many_requests": "too many connections or requests from this client",
     "too_many_held": "too many of this client's requests are waiting for an app to start",
+    "too_many_tunnels": "too many WebSocket connections from this client",
     "headers_too_large": "the request headers are too large",
     "upgrade_not_supported": "protocol upgrades other than WebSocket are not supported",
     "transfer_coding_not_supported": "only the chunked transfer coding is supported",
@@ -83,7 +85,8 @@ MESSAGES: dict[str, str] = {
 INTERNAL_ERROR = "internal error"  # the message of a code missing from MESSAGES
 RETRY_AFTER = frozenset(
     {"queue_full", "tunnels_full", "edge_full", "no_capacity", "start_failed", "auto_start_off",
-     "shutting_down", "wake_failed", "too_many_requests", "too_many_held"}
+     "shutting_down", "wake_failed", "too_many_requests", "too_many_held",
+     "too_many_tunnels"}
 )
 
 

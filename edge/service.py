@@ -40,6 +40,7 @@ from edge.core.forwarding import (
 )
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, hsts_value
 from edge.core.stats import AppStats
+from edge.core.tunnels import ClientTunnels
 from edge.errors import status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
@@ -68,6 +69,7 @@ class Edge(Shell):
             config.max_held_total, max_held_share=config.max_held_share,
             max_held_per_client=config.max_held_per_client)
         self.pool = UpstreamPool(self)
+        self.tunnels: ClientTunnels[Exchange] = ClientTunnels(config.max_tunnels_per_client)
         self.connections: set[ClientSide] = set()
         self.random = random.Random()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -211,6 +213,10 @@ class Edge(Shell):
         limit. With every machine at that limit but with room for requests, 503
         tunnels_full: idle tunnels never take a machine's last places from requests. With
         no room at all, held as any request (its demand can wake a machine)."""
+        if not self.tunnels.take(exchange, self.cold.whose(exchange)):
+            self.fail(exchange, "too_many_tunnels",
+                      f"the client holds {self.tunnels.limit} WebSocket tunnels already")
+            return
         slot = self._pick_tunnel(app)
         if slot is not None:
             self._forward(exchange, app, slot)
@@ -342,6 +348,8 @@ class Edge(Shell):
             (app.stats if app is not None else self.unrouted).answered(exchange.status, seconds)
         if self.access_log is not None:
             self.access_log.record(exchange, answered, seconds)
+        if exchange.upgrade:
+            self.tunnels.end(exchange)
         if app is None:
             return
         if exchange.held_at:  # (set on the first hold and kept: most requests skip this)

@@ -252,6 +252,10 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    default=int(e("MAX_HELD_PER_CLIENT", "256")), metavar="N",
                    help="requests one client address may have held over all apps "
                         "(beyond: 429 too_many_held)")
+    p.add_argument("--max-tunnels-per-client", type=int,
+                   default=int(e("MAX_TUNNELS_PER_CLIENT", "64")), metavar="N",
+                   help="WebSocket tunnels one client address may hold over all apps "
+                        "(beyond: 429 too_many_tunnels)")
     p.add_argument("--nft-table", default=e("NFT_TABLE", ""), metavar="NAME",
                    help="drop barred clients and SYN floods (past twice --new-conns-per-s per "
                         "client) in the kernel: an nftables table NAME of this edge's own, "
@@ -374,6 +378,7 @@ async def run_edge(args: argparse.Namespace) -> int:
                         h2_client_resets_per_s=args.h2_client_resets_per_s,
                         client_requests_per_turn=args.client_requests_per_turn,
                         max_held_per_client=args.max_held_per_client,
+                        max_tunnels_per_client=args.max_tunnels_per_client,
                         max_resends=args.max_resends,
                         underscore_headers=args.underscore_headers,
                         trusted_proxies=tuple(c for c in args.trusted_proxies.split(",")

@@ -158,7 +158,8 @@ class Platform:
                        max_conns_per_client=UNLIMITED_CLIENT,
                        new_conns_per_s=UNLIMITED_CLIENT, new_conns_burst=UNLIMITED_CLIENT,
                        client_requests_per_turn=UNLIMITED_CLIENT,
-                       max_held_per_client=UNLIMITED_CLIENT),
+                       max_held_per_client=UNLIMITED_CLIENT,
+                       max_tunnels_per_client=UNLIMITED_CLIENT),
             self.registry,
         )
         await self.edge.start()

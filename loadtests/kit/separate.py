@@ -109,6 +109,7 @@ class SeparatePlatform:
         self.thaw("edge", "edge", "--port", str(self.edge_port), "--placement", self.api,
                   *routes, "--new-conns-per-s", "1000000", "--max-conns-per-client",
                   "1000000", "--max-held-per-client", "1000000", "--new-conns-burst", "1000000",
+                  "--max-tunnels-per-client", "1000000",
                   port=self.edge_port)  # the load comes from this host, one address
         self.create_hello()
         return self

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
@@ -156,3 +156,43 @@ async def test_idle_tunnels_at_their_limit_leave_the_machines_requests_alone(
         for ws in tunnels:
             await ws.close()
         await edge.close()
+
+
+async def test_one_client_at_its_tunnel_bound_gets_429_and_another_client_still_opens_tunnels(
+    session: aiohttp.ClientSession,
+) -> None:
+    """max_tunnels_per_client 2: a client's third upgrade is 429 too_many_tunnels at once,
+    while another client (another address) opens its own on the same app; a closed tunnel
+    gives its client room again."""
+    app = {"name": "echo", "concurrency": {"soft_limit": 10, "hard_limit": 10}}
+    edge = await start([app], FakePlacement(backend="hello"), max_tunnels_per_client=2)
+    other = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+    mine, theirs = [], []
+    try:
+        for _ in range(2):
+            mine.append(await session.ws_connect(url(edge), headers={"Host": "echo.localhost"}))
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(url(edge), headers={"Host": "echo.localhost"})
+        assert refused.value.status == 429
+        assert refused.value.headers is not None and "Retry-After" in refused.value.headers
+        for _ in range(2):
+            theirs.append(await other.ws_connect(url(edge), headers={"Host": "echo.localhost"}))
+        await mine.pop().close()
+        await wait_for(lambda: edge.shell.tunnels.of(b"127.0.0.1") == 1)
+        mine.append(await session.ws_connect(url(edge), headers={"Host": "echo.localhost"}))
+        for ws in (*mine, *theirs):
+            await ws.send_str("ping")
+            assert (await ws.receive(timeout=10)).data == "ping"
+    finally:
+        for ws in (*mine, *theirs):
+            await ws.close()
+        await other.close()
+        await edge.close()
+    assert edge.shell.tunnels.of(b"127.0.0.1") == 0 and len(edge.shell.tunnels) == 0
+
+
+async def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "never came true"
+        await asyncio.sleep(0.01)

@@ -114,6 +114,7 @@ class Services:
                        "--admin-port", str(admin), "--placement", ",".join(urls), *routes,
                        "--new-conns-per-s", "1000000", "--max-conns-per-client", "1000000",
                        "--max-held-per-client", "1000000", "--new-conns-burst", "1000000",
+                       "--max-tunnels-per-client", "1000000",
                        port=port)
         return self
 
