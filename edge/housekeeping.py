@@ -73,13 +73,17 @@ class Autostop:
 
     def __init__(self, view: View, placement: PlacementClient, spawn: Spawn,
                  loop: asyncio.AbstractEventLoop, interval_s: float,
-                 on_kept: Callable[[AppEntry], None]) -> None:
+                 on_kept: Callable[[AppEntry], None],
+                 fresh: Callable[[], bool] = lambda: True) -> None:
         self.view = view
         self.placement = placement
         self.spawn = spawn
         self.loop = loop
         self.interval_s = interval_s
         self.on_kept = on_kept  # a machine placement kept can take held requests again
+        # whether the other edges' loads on the machines are known as of now (an idle
+        # edge reads them less often: edge/loadshare.py); if not, no stop this pass
+        self.fresh = fresh
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -101,17 +105,25 @@ class Autostop:
 
     def run_pass(self) -> None:
         now = self.loop.time()
+        idle: list[tuple[AppEntry, MachineSlot]] = []
         for app in list(self.view.apps.values()):
             config = app.config
+            if config.auto_stop == "off" or not any(  # nothing idle long enough: next app
+                    m.in_flight == 0 and now - m.last_start >= config.idle_timeout_s
+                    for m in app.machines.values()):
+                continue
             activity = [
                 MachineActivity(m.id, m.in_flight, m.last_start, m.draining)
                 for m in app.machines.values() if m.state == STARTED
             ]
-            for machine_id in machines_to_stop(activity, config.auto_stop, config.idle_timeout_s,
-                                               config.min_machines_running, now):
-                slot = app.machines[machine_id]
-                self.view.set_draining(slot, True)
-                self.spawn(self._stop(app, slot, now - slot.last_start))
+            idle += [(app, app.machines[machine_id]) for machine_id in machines_to_stop(
+                activity, config.auto_stop, config.idle_timeout_s, config.min_machines_running,
+                now)]
+        if idle and not self.fresh():  # another edge may keep one busy: look again first
+            return
+        for app, slot in idle:
+            self.view.set_draining(slot, True)
+            self.spawn(self._stop(app, slot, now - slot.last_start))
 
     async def _stop(self, app: AppEntry, slot: MachineSlot, idle_s: float) -> None:
         try:

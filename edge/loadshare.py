@@ -14,8 +14,17 @@ on the hot path as before (`in_flight` ± 1): only this loop touches `elsewhere`
 Entries expire after `TTL_INTERVALS` intervals: a dead edge's load stops counting
 within about a second. The limits hold up to one interval's staleness: edges that
 send to a machine's last free slots within one interval may together pass
-`hard_limit` until the next. The board away (Redis down), each edge counts its own,
-as with one edge.
+`hard_limit` until the next. An idle edge — nothing of its own to publish or withdraw,
+and none of the others' load on the machines it knows — shares once in `IDLE_EVERY`
+intervals instead of every one (a round is a Lua script on Redis and its Python on
+both sides): another edge's load that begins on its machines is seen up to
+`IDLE_EVERY` intervals (a second) later, so for its first requests after idling the
+staleness above is a second, not a quarter; once it has anything of its own (a
+request, a held one, a withdrawal) or sees the others' load, it shares every interval.
+Auto-stop never acts on that older view: it stops a machine only when the others'
+loads were read within the last interval (`fresh`; else the next round reads them and
+the next pass decides). The board away (Redis down), each edge counts its own, as with
+one edge.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ log = logging.getLogger("thaw.edge")
 
 INTERVAL_S = 0.25
 TTL_INTERVALS = 4
+# an idle edge (no requests of its own, no demand, none of the others' load on the
+# machines it knows) shares once in this many intervals: once per its entries' TTL
+IDLE_EVERY = TTL_INTERVALS
 MAX_REQUESTS = 1_000_000  # requests at one machine, at most, as others report them
 
 Loads = dict[str, dict[str, int]]  # app -> machine id -> requests in flight
@@ -109,6 +121,8 @@ class LoadShare:
         self.interval_s = interval_s
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
+        self._quiet = 0  # idle rounds skipped since the last share
+        self._shared_at = float("-inf")  # view clock of the last share that answered
         self._rounds = Periodic("loads not shared with other edges", self.once, interval_s,
                                 log, on_error=self._alone)
 
@@ -135,8 +149,9 @@ class LoadShare:
 
     def published(self, demand: dict[str, int]) -> None:
         """`demand` reached the board: the apps idle in it need no withdrawal again (until
-        then, a round that failed sends it again)."""
+        then, a round that failed sends it again); the others' loads are as of now."""
         self._demanded = {name for name, n in demand.items() if n > 0}
+        self._shared_at = self.view.clock()
 
     def apply(self, others: Loads) -> list[AppEntry]:
         """Count the other edges' requests at each machine; the apps whose machines now
@@ -167,8 +182,27 @@ class LoadShare:
         self._loaded = loaded
         return list(changed.values())
 
+    def due(self, loads: Loads, demand: dict[str, int]) -> bool:
+        """Whether this round shares: always while this edge has something to publish or
+        withdraw, or the others have load on its machines; else once in IDLE_EVERY."""
+        if loads or demand or self._loaded or self._quiet >= IDLE_EVERY - 1:
+            self._quiet = 0
+            return True
+        self._quiet += 1
+        return False
+
+    def fresh(self) -> bool:
+        """Whether the others' loads were read within the last interval (and a half);
+        if not, the next round reads them whatever it has of its own."""
+        if self.view.clock() - self._shared_at <= self.interval_s * 1.5:
+            return True
+        self._quiet = IDLE_EVERY
+        return False
+
     async def once(self) -> None:
         loads, demand = self.collect()
+        if not self.due(loads, demand):
+            return
         others = await self.board.share(self.edge_id, loads, demand,
                                         self.interval_s * TTL_INTERVALS)
         self.published(demand)

@@ -93,7 +93,8 @@ class Edge(Shell):
                              self.fail, self.spawn)
         self.suspects = Suspects(view, self.placement, self.spawn, self.loop, self.instance_id)
         self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
-                                 config.autostop_interval_s, self.cold.room)
+                                 config.autostop_interval_s, self.cold.room,
+                                 fresh=self._loads_fresh)
         self.load_share: LoadShare | None = None  # shared with other edges (share_loads)
         # a barred client's packets dropped by the kernel too (edge/adapters/nftwall.py)
         self.bar_in_kernel: Callable[[str, float], None] | None = None
@@ -111,6 +112,10 @@ class Edge(Shell):
                                     self.wakes.holds.apps, self.cold.room,
                                     self.config.load_share_interval_s)
         return self.load_share
+
+    def _loads_fresh(self) -> bool:
+        """Whether the other edges' loads are known as of now (none shared: yes)."""
+        return self.load_share is None or self.load_share.fresh()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = self.loop.create_task(coro)

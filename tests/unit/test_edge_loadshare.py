@@ -3,7 +3,7 @@ counts the others' at each machine (edge/loadshare.py; no event loop)."""
 
 from __future__ import annotations
 
-from edge.loadshare import MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
+from edge.loadshare import IDLE_EVERY, MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
 from edge.view import View
 from ground.appconfig import parse
 
@@ -79,3 +79,32 @@ def test_loads_from_several_edges_are_summed_per_machine() -> None:
     # another edge's negative or absurd figure neither cancels nor swamps the others'
     assert summed([{"web": {"m1": 3}}, {"web": {"m1": -5, "m2": 10**12}}]) == {
         "web": {"m1": 3, "m2": MAX_REQUESTS}}
+
+
+def test_an_idle_edge_shares_once_in_idle_every_rounds_and_anything_of_its_own_at_once(
+) -> None:
+    share, view, _ = shared()
+    idle = [share.due(*share.collect()) for _ in range(3 * IDLE_EVERY)]
+    assert idle == ([False] * (IDLE_EVERY - 1) + [True]) * 3  # once per its entries' TTL
+    assert not share.due(*share.collect())
+    web = view.apps["web"]
+    web.machines["web-m1"].in_flight = web.in_flight = 1  # a request of its own
+    assert share.due(*share.collect())
+    web.machines["web-m1"].in_flight = web.in_flight = 0
+    share.published({"web": 1})
+    assert share.collect()[1] == {"web": 0} and share.due(*share.collect())  # withdrawn
+    share.published({"web": 0})
+    share.apply({"web": {"web-m2": 3}})  # the others' load on its machines: every round
+    assert all(share.due(*share.collect()) for _ in range(2 * IDLE_EVERY))
+    share.apply({})
+    assert not share.due(*share.collect())
+
+
+def test_auto_stop_acts_only_on_the_others_loads_read_within_the_last_interval() -> None:
+    share, _, clock = shared()
+    assert not share.fresh()  # never shared
+    assert share.due(*share.collect())  # so the next round reads them, idle or not
+    share.published({})
+    assert share.fresh()
+    clock.now += share.interval_s * 2  # an idle edge's rounds skipped meanwhile
+    assert not share.fresh() and share.due(*share.collect())

@@ -1,0 +1,106 @@
+"""What an idle edge costs: instructions per second of `thaw edge` with nothing to do
+(callgrind, so the figure does not depend on the machine's load).
+
+    python loadtests/instr_idle.py [--apps 100] [--seconds 20] [--warmup 20] [--edge-args ...]
+
+It starts a Redis of its own, puts `--apps` apps with one started machine each into it
+(default settings: auto-stop after 300 s idle, so every pass looks and none stops),
+starts `thaw edge` under `valgrind --tool=callgrind --instr-atstart=no` on that registry
+(placement named but never called: nothing to wake or stop), waits `--warmup` seconds
+(start-up under valgrind is slow), switches instrumentation on and zeroes the counts
+(`callgrind_control -i on`, `-z`), waits `--seconds` with no request, dumps (`-d`), and
+prints the instructions per second and the functions that took most (inclusive). The
+edge's loops (the registry's feed, the load share with other edges, auto-stop, the
+view's resync) are all that runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadtests.benchlib import key_file, process, wait_port  # noqa: E402
+from tests.support.ports import free_ports  # noqa: E402
+
+
+async def seed(redis_url: str, apps: int) -> None:
+    from ground.appconfig import parse
+    from ground.registry.redis import RedisRegistry
+    from ground.registry.types import MachineRecord
+
+    registry = RedisRegistry(redis_url)
+    now = time.time()
+    for i in range(apps):
+        await registry.put_app(parse({"name": f"app{i}", "image": "bench:latest"}))
+        await registry.put_machine(MachineRecord(
+            id=f"m{i}", app=f"app{i}", worker="w-bench", region="local", state="started",
+            image_digest="", created_at=now, updated_at=now, address="127.0.0.1:9"))
+    await registry.close()
+
+
+def total(dump: Path) -> int:
+    for line in dump.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals in {dump}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--apps", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--edge-args", default="")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="instr-idle-") as tmp:
+        work = Path(tmp)
+        redis_port, edge_port, admin_port = free_ports(3)
+        redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        with process(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                      "--save", "", "--appendonly", "no", "--dir", str(work)],
+                     log=work / "redis.log"):
+            wait_port(redis_port)
+            asyncio.run(seed(redis_url, args.apps))
+            dump = work / "callgrind.out"
+            with process(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                          f"--callgrind-out-file={dump}", sys.executable, "-m", "thaw",
+                          "edge", "--registry", redis_url, "--port", str(edge_port),
+                          "--admin-port", str(admin_port), "--placement",
+                          "http://127.0.0.1:9", "--no-discover-placements",
+                          "--log-level", "warning", "--cluster-key-file",
+                          str(key_file(work)), *shlex.split(args.edge_args)],
+                         log=work / "edge.log") as edge:
+                wait_port(edge_port, timeout_s=300)
+                time.sleep(args.warmup)
+                for flag in ("-i", "on"), ("-z",):
+                    subprocess.run(["callgrind_control", *flag, str(edge.pid)], check=True,
+                                   stdout=subprocess.DEVNULL)
+                began = time.monotonic()
+                time.sleep(args.seconds)
+                subprocess.run(["callgrind_control", "-d", str(edge.pid)], check=True,
+                               stdout=subprocess.DEVNULL)
+                window = time.monotonic() - began
+                dumps = sorted(work.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
+                counted = total(dumps[-1])
+                print(f"idle edge, {args.apps} apps with a machine each, Redis registry: "
+                      f"{counted:,} instructions in {window:.1f} s = "
+                      f"{counted / window:,.0f} instructions/s")
+                annotate = subprocess.run(
+                    ["callgrind_annotate", "--inclusive=yes", str(dumps[-1])],
+                    capture_output=True, text=True)
+                lines = [ln for ln in annotate.stdout.splitlines() if "(" in ln or ":" in ln]
+                print("\n".join(lines[:args.top + 12]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
