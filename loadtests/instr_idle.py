@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadtests.benchlib import key_file, process, wait_port  # noqa: E402
-from tests.support.ports import free_ports  # noqa: E402
+from loadtests.benchlib import key_file, process, wait_port
+from tests.support.ports import free_ports
 
 
 async def seed(redis_url: str, apps: int) -> None:
