@@ -63,10 +63,21 @@ def check_images(target: str) -> str:
             raise AppBuildError(f"--images: a layout is oci:/ABSOLUTE/DIR, not {target!r}")
         return target
     parts = urlsplit(target)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
+    if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/")
+            or parts.username or parts.password or parts.query or parts.fragment):
         raise AppBuildError("--images: oci:/ABSOLUTE/DIR (a layout the platform reads) or "
                             f"http(s)://HOST:PORT (a registry), not {target[:200]!r}")
     return target
+
+
+def within(base: Path, given: str, name: str) -> Path:
+    """`given` from thaw.toml's directory, which it may not leave: a thaw.toml that came
+    with a clone cannot pack the files beside or above it into an image."""
+    path = (base / given).resolve()
+    if path != base and base not in path.parents:
+        raise AppBuildError(f"[build] {name} = {given!r} leaves {base} (thaw.toml's "
+                            "directory): the build's files must be under it")
+    return path
 
 
 def build_and_store(spec: BuildSpec, toml: Path, app: str, images: str) -> str:
@@ -78,12 +89,14 @@ def build_and_store(spec: BuildSpec, toml: Path, app: str, images: str) -> str:
             "platform reads them from (thaw context add NAME --api URL --images "
             "http(s)://REGISTRY:PORT|oci:/DIR --use), or deploy --image REF")
     base = toml.resolve().parent
-    built = assemble(base / spec.dir, BuildOverrides(), base / spec.dockerfile,
-                     dict(spec.args))
+    context, dockerfile = within(base, spec.dir, "dir"), within(base, spec.dockerfile,
+                                                               "dockerfile")
+    built = assemble(context, BuildOverrides(), dockerfile, dict(spec.args))
     tag = TAG_PREFIX + built.manifest.digest.split(":", 1)[1][:12]
     if images.startswith(LAYOUT):
         layout = images[len(LAYOUT):]
         write_layout(built, Path(layout), app, tag)
         return f"oci:{layout}:{app}:{tag}"
     push_image(built, images, app, tag)
-    return f"{urlsplit(images).netloc}/{app}:{tag}"
+    parts = urlsplit(images)
+    return f"{parts.hostname}{f':{parts.port}' if parts.port else ''}/{app}:{tag}"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ground.appconfig import STRATEGIES, AppConfig, parse
+from ground.appconfig import APP_NAME, STRATEGIES, AppConfig, InvalidConfig, parse
 from thaw import contexts
 from thaw.appbuild import CHECKED_AS, BuildSpec, build_and_store, read_build
 from thaw.appfields import OWN_FIELDS
@@ -135,6 +135,8 @@ def apps_open(args: argparse.Namespace) -> int:
     """As `fly apps open`: the app's URL (the context's `app_url`), in a browser when this
     session has a display, always printed."""
     name = args.name or app_name(argparse.Namespace(app="", config=args.config))
+    if not APP_NAME.match(name):
+        raise InvalidConfig("name", f"{name[:80]!r} is not an app name")
     client_of(args).get(f"/v1/apps/{name}")  # an app that is not there is said so
     base = url_of(args, name)
     if not base:

@@ -32,7 +32,7 @@ class ContextError(ValueError):
     pass
 
 
-class Context(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Context(msgspec.Struct, frozen=True):  # fields a newer thaw adds are ignored
     api: str
     token_file: str = ""  # read at each command (a rotated token is picked up)
     cacert: str = ""
@@ -61,7 +61,7 @@ def check_app_url(template: str) -> str:
     return template
 
 
-class Contexts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Contexts(msgspec.Struct, frozen=True):
     current: str = ""
     contexts: dict[str, Context] = msgspec.field(default_factory=dict)
 

@@ -9,6 +9,7 @@ is written, and an existing one is kept unless `--force`.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tomllib
@@ -61,10 +62,15 @@ def add_launch(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--deploy", action="store_true", help="deploy it once written")
     p.add_argument("-y", "--yes", action="store_true",
                    help="ask nothing: take defaults for what flags do not say")
-    p.set_defaults(run=lambda args: launch(args, deploy))
+    # --context as typed: thaw.toml names a context only when one was given here
+    # ($THAW_CONTEXT still picks the platform for --deploy, never the file's line)
+    p.set_defaults(run=lambda args: launch(args, deploy), context=None)
 
 
 def launch(args: argparse.Namespace, deploy: Callable[[argparse.Namespace], int]) -> int:
+    typed = args.context or ""
+    if args.context is None:
+        args.context = os.environ.get("THAW_CONTEXT", "")
     if args.config.exists() and not args.force:
         raise ValueError(f"{args.config} exists (pass --force to replace it)")
     ask = sys.stdin.isatty() and not args.yes
@@ -83,7 +89,7 @@ def launch(args: argparse.Namespace, deploy: Callable[[argparse.Namespace], int]
         given = getattr(args, flag)
         if given is not None:
             values[field] = [given] if field == "regions" else given
-    text = render(values, args.context) + (BUILD_TABLE if build else "")
+    text = render(values, typed) + (BUILD_TABLE if build else "")
     checked = app_fields(tomllib.loads(text))  # what deploy will check, before it is written
     parse({"image": CHECKED_AS, **checked})
     args.config.write_text(text)

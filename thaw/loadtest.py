@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     from loadtests.kit.driver import LoadTest
 
     find_platform(args)
+    print(f"thaw loadtest: {args.scenario} against the edge {args.base_url} and the API "
+          f"{args.api}", flush=True)
     return LoadTest(args, command_line(args)).run()
 
 
@@ -129,11 +131,18 @@ def find_platform(args: argparse.Namespace) -> None:
     them: from the context (`--context`, else the current one; `thaw up` writes `local`
     with its own ports), else make up's defaults. An --api given bypasses contexts."""
     from thaw import contexts
-    from thaw.cmdbase import DEFAULT_API, context_token
+    from thaw.cmdbase import DEFAULT_API, LOOPBACK, context_token
 
     context = None if args.api else contexts.chosen(args.context)
     if context is not None:
+        host = urlsplit(context.api).hostname
+        if not args.context and host not in LOOPBACK:
+            current = contexts.load().current
+            raise ValueError(f"the current context {current!r} is not on this host "
+                             f"({context.api}): a load test goes to a remote platform only "
+                             f"when asked (--context {current}, or --api URL)")
         args.token = args.token or context_token(context)
+        args.cacert = getattr(args, "cacert", "") or context.cacert
     args.api = args.api or (context.api if context is not None else DEFAULT_API)
     base, domain = edge_of(context.app_url if context is not None else "", args.app)
     args.base_url = args.base_url or base

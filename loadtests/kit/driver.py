@@ -25,7 +25,7 @@ from loadtests.kit.sampler import MachineSampler
 from loadtests.kit.scenarios import SCENARIOS, Deployment, merged
 from loadtests.kit.tools import run_tool, tool_env, tool_run
 from thaw.client import ApiClient
-from thaw.cmdbase import api_url, settings, token_from
+from thaw.cmdbase import api_url, cafile_from, settings, token_from
 
 BURST_DEADLINE_S = 240.0
 SETTLE_MAX_S = 60.0
@@ -39,7 +39,8 @@ class LoadTest:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.report: Path = args.report or Path(".thaw") / "loadtests" / f"{args.scenario}-{stamp}"
         api = api_url(args.api)
-        self.api = ApiClient(api, token_from(args.token, api), timeout_s=30.0)
+        self.api = ApiClient(api, token_from(args.token, api), timeout_s=30.0,
+                             cafile=cafile_from(getattr(args, "cacert", ""), api))
         self.deployment = Deployment(self.api, args.base_url, args.domain)
         self.host = args.host or f"{args.app}.{args.domain}"
         self.events: list[Event] = []

@@ -4,7 +4,10 @@ Every `interval_s` one round asks `GET /v1/apps/{app}/machines` for each watched
 appends rows (timestamp_ms, app, state, count) to `machines.csv`. A machine that changed
 state since the last round changed it at its `updated_at` (kept within the two rounds):
 the round writes the counts of every app at each such instant, then at its own time, so
-the series steps where the machines did, not up to a sampling interval later. An app
+the series steps where the machines did, not up to a sampling interval later. A change
+stamped at or before the last round (a listing that failed then, another host's clock,
+no stamp) is counted from this round: the rows written then are never written again, so
+no time has two sets of rows. An app
 whose listing fails in a round (its worker just died, the API is slow) keeps the counts
 last seen, never counted as zero machines.
 """
@@ -67,7 +70,7 @@ class MachineSampler:
                     self._states[app].pop(machine, None)
                 else:
                     self._states[app][machine] = state
-            if at_ms < now_ms:
+            if since_ms < at_ms < now_ms:  # the last round's rows stand as written
                 rows += self._counts(at_ms)
         rows += self._counts(now_ms)
         with self._lock:

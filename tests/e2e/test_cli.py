@@ -108,11 +108,12 @@ def test_apps_create_update_and_an_invalid_setting_named_before_anything_is_sent
     assert call("GET", f"{up.api}/v1/apps/owned", token=up.token)[0] == 404
 
 
-def as_owner(up: ThawUp, where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`thaw ARGS` run in `where` with no flag and no THAW_ variable: only the contexts
-    `thaw up` wrote say which platform."""
+def as_owner(up: ThawUp, where: Path, *args: str,
+             **more_env: str) -> subprocess.CompletedProcess[str]:
+    """`thaw ARGS` run in `where` with no flag and no THAW_ variable (but `more_env`):
+    only the contexts `thaw up` wrote say which platform."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("THAW_")}
-    env |= {"THAW_CONFIG": str(up.cli_config), "COLUMNS": "100"}
+    env |= {"THAW_CONFIG": str(up.cli_config), "COLUMNS": "100", **more_env}
     return subprocess.run([sys.executable, "-m", "thaw", *args], cwd=where, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
@@ -131,11 +132,13 @@ def test_launch_in_a_directory_with_a_dockerfile_and_deploy_build_it_and_open_gi
     (app / "Dockerfile").write_text(
         "FROM builtin:python3\nWORKDIR /app\nCOPY app.py .\nENV PYTHONUNBUFFERED=1\n"
         "EXPOSE 8080\nCMD [\"python3\", \"app.py\"]\n")
-    launched = as_owner(up, app, "launch", "--yes", "--cpus", "0.25", "--memory-mb", "64")
+    launched = as_owner(up, app, "launch", "--yes", "--cpus", "0.25", "--memory-mb", "64",
+                        THAW_CONTEXT="local")  # picks the platform; not written to the file
     assert launched.returncode == 0, launched.stderr
     assert "found Dockerfile: thaw deploy builds it" in launched.stdout
     toml = (app / "thaw.toml").read_text()
     assert 'app = "built"' in toml and '[build]\n' in toml and "\nimage =" not in toml
+    assert "\ncontext =" not in toml
 
     deployed = as_owner(up, app, "deploy")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr

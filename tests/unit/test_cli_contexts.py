@@ -145,3 +145,27 @@ def test_launch_writes_the_context_it_was_given_and_a_build_table_deploy_accepts
     assert data["context"] == "prod" and data["build"] == {"dockerfile": "Dockerfile"}
     assert "image" not in data and "# image: the one thaw deploy builds" in text
     assert parse({"image": CHECKED_AS, **app_fields(data)}).name == "x"
+
+
+def test_a_build_cannot_leave_thaw_tomls_directory_and_a_registry_url_is_plain(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "Dockerfile").write_text("FROM scratch\n")
+    toml = project / "thaw.toml"
+    for spec in (BuildSpec(dir=".."), BuildSpec(dir="/etc"),
+                 BuildSpec(dockerfile="../Dockerfile"), BuildSpec(dir="sub/../..")):
+        with pytest.raises(AppBuildError, match="leaves"):
+            build_and_store(spec, toml, "x", "oci:/tmp/unused")
+    for bad in ("http://user:pw@127.0.0.1:5000", "http://127.0.0.1:5000?x=1",
+                "http://127.0.0.1:5000#f"):
+        with pytest.raises(AppBuildError, match="--images"):
+            check_images(bad)
+
+
+def test_contexts_a_newer_thaw_wrote_are_still_read(config: Path) -> None:
+    config.mkdir(mode=0o700)
+    (config / contexts.FILE).write_text(
+        '{"current": "x", "contexts": {"x": {"api": "http://127.0.0.1:1", "new": 1}}}')
+    assert contexts.chosen("").api == "http://127.0.0.1:1"

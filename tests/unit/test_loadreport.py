@@ -396,3 +396,45 @@ def test_the_kit_finds_the_platform_by_its_context_as_the_cli_does(
         "http://web.apps.example:8000", "apps.example")
     assert edge_of("https://{app}.localhost:8443/", "web") == (
         "http://127.0.0.1:8080", "localhost")  # HTTPS: the defaults (pass --base-url)
+
+
+def test_a_remote_current_context_is_loaded_only_when_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from thaw import contexts
+    from thaw.loadtest import find_platform
+
+    monkeypatch.setenv("THAW_CONFIG", str(tmp_path / "cfg"))
+    for name in ("API_URL", "EDGE_URL", "TOKEN", "CONTEXT"):
+        monkeypatch.delenv(f"THAW_{name}", raising=False)
+    ca = tmp_path / "ca.pem"
+    contexts.put("prod", contexts.Context(api="https://api.example:443", cacert=str(ca)))
+    top = argparse.ArgumentParser(prog="thaw")
+    add_parser(top.add_subparsers(dest="command"))
+    with pytest.raises(ValueError, match=r"not on this host.*--context prod"):
+        find_platform(top.parse_args(["loadtest", "steady"]))
+    named = top.parse_args(["loadtest", "steady", "--context", "prod"])
+    find_platform(named)
+    assert (named.api, named.cacert) == ("https://api.example:443", str(ca))
+
+
+def test_a_change_stamped_before_the_last_round_never_doubles_that_rounds_rows(
+    tmp_path: Path,
+) -> None:
+    now = [100.0]
+    api = Fleet()
+    api.fleet = {"a": [{"id": "a1", "state": "started", "updated_at": 99.0}],
+                 "b": [{"id": "b1", "state": "started", "updated_at": 99.0}]}
+    sampler = MachineSampler(api, ["a", "b"], tmp_path / "m.csv", clock=lambda: now[0])
+    (tmp_path / "m.csv").write_text("timestamp_ms,app,state,count\n")
+    sampler.sample_once()
+    api.down.add("a")  # round 2 cannot list a
+    now[0] = 101.0
+    sampler.sample_once()
+    api.down.clear()  # round 3: a second machine of a, started at 100.8 (before round 2)
+    api.fleet["a"].append({"id": "a2", "state": "started", "updated_at": 100.8})
+    api.fleet["b"].append({"id": "b2", "state": "started"})  # no stamp at all
+    now[0] = 102.0
+    sampler.sample_once()
+    assert machines_in(sampler.samples, "started") == [
+        (100000.0, 2), (101000.0, 2), (102000.0, 4)]
