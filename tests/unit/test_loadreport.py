@@ -366,17 +366,26 @@ def test_the_victim_is_the_worker_of_the_apps_started_machine_with_all_its_machi
         choose_victim("other2", workers, machines)
 
 
-def test_the_kit_finds_the_platform_by_its_context_as_the_cli_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from thaw import contexts
-    from thaw.loadtest import edge_of, find_platform
-
+@pytest.fixture
+def no_platform_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contexts of the test's own, and no THAW_ variable saying which platform."""
     monkeypatch.setenv("THAW_CONFIG", str(tmp_path / "cfg"))
     for name in ("API_URL", "EDGE_URL", "TOKEN", "CONTEXT"):
         monkeypatch.delenv(f"THAW_{name}", raising=False)
+
+
+def kit_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="thaw")
     add_parser(top.add_subparsers(dest="command"))
+    return top
+
+
+@pytest.mark.usefixtures("no_platform_env")
+def test_the_kit_finds_the_platform_by_its_context_as_the_cli_does(tmp_path: Path) -> None:
+    from thaw import contexts
+    from thaw.loadtest import edge_of, find_platform
+
+    top = kit_parser()
     given = top.parse_args(["loadtest", "steady"])
     find_platform(given)  # no context: make up's defaults
     assert (given.api, given.base_url, given.domain) == (
@@ -398,19 +407,14 @@ def test_the_kit_finds_the_platform_by_its_context_as_the_cli_does(
         "http://127.0.0.1:8080", "localhost")  # HTTPS: the defaults (pass --base-url)
 
 
-def test_a_remote_current_context_is_loaded_only_when_named(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("no_platform_env")
+def test_a_remote_current_context_is_loaded_only_when_named(tmp_path: Path) -> None:
     from thaw import contexts
     from thaw.loadtest import find_platform
 
-    monkeypatch.setenv("THAW_CONFIG", str(tmp_path / "cfg"))
-    for name in ("API_URL", "EDGE_URL", "TOKEN", "CONTEXT"):
-        monkeypatch.delenv(f"THAW_{name}", raising=False)
     ca = tmp_path / "ca.pem"
     contexts.put("prod", contexts.Context(api="https://api.example:443", cacert=str(ca)))
-    top = argparse.ArgumentParser(prog="thaw")
-    add_parser(top.add_subparsers(dest="command"))
+    top = kit_parser()
     with pytest.raises(ValueError, match=r"not on this host.*--context prod"):
         find_platform(top.parse_args(["loadtest", "steady"]))
     named = top.parse_args(["loadtest", "steady", "--context", "prod"])
