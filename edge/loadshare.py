@@ -108,10 +108,12 @@ def summed(boards: Iterable[Loads]) -> Loads:
 class LoadShare:
     def __init__(self, view: View, board: LoadBoard, edge_id: str,
                  held: Callable[[str], int], held_apps: Callable[[], Iterable[str]],
-                 room: Callable[[AppEntry], None], interval_s: float = INTERVAL_S) -> None:
+                 room: Callable[[AppEntry], None], interval_s: float = INTERVAL_S,
+                 unused: Callable[[], bool] = lambda: False) -> None:
         """`held(app)`/`held_apps()`: the requests this edge holds; `room(app)`: others' load
         on an app's machines changed: release what now fits, ask for machines if the held
-        requests need more."""
+        requests need more; `unused()`: true when the edge has no client connection and
+        holds nothing, so no app has a request of its own (a round need not look)."""
         self.view = view
         self.board = board
         self.edge_id = edge_id
@@ -119,6 +121,7 @@ class LoadShare:
         self.held_apps = held_apps
         self.room = room
         self.interval_s = interval_s
+        self.unused = unused
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
         self._quiet = 0  # idle rounds skipped since the last share
@@ -199,8 +202,13 @@ class LoadShare:
         self._quiet = IDLE_EVERY
         return False
 
+    def own(self) -> tuple[Loads, dict[str, int]]:
+        """`collect()`, but for an unused edge with no withdrawal due: nothing of its own,
+        known without a look at every app."""
+        return ({}, {}) if self.unused() and not self._demanded else self.collect()
+
     async def once(self) -> None:
-        loads, demand = self.collect()
+        loads, demand = self.own()
         if not self.due(loads, demand):
             return
         others = await self.board.share(self.edge_id, loads, demand,

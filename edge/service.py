@@ -110,8 +110,12 @@ class Edge(Shell):
         counted at each machine (edge/loadshare.py); the caller starts and closes it."""
         self.load_share = LoadShare(self.view, board, self.instance_id, self.wakes.held,
                                     self.wakes.holds.apps, self.cold.room,
-                                    self.config.load_share_interval_s)
+                                    self.config.load_share_interval_s, self._unused)
         return self.load_share
+
+    def _unused(self) -> bool:
+        """No client connection and nothing held: no request of this edge's anywhere."""
+        return not self.connections and not self.wakes.total
 
     def _loads_fresh(self) -> bool:
         """Whether the other edges' loads are known as of now (none shared: yes)."""

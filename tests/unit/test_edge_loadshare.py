@@ -108,3 +108,20 @@ def test_auto_stop_acts_only_on_the_others_loads_read_within_the_last_interval()
     assert share.fresh()
     clock.now += share.interval_s * 2  # an idle edge's rounds skipped meanwhile
     assert not share.fresh() and share.due(*share.collect())
+
+
+def test_an_unused_edge_does_not_look_at_its_apps_but_a_withdrawal_still_goes_out() -> None:
+    looked: list[int] = []
+    share, view, _ = shared()
+    unused = [True]
+    share.unused = lambda: unused[0]
+    collect = share.collect
+    share.collect = lambda: looked.append(1) or collect()  # type: ignore[method-assign]
+    assert share.own() == ({}, {}) and looked == []
+    share.published({"web": 2})  # a demand published before the edge went unused
+    assert share.own() == ({}, {"web": 0}) and looked == [1]  # its withdrawal goes out
+    share.published({"web": 0})
+    assert share.own() == ({}, {}) and looked == [1]
+    unused[0] = False
+    view.apps["web"].machines["web-m1"].in_flight = view.apps["web"].in_flight = 1
+    assert share.own() == ({"web": {"web-m1": 1}}, {"web": 1}) and looked == [1, 1]
