@@ -124,6 +124,16 @@ class AgentProcess:
             kill_group(pid)
         sweep(self.state_dir)
 
+    def sockets(self) -> str:
+        """Every TCP socket of the agent's port and who holds it (`ss`), for a failure's
+        message: a reset from an agent that still runs is not explained yet."""
+        try:
+            return subprocess.run(["ss", "-tanp", f"( sport = :{self.port} or dport = "
+                                   f":{self.port} )"], capture_output=True, text=True,
+                                  timeout=10).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"(ss: {exc})\n"
+
     def wait_state(self, mid: str, state: str, timeout_s: float = 20) -> dict[str, Any]:
         try:
             status, body = call(
@@ -131,7 +141,8 @@ class AgentProcess:
                 timeout_s=timeout_s + 5,
             )
         except OSError as exc:  # the agent is gone: how it went, what it said before
-            raise AssertionError(f"{exc}; the agent {self.exit_status()}; its log:\n"
+            raise AssertionError(f"{exc}; the agent {self.exit_status()}; the sockets of "
+                                 f"its port:\n{self.sockets()}its log:\n"
                                  f"{self.log_path.read_text()[-3000:]}") from None
         assert status == 200, (status, body, self.log_path.read_text()[-3000:])
         return body  # type: ignore[no-any-return]
