@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge.adapters.accesslog import AccessLog
+from edge.adapters.accesslog import GONE_LINES_PER_S, AccessLog
 from edge.config import EdgeConfig
 from edge.core.accesslog import line, logged, path_of
 from edge.view import View
@@ -177,6 +177,8 @@ async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_count
     from edge.adapters.http1 import ClientConnection
 
     path = tmp_path / "access.log"
+    loop = asyncio.get_running_loop()
+    began = loop.time()  # the bucket refills while this runs: a slow machine logs more
     edge = logging_edge(path)
     for n in range(100):  # from 100 clients (one client's would be taken 8 a turn)
         client = ClientConnection(edge)
@@ -186,7 +188,8 @@ async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_count
     log = edge.access_log
     assert log is not None
     unlogged = log.gone_unlogged
+    refilled = int((loop.time() - began) * GONE_LINES_PER_S)
     await edge.close()
     lines = [json.loads(text) for text in path.read_text().splitlines()]
-    assert 20 <= len(lines) <= 21 and {entry["status"] for entry in lines} == {499}
+    assert 20 <= len(lines) <= 21 + refilled and {entry["status"] for entry in lines} == {499}
     assert unlogged == 100 - len(lines)
