@@ -26,9 +26,13 @@ async def test_a_flushed_registry_is_filled_again_and_no_machine_is_made_or_lost
         await p.create_app(name="hello", image=hello_layout, min_machines_running=1, spares=1,
                            guest={"cpus": 0.25, "memory_mb": 64})
 
-        async def shaped() -> bool:
+        async def shaped() -> bool:  # both machines made, and the events saying so written
             _, found = await p.call("GET", "/v1/apps/hello/machines")
-            return sorted(m["state"] for m in found) == ["created", "started"]
+            if sorted(m["state"] for m in found) != ["created", "started"]:
+                return False
+            _, events = await p.call("GET", "/v1/apps/hello/events")
+            made = {e["machine"] for e in events if e["action"] == "create"}
+            return {m["id"] for m in found} <= made
 
         await eventually(shaped, timeout_s=30)
         _, before = await p.call("GET", "/v1/apps/hello/machines")
