@@ -18,7 +18,7 @@ from agent.core.state import replay
 from agent.procfs import read_stat
 from tests.support.credentials import ENV, bearer, signed_headers
 from tests.support.machines import TEST_DRIVER, sweep
-from tests.support.ports import free_port, wait_for_port
+from tests.support.ports import free_port, wait_for_port, wait_until_unbound
 
 
 def call(
@@ -77,10 +77,16 @@ class AgentProcess:
         return self
 
     def kill9(self) -> None:
+        """SIGKILL, then wait until nothing listens on the port any more: a child the agent
+        forked just before the kill (a `runc` or `nft` it was starting) holds a copy of the
+        listening socket until it execs, which takes up to ~100 ms on a loaded machine. A
+        connection made meanwhile — the restarted agent's port probe and first call — is
+        queued on that ghost and reset when the child's exec closes it."""
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(timeout=10)
         self.proc = None
+        wait_until_unbound(self.port)
 
     def terminate(self) -> None:
         if self.proc is not None:

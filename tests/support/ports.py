@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import random
 import socket
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,8 +58,6 @@ def wait_for_port(host: str, port: int, timeout_s: float = 10.0,
                   alive: Callable[[], bool] = lambda: True) -> None:
     """Block until a TCP connect to host:port succeeds, or raise TimeoutError (at once
     when `alive` says the server that was to listen there has exited)."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -69,3 +69,23 @@ def wait_for_port(host: str, port: int, timeout_s: float = 10.0,
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{host}:{port} did not accept within {timeout_s}s") from None
             time.sleep(0.02)
+
+
+def listening(port: int) -> bool:
+    """Whether any socket listens on TCP `port` (whoever holds it)."""
+    out = subprocess.run(["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True,
+                         text=True, timeout=10).stdout
+    return bool(out.strip())
+
+
+def wait_until_unbound(port: int, timeout_s: float = 10.0) -> None:
+    """After a kill -9: block until nothing listens on `port`. A child the killed server
+    forked just before (a `runc` or `nft` it was starting) holds a copy of the listening
+    socket until it execs — up to ~100 ms on a loaded machine — and a connection made
+    meanwhile (a restarted server's port probe, its first call) is queued on that ghost
+    and reset when the exec closes it."""
+    deadline = time.monotonic() + timeout_s
+    while listening(port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"port {port} still listened on {timeout_s}s after the kill")
+        time.sleep(0.02)

@@ -19,7 +19,7 @@ from tests.support.agent_process import (
 )
 from tests.support.credentials import ADMIN_TOKEN, ENV, ROUTE_KEY, SECRETS_KEY
 from tests.support.machines import sweep
-from tests.support.ports import free_ports, wait_for_port
+from tests.support.ports import free_ports, wait_for_port, wait_until_unbound
 from tests.support.redis_server import RedisServer
 
 
@@ -123,6 +123,7 @@ class Services:
         proc = self.procs[f"agent-{index}"]
         proc.kill()
         proc.wait()
+        wait_until_unbound(self.args[f"agent-{index}"][1])
         ids = {p.name for p in (self.tmp / f"agent-{index}").glob("machines/*")}
         for pid in find_machine_processes(ids):
             kill_group(pid)
