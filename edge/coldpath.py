@@ -22,7 +22,7 @@ from edge.core import balance
 from edge.core.appwake import AppWakes, Shape
 from edge.core.exchange import Event
 from edge.core.forwarding import TrustedProxies
-from edge.core.holdqueue import request_timeout_s
+from edge.core.holdqueue import grpc_timeout_s, request_timeout_s
 from edge.core.stats import AppStats
 from edge.core.wakeeffects import ArmTimer, CallPlacement, Effect, Fail, Release, Shed
 from edge.errors import EdgeError
@@ -257,10 +257,12 @@ class ColdPath:
 
 
 def client_timeout_s(exchange: Exchange) -> float | None:
-    """The client's bound on its wait: the shorter of X-Thaw-Hold-Timeout-Ms and
-    X-Request-Timeout (read only once a request is held: the warm path never looks)."""
+    """The client's bound on its wait: the shortest of X-Thaw-Hold-Timeout-Ms,
+    X-Request-Timeout and a gRPC call's grpc-timeout (read only once a request is held:
+    the warm path never looks)."""
     head = exchange.head
-    given = [t for t in (head.hold_timeout_s, request_timeout_s(head.forward)) if t is not None]
+    given = [t for t in (head.hold_timeout_s, request_timeout_s(head.forward),
+                         grpc_timeout_s(head.forward)) if t is not None]
     return min(given) if given else None
 
 

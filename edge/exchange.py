@@ -40,7 +40,7 @@ from edge.core.exchange import (
     resendable,
 )
 from edge.core.forwarding import TrustedProxies
-from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, RequestHead, ResponseHead
+from edge.core.framing import BODY_LENGTH, BODY_NONE, RequestHead, ResponseHead
 from edge.core.wakeeffects import Wake, server_timing
 from edge.errors import status_of
 from edge.view import AppEntry, MachineSlot
@@ -48,8 +48,6 @@ from edge.view import AppEntry, MachineSlot
 # why a client's reading is paused (PAUSE_TURN: its client began its share of requests in
 # this turn of the loop, edge/core/clients.py)
 PAUSE_PIPELINE, PAUSE_BUFFER, PAUSE_UPSTREAM, PAUSE_TURN = 1, 2, 4, 8
-CHUNK_END = b"0\r\n\r\n"
-CRLF = b"\r\n"
 # A held request the app's predicted start would not be in time for (edge/core/appwake.py
 # `Shed`): 503 with the predicted wait as Retry-After. Made here because its Retry-After is
 # the request's own, not the configured one that every other error answer carries.
@@ -107,12 +105,24 @@ class Downstream:
 
 
 class Upstream:
-    """A connection to a machine carrying one exchange's request."""
+    """A machine's side of one exchange: an HTTP/1.1 connection, or one stream of an
+    HTTP/2 one (an app whose protocol is h2c). It frames the request for its protocol."""
 
-    def write(self, data: bytes) -> None:
+    def send_request(self, exchange: Exchange) -> None:
+        """Send the exchange's head (`upstream_head`, as HTTP/1.1) and whatever body it
+        has kept (`chunks`, and its end when `body_done`, with `trailers`)."""
         raise NotImplementedError
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def send_data(self, exchange: Exchange, data: bytes) -> None:
+        """More of the request body (never empty)."""
+        raise NotImplementedError
+
+    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
+        """The request body ends, with its trailer fields (`Name: value\r\n` lines)."""
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        """Bytes as they are: a tunnel's, after the machine's 101."""
         raise NotImplementedError
 
     def pause_reading(self) -> None:
@@ -268,12 +278,12 @@ class Exchange:
             return
         self.received += len(data)
         upstream = self.upstream
-        if upstream is not None and self.phase == FORWARDING:
+        phase = self.phase
+        # (while the machine answers too: a full-duplex call — gRPC's bidirectional
+        # streams — goes on sending after the response began)
+        if upstream is not None and phase in (FORWARDING, RESPONDING):
             self.progress_at = self.shell.loop.time()
-            if self.head.body == BODY_CHUNKED:
-                upstream.writelines([b"%x\r\n" % len(data), data, CRLF])
-            else:
-                upstream.write(data)
+            upstream.send_data(self, data)
         elif self.phase not in TERMINAL:
             self.chunks.append(data)
             self.buffered += len(data)
@@ -288,9 +298,9 @@ class Exchange:
         self.body_done = True
         self.trailers = trailers
         upstream = self.upstream
-        if upstream is not None and self.phase == FORWARDING:
-            if self.head.body == BODY_CHUNKED:
-                upstream.write(b"0\r\n" + trailers + CRLF if trailers else CHUNK_END)
+        phase = self.phase
+        if upstream is not None and phase in (FORWARDING, RESPONDING):
+            upstream.send_end(self, trailers)
             self.sent_all = True
 
     def attach(self, upstream: Upstream) -> None:
@@ -303,17 +313,7 @@ class Exchange:
         client = self.client
         self.progress_at = self.shell.loop.time()
         self.sent_all = self.body_done
-        if self.head.body == BODY_CHUNKED:
-            parts = [self.upstream_head]
-            for chunk in self.chunks:
-                parts += (b"%x\r\n" % len(chunk), chunk, CRLF)
-            if self.body_done:
-                parts.append(b"0\r\n" + self.trailers + CRLF if self.trailers else CHUNK_END)
-            upstream.writelines(parts)
-        elif self.chunks:
-            upstream.writelines([self.upstream_head, *self.chunks])
-        else:
-            upstream.write(self.upstream_head)  # a request without a body, or not yet read
+        upstream.send_request(self)
         if self.buffered:
             self.chunks = []
             self.buffered = 0

@@ -198,6 +198,10 @@ class Edge(Shell):
             exchange.app = app
             exchange.upstream_head = self._upstream_head(exchange)
         if exchange.upgrade:
+            if app.h2c:
+                self.fail(exchange, "upgrade_not_supported",
+                          "the app's machines speak HTTP/2 (h2c): no WebSocket upgrade")
+                return
             self._dispatch_tunnel(exchange, app)
             return
         config = app.config.concurrency
@@ -269,6 +273,9 @@ class Edge(Shell):
         slot.last_start = self.loop.time()
         app.in_flight += 1
         exchange.slot = slot
+        if app.h2c:
+            self._forward_h2(exchange, app, slot)
+            return
         conn = self.pool.acquire(slot.pool_key)
         if conn is not None:
             conn.send(exchange)
@@ -276,14 +283,24 @@ class Edge(Shell):
             exchange.to(Event.PICK)
             self.spawn(self._connect(exchange, app, slot))
 
+    def _forward_h2(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
+        """To a machine of an h2c app: a stream on its HTTP/2 connection."""
+        conn = self.pool.h2pool().acquire(slot.pool_key)
+        if conn is not None:
+            conn.send(exchange)
+        else:
+            exchange.to(Event.PICK)
+            self.spawn(self._connect(exchange, app, slot))
+
     async def _connect(self, exchange: Exchange, app: AppEntry, slot: MachineSlot) -> None:
+        pool = self.pool.h2pool() if app.h2c else self.pool
         try:
-            conn = await self.pool.connect(slot)
+            conn = await pool.connect(slot)
         except (OSError, TimeoutError) as exc:
             self._connect_failed(exchange, app, slot, exc)
             return
         if exchange.ended:
-            self.pool.release(conn, True)
+            pool.release(conn, True)  # type: ignore[arg-type]  # (its own pool's)
         else:
             conn.send(exchange)
 

@@ -76,6 +76,11 @@ class AppEntry:
         self.routable: list[MachineSlot] = []
         self.in_flight = 0
         self.stats = AppStats()
+        self.h2c = config.protocol == "h2c"  # its machines are spoken to in HTTP/2
+
+    def configure(self, config: AppConfig) -> None:
+        self.config = config
+        self.h2c = config.protocol == "h2c"
 
     def rebuild(self) -> None:
         self.routable = [m for m in self.machines.values() if m.routable]
@@ -153,7 +158,7 @@ class View:
         else:
             if config.hosts != entry.config.hosts:
                 self._claim(name, config.hosts)
-            entry.config = config
+            entry.configure(config)
 
     def _claim(self, app: str, raw_hosts: list[str]) -> None:
         """`app` now claims `raw_hosts` (compared lower-case without a trailing dot): only

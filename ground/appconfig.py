@@ -95,6 +95,9 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # 8080. Under the bubblewrap driver machines share the host's network: the app must
     # listen on $PORT there (docs/process-driver.md).
     port: Annotated[int, msgspec.Meta(ge=0, le=65_535)] = 0
+    # how the edge speaks to the app's machines: HTTP/1.1, or HTTP/2 with prior knowledge
+    # ("h2c": gRPC servers — grpcio, tonic, grpc-go — speak nothing else)
+    protocol: Literal["http1", "h2c"] = "http1"
     # the image's Entrypoint and Cmd, overridden (empty: the image's): a new entrypoint
     # drops the image's Cmd unless cmd is given too (Kubernetes' command and args)
     entrypoint: Annotated[list[Arg], msgspec.Meta(max_length=MAX_ARGS)] = (
@@ -155,6 +158,9 @@ def check(config: AppConfig) -> AppConfig:
         raise InvalidConfig("image", exc.message) from None
     if config.max_machines < config.min_machines_running:
         raise InvalidConfig("max_machines", "must be >= max(1, min_machines_running)")
+    if config.protocol == "h2c" and config.health.path:
+        raise InvalidConfig("health.path", "an h2c app is ready when its port accepts: "
+                                           "health checks over HTTP/2 are not supported yet")
     if config.concurrency.hard_limit < config.concurrency.soft_limit:
         raise InvalidConfig("concurrency.hard_limit", "must be >= concurrency.soft_limit")
     if config.kill_signal and config.kill_signal not in signal.Signals.__members__:

@@ -49,11 +49,12 @@ HOST = "bench.localhost"
 
 
 def h2load(url: str, *, clients: int, streams: int, duration_s: int, log: Path,
-           tls: bool) -> tuple[float, float, float, int]:
-    """(req/s, p50 ms, p99 ms, failed) of one h2load run, pinned to core 1."""
+           tls: bool, extra: list[str] | None = None) -> tuple[float, float, float, int]:
+    """(req/s, p50 ms, p99 ms, failed) of one h2load run, pinned to core 1 (`extra`: more
+    of h2load's options, e.g. a body to POST and its headers)."""
     command = ["taskset", "-c", "1", "h2load", "-c", str(clients), "-m", str(streams),
                "-D", str(duration_s), "--warm-up-time", "1", "-H", f":authority: {HOST}",
-               f"--log-file={log}", url]
+               *(extra or []), f"--log-file={log}", url]
     out = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 60).stdout
     rps = float(re.search(r"finished in .*?, ([\d.]+) req/s", out).group(1))  # type: ignore[union-attr]
     failed = int(re.search(r"(\d+) failed", out).group(1))  # type: ignore[union-attr]

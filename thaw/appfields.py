@@ -34,6 +34,8 @@ MEANING = {
     "guest.memory_mb": "memory reserved on the worker for each machine, MiB",
     "port": "the port the app listens on, also set as `$PORT` (0: the image's one "
             "ExposedPort, else 8080; bubblewrap machines must listen on `$PORT`)",
+    "protocol": "how the edge speaks to the app's machines: `http1`, or `h2c` (HTTP/2 with "
+                "prior knowledge: gRPC servers; docs/edge.md, \"gRPC apps\")",
     "entrypoint": "overrides the image's Entrypoint (and drops its Cmd unless `cmd` is set)",
     "cmd": "overrides the image's Cmd",
     "env": "extra environment; `PORT` and `THAW_*` are the platform's",

@@ -33,9 +33,11 @@ from edge.core.framing import (
     BODY_CHUNKED,
     BODY_LENGTH,
     BODY_NONE,
+    CRLF,
     Rejection,
     RequestHead,
     ResponseHead,
+    last_chunk,
     sets_hsts,
     status_line,
 )
@@ -43,8 +45,6 @@ from edge.core.h2wire import FRAME_HEAD, GOAWAY, PREFACE, PREFACE_LINE, PROTOCOL
 from edge.core.headreader import RequestHeadReader
 from edge.errors import error_response
 from edge.exchange import (
-    CHUNK_END,
-    CRLF,
     PAUSE_BUFFER,
     PAUSE_PIPELINE,
     PAUSE_TURN,
@@ -463,7 +463,7 @@ class ClientConnection(Downstream):
         head, self.pending_head = self.pending_head, b""
         if self.rechunk:  # (trailers can follow a chunked body only)
             self.rechunk = False
-            self.write(head + (b"0\r\n" + trailers + CRLF if trailers else CHUNK_END))
+            self.write(head + last_chunk(trailers))
         elif head:
             self.write(head)
 

@@ -58,6 +58,7 @@ from edge.core.h2wire import (
     PROTOCOL_ERROR,
     H2ConnectionError,
     Settings,
+    take_within,
 )
 from edge.core.headreader import RequestHeadReader
 from edge.exchange import Exchange, Shell
@@ -420,10 +421,7 @@ class H2Connection(StreamOwner):
             window = h2.window(sid)
             if window <= 0:
                 break
-            chunk = stream.out.popleft()
-            if len(chunk) > window:
-                stream.out.appendleft(chunk[window:])
-                chunk = chunk[:window]
+            chunk = take_within(stream.out, window)
             stream.out_bytes -= len(chunk)
             stream.sent_at = self.loop.time()
             last = stream.ending and not stream.out and not stream.trailers

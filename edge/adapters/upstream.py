@@ -12,14 +12,24 @@ import asyncio
 import contextlib
 import socket
 from types import SimpleNamespace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from edge.core.framing import BODY_NONE, BODY_UNTIL_CLOSE, ResponseHead
+from edge.core.framing import (
+    BODY_CHUNKED,
+    BODY_NONE,
+    BODY_UNTIL_CLOSE,
+    CRLF,
+    ResponseHead,
+    last_chunk,
+)
 from edge.core.headreader import ResponseHeadReader
 from edge.exchange import Exchange, Shell, Upstream
 from edge.view import MachineSlot
+
+if TYPE_CHECKING:
+    from edge.adapters.h2upstream import H2Pool
 
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
@@ -67,13 +77,39 @@ class UpstreamConnection(Upstream):
         self.used += 1
         exchange.attach(self)
 
+    def send_request(self, exchange: Exchange) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        chunks = exchange.chunks
+        if exchange.head.body == BODY_CHUNKED:
+            parts = [exchange.upstream_head]
+            for chunk in chunks:
+                parts += (b"%x\r\n" % len(chunk), chunk, CRLF)
+            if exchange.body_done:
+                parts.append(last_chunk(exchange.trailers))
+            transport.writelines(parts)
+        elif chunks:
+            transport.writelines([exchange.upstream_head, *chunks])
+        else:
+            transport.write(exchange.upstream_head)  # no body, or none read yet
+
+    def send_data(self, exchange: Exchange, data: bytes) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        if exchange.head.body == BODY_CHUNKED:
+            transport.writelines([b"%x\r\n" % len(data), data, CRLF])
+        else:
+            transport.write(data)
+
+    def send_end(self, exchange: Exchange, trailers: bytes) -> None:
+        if exchange.head.body == BODY_CHUNKED:
+            self.write(last_chunk(trailers))
+
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.closed:
             self.transport.write(data)
-
-    def writelines(self, parts: list[bytes]) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.writelines(parts)
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed and not self.reading_paused:
@@ -256,6 +292,16 @@ class UpstreamPool:
         self.idle: dict[str, list[UpstreamConnection]] = {}
         self.open: dict[str, set[UpstreamConnection]] = {}
         self.accepted = 0
+        self.h2: H2Pool | None = None  # connections to h2c machines, once there is one
+
+    def h2pool(self) -> H2Pool:
+        """The HTTP/2 connections to machines of apps whose protocol is h2c (made on
+        first use: an edge without such apps never loads the HTTP/2 client)."""
+        if self.h2 is None:
+            from edge.adapters.h2upstream import H2Pool
+
+            self.h2 = H2Pool(self.shell)
+        return self.h2
 
     def acquire(self, address: str) -> UpstreamConnection | None:
         conns = self.idle.get(address)
@@ -306,12 +352,16 @@ class UpstreamPool:
     def close_address(self, address: str) -> None:
         for conn in self.idle.pop(address, []):
             conn.close()
+        if self.h2 is not None:
+            self.h2.close_address(address)
 
     def sever_address(self, address: str) -> None:
         """Cut every connection to `address`, idle or mid-exchange (its host is lost)."""
         self.close_address(address)
         for conn in list(self.open.get(address, ())):
             conn.sever()
+        if self.h2 is not None:
+            self.h2.sever_address(address)
 
     def close_stale(self) -> None:
         """Close idle connections older than the idle timeout (machines may close them first)."""
@@ -320,7 +370,11 @@ class UpstreamPool:
             for conn in [c for c in conns if c.idle_since < cutoff]:
                 conns.remove(conn)
                 conn.close()
+        if self.h2 is not None:
+            self.h2.close_stale()
 
     def close_all(self) -> None:
         for address in list(self.idle):
             self.close_address(address)
+        if self.h2 is not None:
+            self.h2.close_all()

@@ -45,6 +45,12 @@ NEVER_FORWARDED = frozenset({b"proxy-authorization"})  # a proxy's credential, n
 INTERNAL_PREFIX = b"x-thaw-"
 HSTS = b"strict-transport-security"
 CRLF = b"\r\n"
+CHUNK_END = b"0\r\n\r\n"
+
+
+def last_chunk(trailers: bytes) -> bytes:
+    """A chunked body's end, with its trailer fields (`Name: value\r\n` lines) if any."""
+    return b"0\r\n" + trailers + CRLF if trailers else CHUNK_END
 HOLD_TIMEOUT_HEADER = b"x-thaw-hold-timeout-ms"
 
 

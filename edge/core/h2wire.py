@@ -5,6 +5,7 @@ flags, error codes and settings (RFC 9113, RFC 8441), what the core reports
 from __future__ import annotations
 
 import struct
+from collections import deque
 
 from mypy_extensions import mypyc_attr
 
@@ -34,6 +35,16 @@ MAX_WINDOW = (1 << 31) - 1
 FRAME_HEAD = struct.Struct(">HBBBL")  # a frame header: length (24 bits as 16 + 8), type, flags, id
 SETTING = struct.Struct(">HL")
 U32 = struct.Struct(">L")
+
+
+def take_within(out: deque[bytes], window: int) -> bytes:
+    """The next DATA payload from `out` that fits `window` (> 0): its first piece, or as
+    much of it as fits, the rest left first in line."""
+    chunk = out.popleft()
+    if len(chunk) > window:
+        out.appendleft(chunk[window:])
+        chunk = chunk[:window]
+    return chunk
 
 
 class H2ConnectionError(Exception):

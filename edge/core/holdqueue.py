@@ -20,7 +20,9 @@ sockets or clocks: `now` is an argument, items are opaque.
 
 The client's own bound is `X-Request-Timeout: <seconds>` (`request_timeout_s`
 reads it from the head's forwarded lines): a decimal number in (0, 3600];
-anything else is ignored, as if the header were not there.
+anything else is ignored, as if the header were not there. A gRPC call's deadline,
+`grpc-timeout` (1 to 8 digits and a unit, gRPC over HTTP/2), bounds it the same way
+(`grpc_timeout_s`): no use holding a call its client has given up on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ T = TypeVar("T")
 MAX_REQUEST_TIMEOUT_S = 3600.0
 _REQUEST_TIMEOUT = re.compile(rb"(?:^|\n)x-request-timeout:[ \t]*([^\r\n]*)")
 _SECONDS = re.compile(rb"[0-9]{1,7}(?:\.[0-9]{1,6})?")
+# the name in any case, the unit as it is (M is minutes, m milliseconds)
+_GRPC_TIMEOUT = re.compile(
+    rb"(?:^|\n)(?i:grpc-timeout):[ \t]*([0-9]{1,8})([HMSmun])[ \t]*(?:\r|\n|$)")
+GRPC_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 
 def request_timeout_s(header_lines: bytes) -> float | None:
@@ -49,6 +55,15 @@ def request_timeout_s(header_lines: bytes) -> float | None:
         return None
     seconds = float(value)
     return seconds if 0 < seconds <= MAX_REQUEST_TIMEOUT_S else None
+
+
+def grpc_timeout_s(header_lines: bytes) -> float | None:
+    """A gRPC call's `grpc-timeout` in seconds, from `Name: value\r\n` lines (the first
+    such header counts), or None: absent or not one (then ignored)."""
+    found = _GRPC_TIMEOUT.search(header_lines)
+    if found is None:
+        return None
+    return int(found.group(1)) * GRPC_TIMEOUT_UNITS[found.group(2)]
 
 
 @dataclass(frozen=True)

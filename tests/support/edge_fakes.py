@@ -184,10 +184,13 @@ def serve(port: int, machine_id: str) -> None:
 
 def start_backend(machine_id: str, port: int | None = None, kind: str = "fake",
                   ) -> tuple[subprocess.Popen[bytes], int]:
-    """A backend process: this module's (`kind` "fake") or examples/hello ("hello")."""
+    """A backend process: this module's (`kind` "fake"), examples/hello ("hello"), or a
+    gRPC server (tests/support/grpc_app.py, "grpc")."""
     port = port or free_port()
     if kind == "hello":
         command = [sys.executable, str(ROOT / "examples/hello/app.py")]
+    elif kind == "grpc":
+        command = [sys.executable, "-m", "tests.support.grpc_app"]
     else:
         command = [sys.executable, "-m", "tests.support.edge_fakes", str(port), machine_id]
     proc = subprocess.Popen(
@@ -235,7 +238,7 @@ class FakePlacement:
     autostops: list[str] = field(default_factory=list)
     suspects: list[tuple[str, SuspectReport]] = field(default_factory=list)
     fail_suspects: bool = False  # answer that a reported worker is failed
-    backend: str = "fake"  # what a woken machine runs: "fake" or "hello" (examples/hello)
+    backend: str = "fake"  # what a woken machine runs: "fake", "hello" or "grpc"
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     url: str = ""
     unsigned: int = 0  # calls refused for want of a valid signature

@@ -216,3 +216,12 @@ def test_a_refusal_says_what_the_field_must_be_in_words_not_the_decoders(
 def test_a_message_the_translation_does_not_know_stays_as_it_is() -> None:
     assert plain("Something new - at `$.x`") == "Something new"
     assert plain("Expected `int` >= 1 - at `$.max_machines`") == "must be at least 1"
+
+
+def test_an_h2c_app_with_a_health_path_is_refused_naming_it_and_a_bad_protocol_too() -> None:
+    base = {"name": "rpc", "image": "example/rpc:v1"}
+    assert parse({**base, "protocol": "h2c"}).protocol == "h2c"
+    assert parse(base).protocol == "http1"
+    assert refused_field({**base, "protocol": "h2c", "health": {"path": "/ready"}}) == (
+        "health.path")
+    assert refused_field({**base, "protocol": "h3"}) == "protocol"

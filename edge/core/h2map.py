@@ -1,0 +1,95 @@
+"""An exchange's heads between HTTP/1.1 and HTTP/2 on the machine side (apps whose
+`protocol` is "h2c": the edge speaks HTTP/2 with prior knowledge to their machines).
+
+The shell builds one HTTP/1.1 request head for every machine (edge/service.py); for an
+h2c machine it is read back here into HTTP/2 fields — its own output, so well-formed —
+with `te: trailers` added (gRPC servers require it; hop-by-hop headers never reach the
+head). A machine's response fields become the `ResponseHead` both client sides know.
+A gRPC "trailers-only" answer (its status and trailing metadata in the HEADERS that
+end the stream) becomes a head with its content-type and trailers with the rest, so a
+client gets them where gRPC reads them however the edge frames the answer.
+"""
+
+from __future__ import annotations
+
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, CRLF, ResponseHead
+
+Fields = list[tuple[bytes, bytes]]
+
+# never sent to a machine over HTTP/2 (RFC 9113 8.2.2), nor taken from one's answer
+CONNECTION_FIELDS = frozenset({b"connection", b"keep-alive", b"proxy-connection",
+                               b"transfer-encoding", b"upgrade", b"te", b"host"})
+TE_TRAILERS = (b"te", b"trailers")
+
+
+def request_fields(upstream_head: bytes) -> Fields:
+    """The HTTP/2 request fields of the HTTP/1.1 head the shell built: pseudo-fields from
+    its request line and Host, every other line lower-cased, and `te: trailers`."""
+    lines = upstream_head.split(CRLF)
+    method, _, rest = lines[0].partition(b" ")
+    target = rest.rpartition(b" ")[0]
+    authority = b""
+    fields: Fields = []
+    for line in lines[1:]:
+        if not line:
+            break
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        value = value.strip()
+        if name == b"host":
+            authority = value
+        elif name not in CONNECTION_FIELDS:
+            fields.append((name, value))
+    return [(b":method", method), (b":scheme", b"http"), (b":path", target),
+            (b":authority", authority), *fields, TE_TRAILERS]
+
+
+def response_head(fields: Fields, ended: bool, head_request: bool
+                  ) -> tuple[int, ResponseHead, bytes]:
+    """(status, head, trailers) of a machine's response fields. `ended`: they ended the
+    stream — no body follows (`trailers` then holds a gRPC answer's status fields)."""
+    status = 0
+    length = -1
+    kept: list[bytes] = []
+    trailers: list[bytes] = []
+    grpc = False
+    for name, value in fields:
+        if name == b":status":
+            status = int(value) if value.isdigit() and len(value) == 3 else 0
+        elif name[:1] == b":" or name in CONNECTION_FIELDS:
+            continue
+        elif name == b"content-length":
+            length = int(value) if value.isdigit() and len(value) <= 18 else -1
+        else:
+            grpc = grpc or (name == b"content-type" and value.startswith(b"application/grpc"))
+            kept.append(b"%s: %s\r\n" % (name, value))
+    if ended and grpc:  # trailers-only: all but its content-type is trailing metadata
+        trailers = [line for line in kept if not line.startswith(b"content-type:")]
+        kept = [line for line in kept if line.startswith(b"content-type:")]
+    if ended and not trailers:
+        body, size = BODY_LENGTH, length if head_request and length >= 0 else 0
+    elif length >= 0 and not ended:
+        body, size = BODY_LENGTH, length
+    else:
+        body, size = BODY_CHUNKED, 0
+    return status, ResponseHead(body, size, False, b"".join(kept)), b"".join(trailers)
+
+
+def trailer_lines(fields: Fields) -> bytes:
+    """A machine's trailer fields as `Name: value\\r\\n` lines (pseudo and connection
+    fields left out)."""
+    return b"".join(b"%s: %s\r\n" % (name, value) for name, value in fields
+                    if name[:1] != b":" and name not in CONNECTION_FIELDS
+                    and name != b"content-length")
+
+
+def trailer_fields(lines: bytes) -> Fields:
+    """`Name: value\\r\\n` lines (a request's checked trailers) as HTTP/2 fields."""
+    fields: Fields = []
+    for line in lines.split(CRLF):
+        name, sep, value = line.partition(b":")
+        if sep:
+            name = name.strip().lower()
+            if name not in CONNECTION_FIELDS:
+                fields.append((name, value.strip()))
+    return fields
