@@ -190,9 +190,12 @@ class ProcessDriver:
         port: int,
         health_path: str | None,
         timeout_s: float,
+        *,
+        h2c: bool = False,
     ) -> ReadyResult:
         """Poll the machine until it answers, exits or `timeout_s` passes (agent/ready.py)."""
-        return await wait_ready(lambda: self.alive(ident), host, port, health_path, timeout_s)
+        return await wait_ready(lambda: self.alive(ident), host, port, health_path, timeout_s,
+                                h2c=h2c)
 
     def own_sessions(self, machines_dir: Path) -> list[tuple[str, ProcessIdentity]]:
         """(machine id, session) of every live machine session launched for a machine dir

@@ -86,8 +86,9 @@ class Driver(Protocol):
         """Remove everything the machine had on this host (idempotent)."""
 
     async def wait_ready(self, run: Running, health_path: str | None,
-                         timeout_s: float) -> ReadyResult:
-        """Poll until it answers on its port (or health path), exits, or time runs out."""
+                         timeout_s: float, *, h2c: bool = False) -> ReadyResult:
+        """Poll until it answers on its port (or health path, over HTTP/2 with `h2c`),
+        exits, or time runs out."""
 
     async def adopt(self, machines_dir: Path, recorded: dict[str, Running | None]) -> None:
         """At agent start: end every machine run of this agent's that the op log does not

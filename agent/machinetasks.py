@@ -245,7 +245,7 @@ class MachineTasks:
         assert machine.process is not None
         health = machine.spec.health
         result = await self.driver.wait_ready(self.run_of(machine), health.path or None,
-                                              health.timeout_s)
+                                              health.timeout_s, h2c=health.protocol == "h2c")
         if result.ready:
             await self.journal.eventually(lambda: self.transition(machine, E.READY))
             self.metrics.ready_seconds.observe(time.monotonic() - began)

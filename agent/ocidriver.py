@@ -271,9 +271,9 @@ class OciDriver:
         return True
 
     async def wait_ready(self, run: Running, health_path: str | None,
-                         timeout_s: float) -> ReadyResult:
+                         timeout_s: float, *, h2c: bool = False) -> ReadyResult:
         return await wait_ready(lambda: self.alive(run), run.host, run.port, health_path,
-                                timeout_s)
+                                timeout_s, h2c=h2c)
 
     # -- cleaning up ---------------------------------------------------------------------
 

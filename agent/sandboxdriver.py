@@ -80,9 +80,9 @@ class ProcessMachines:
         return
 
     async def wait_ready(self, run: Running, health_path: str | None,
-                         timeout_s: float) -> ReadyResult:
+                         timeout_s: float, *, h2c: bool = False) -> ReadyResult:
         return await self.processes.wait_ready(_ident(run), run.host, run.port, health_path,
-                                               timeout_s)
+                                               timeout_s, h2c=h2c)
 
     async def adopt(self, machines_dir: Path, recorded: dict[str, Running | None]) -> None:
         """Kill each machine session of this agent's that its op log does not record."""

@@ -158,9 +158,6 @@ def check(config: AppConfig) -> AppConfig:
         raise InvalidConfig("image", exc.message) from None
     if config.max_machines < config.min_machines_running:
         raise InvalidConfig("max_machines", "must be >= max(1, min_machines_running)")
-    if config.protocol == "h2c" and config.health.path:
-        raise InvalidConfig("health.path", "an h2c app is ready when its port accepts: "
-                                           "health checks over HTTP/2 are not supported yet")
     if config.concurrency.hard_limit < config.concurrency.soft_limit:
         raise InvalidConfig("concurrency.hard_limit", "must be >= concurrency.soft_limit")
     if config.kill_signal and config.kill_signal not in signal.Signals.__members__:

@@ -39,6 +39,9 @@ SOURCES = (
     "edge/core/accesslog.py", "edge/adapters/accesslog.py",
     "edge/service.py", "edge/coldpath.py", "edge/view.py", "edge/core/forwarding.py",
     "edge/core/clients.py", "edge/core/appwake.py", "edge/core/h2head.py",
+    # not on a warm HTTP/1.1 request's path, but a stream of an h2c app's exchange is an
+    # `Upstream`, and an interpreted class cannot inherit from a compiled one
+    "edge/adapters/h2upstream.py", "edge/core/h2map.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches
 

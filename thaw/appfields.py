@@ -54,7 +54,9 @@ MEANING = {
     "hold_timeout_s": "longest a request is held for a wake (then 504)",
     "max_pending": "requests held at once for the app (past it: 503 + Retry-After)",
     "spares": "stopped standbys kept on other workers, for a fast replacement",
-    "health.path": "readiness: empty waits for the port to accept, else GET this path",
+    "health.path": "readiness: empty waits for the port to accept, else GET this path "
+                   "(over HTTP/2 for h2c; `/grpc.health.v1.Health/Check`: gRPC's health "
+                   "protocol)",
     "health.interval_s": "seconds between health checks of a running machine",
     "health.timeout_s": "start-to-ready budget of a machine",
     "health.grace_s": "seconds after start before the first check",

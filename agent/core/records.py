@@ -7,6 +7,8 @@ live objects. Only add kinds and optional fields: old logs must keep replaying.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
@@ -16,10 +18,13 @@ class Guest(msgspec.Struct, frozen=True):
 
 
 class Health(msgspec.Struct, frozen=True):
-    """Readiness check: TCP connect when `path` is empty, else HTTP GET path."""
+    """Readiness check: TCP connect when `path` is empty, else a GET of `path` — over
+    HTTP/1.1, or over HTTP/2 with prior knowledge when the app's `protocol` is "h2c"
+    (where /grpc.health.v1.Health/Check is the gRPC health protocol's call)."""
 
     path: str = ""
     timeout_s: float = 30.0
+    protocol: Literal["http1", "h2c"] = "http1"
 
 
 class MachineSpec(msgspec.Struct, frozen=True):

@@ -11,7 +11,10 @@ listens on $PORT and serves `thaw.test.Probe` with raw bytes as messages (no pro
   tests.support.edge_fakes' pattern;
 - `Fail` (unary): INVALID_ARGUMENT, "bad input", trailing metadata `x-detail: why`;
 - `Slow` (unary): waits until its call is cancelled (or 30 s), counting cancels;
-- `Cancels` (unary): how many `Slow` calls were cancelled so far.
+- `Cancels` (unary): how many `Slow` calls were cancelled so far;
+
+and `grpc.health.v1.Health/Check` (the gRPC health protocol, by hand): SERVING, or
+NOT_SERVING when $THAW_TEST_NOT_SERVING is set.
 """
 
 from __future__ import annotations
@@ -92,6 +95,11 @@ def cancels(request: bytes, context: grpc.ServicerContext) -> bytes:
         return b"%d" % _cancels
 
 
+def health_check(request: bytes, context: grpc.ServicerContext) -> bytes:
+    """HealthCheckResponse{status: SERVING (1) or NOT_SERVING (2)}."""
+    return b"\x08\x02" if os.environ.get("THAW_TEST_NOT_SERVING") else b"\x08\x01"
+
+
 def main() -> None:
     unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
     handlers: dict[str, Any] = {
@@ -102,7 +110,9 @@ def main() -> None:
         "Upload": grpc.stream_unary_rpc_method_handler(upload),
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
-                         handlers=[grpc.method_handlers_generic_handler(SERVICE, handlers)],
+                         handlers=[grpc.method_handlers_generic_handler(SERVICE, handlers),
+                  grpc.method_handlers_generic_handler("grpc.health.v1.Health",
+                                                       {"Check": unary(health_check)})],
                          options=[("grpc.so_reuseport", 0)])
     server.add_insecure_port(f"127.0.0.1:{os.environ['PORT']}")
     server.start()

@@ -218,10 +218,9 @@ def test_a_message_the_translation_does_not_know_stays_as_it_is() -> None:
     assert plain("Expected `int` >= 1 - at `$.max_machines`") == "must be at least 1"
 
 
-def test_an_h2c_app_with_a_health_path_is_refused_naming_it_and_a_bad_protocol_too() -> None:
+def test_a_protocol_is_http1_or_h2c_and_an_h2c_app_may_have_a_health_path() -> None:
     base = {"name": "rpc", "image": "example/rpc:v1"}
-    assert parse({**base, "protocol": "h2c"}).protocol == "h2c"
     assert parse(base).protocol == "http1"
-    assert refused_field({**base, "protocol": "h2c", "health": {"path": "/ready"}}) == (
-        "health.path")
+    config = parse({**base, "protocol": "h2c", "health": {"path": "/grpc.health.v1.Health/Check"}})
+    assert (config.protocol, config.health.path) == ("h2c", "/grpc.health.v1.Health/Check")
     assert refused_field({**base, "protocol": "h3"}) == "protocol"
