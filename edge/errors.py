@@ -5,7 +5,12 @@ Every answer the edge makes itself is JSON `{"error": code, "message": text}`
 ran out, 502 when the machine failed the request). The text is fixed per code
 (MESSAGES): what went wrong in detail — placement's words, which can name
 agents' URLs, a machine's address, an exception — is for the log, never for
-the end user.
+the end user. A gRPC call (`content-type: application/grpc…`) gets the same
+answer in gRPC's terms instead (`grpc_error_trailers`): 200 with no message and
+trailers holding a `grpc-status` mapped from the HTTP status as gRPC's own HTTP
+mapping does, and the fixed message as `grpc-message` — what Envoy does for its
+local replies — so a gRPC client sees UNAVAILABLE "the app did not become ready
+in time", not an unexplained HTTP 504.
 """
 
 from __future__ import annotations
@@ -110,6 +115,33 @@ def reason_phrase(status: int) -> bytes:  # computed once, not per answer)
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b"Unknown"
+
+
+# gRPC status codes for HTTP statuses (grpc/doc/http-grpc-status-mapping.md), and for a
+# few of the edge's own codes a closer one
+GRPC_BY_STATUS = {400: 13, 401: 16, 403: 7, 404: 12, 429: 14, 502: 14, 503: 14, 504: 14}
+GRPC_BY_CODE = {"hold_timeout": 4, "queue_full": 8, "edge_full": 8, "too_many_held": 8,
+                "body_too_large": 8, "upgrade_not_supported": 12}
+GRPC_UNKNOWN = 2
+GRPC_CONTENT_TYPE = b"content-type: application/grpc"
+
+
+def is_grpc(forward: bytes) -> bool:
+    """Whether a request's passed-on header lines say it is a gRPC call (HTTP/2's are
+    lower-case)."""
+    return GRPC_CONTENT_TYPE in forward
+
+
+@functools.lru_cache(maxsize=256)
+def grpc_error_trailers(code: str) -> tuple[tuple[bytes, bytes], ...]:
+    """The trailers of the edge's answer for `code` to a gRPC call (its head is 200 and
+    `content-type: application/grpc`): `grpc-status` and the fixed message,
+    percent-encoded as gRPC asks."""
+    status = GRPC_BY_CODE.get(code, GRPC_BY_STATUS.get(status_of(code), GRPC_UNKNOWN))
+    message = MESSAGES.get(code, INTERNAL_ERROR).encode()
+    encoded = b"".join(bytes([c]) if 0x20 <= c <= 0x7e and c != 0x25 else b"%%%02X" % c
+                       for c in message)
+    return ((b"grpc-status", b"%d" % status), (b"grpc-message", encoded))
 
 
 @functools.lru_cache(maxsize=256)  # the codes are the edge's own, a few dozen

@@ -18,7 +18,7 @@ from edge.core.exchange import Phase
 from edge.core.framing import BODY_LENGTH, HSTS, ResponseHead, sets_hsts
 from edge.core.h2head import CONNECTION_SPECIFIC
 from edge.core.h2wire import INTERNAL_ERROR, Events
-from edge.errors import RETRY_AFTER, error_body, status_of
+from edge.errors import RETRY_AFTER, error_body, grpc_error_trailers, is_grpc, status_of
 from edge.exchange import Downstream, Exchange
 
 PAUSE_TUNNEL = 1 << 7  # a tunnel's early DATA waits for the machine's 101
@@ -108,6 +108,15 @@ class H2Stream(Downstream):
         self.conn.flush(self)
 
     def send_error(self, exchange: Exchange | None, code: str) -> None:
+        if exchange is not None and is_grpc(exchange.head.forward):
+            headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+            if code in RETRY_AFTER:
+                headers.append((b"retry-after", b"%d" % self.conn.config.wake_retry_after_s))
+            self.conn.send_headers(self, headers)
+            self.trailers = list(grpc_error_trailers(code))
+            self.ending = True
+            self.conn.flush(self)
+            return
         body = error_body(code)
         headers = [(b":status", b"%d" % status_of(code)), (b"content-type", b"application/json"),
                    (b"content-length", b"%d" % len(body))]

@@ -121,7 +121,7 @@ async def test_a_clients_cancel_reaches_the_machine_as_its_streams_cancel() -> N
 
 async def test_grpc_timeout_bounds_how_long_a_call_is_held() -> None:
     """A client that sends `grpc-timeout: 300m` and does not cancel (raw frames) gets
-    the edge's 504 while the app's wake is still under way (it takes 30 s here)."""
+    the edge's answer while the app's wake is still under way (it takes 30 s here)."""
     edge = await start_edge([APP], placement=FakePlacement(backend="grpc", wake_delay_s=30),
                             domain="test")
     try:
@@ -133,8 +133,11 @@ async def test_grpc_timeout_bounds_how_long_a_call_is_held() -> None:
                        (b"grpc-timeout", b"300m")], timeout_s=10)
         finally:
             await client.close()
-        status, body = answer.status, bytes(answer.body)
-        assert status == 504 and b"hold_timeout" in body
+        # the edge's 504 hold_timeout, in gRPC's terms: DEADLINE_EXCEEDED (4), no body
+        assert (answer.status, bytes(answer.body)) == (200, b"")
+        assert answer.headers[b"content-type"] == b"application/grpc"
+        assert answer.trailers == {b"grpc-status": b"4",
+                                   b"grpc-message": b"the app did not become ready in time"}
         assert edge.placement.wakes_in_flight == 1  # the deadline ended it, not the wake
     finally:
         await edge.close()
@@ -174,5 +177,23 @@ async def test_many_calls_share_one_connection_to_the_machine() -> None:
         pool = edge.shell.pool.h2
         assert pool is not None
         assert sum(len(conns) for conns in pool.conns.values()) == 1
+    finally:
+        await edge.close()
+
+
+async def test_the_edges_own_answers_to_a_grpc_call_are_grpc_statuses() -> None:
+    edge = await grpc_edge()
+    try:
+        def unknown_app() -> grpc.RpcError:
+            options = [("grpc.default_authority", "nope.test")]
+            with (grpc.insecure_channel(f"127.0.0.1:{edge.port}", options=options) as chan,
+                  pytest.raises(grpc.RpcError) as failed):
+                chan.unary_unary(SERVICE + "Say")(b"hi", timeout=10)
+            return failed.value
+
+        error = await asyncio.to_thread(unknown_app)
+        assert error.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+        assert "no app" in error.details()  # type: ignore[attr-defined]
+        assert "127.0.0.1" not in error.details()  # type: ignore[attr-defined]
     finally:
         await edge.close()

@@ -88,3 +88,28 @@ def test_grpc_timeout_is_read_in_its_units(lines: bytes, seconds: float) -> None
 ])
 def test_a_grpc_timeout_that_is_not_one_is_ignored(lines: bytes) -> None:
     assert grpc_timeout_s(lines) is None
+
+
+def test_the_edges_answers_to_grpc_calls_map_to_grpc_statuses_with_the_fixed_message() -> None:
+    from edge.errors import grpc_error_trailers, is_grpc
+
+    assert grpc_error_trailers("hold_timeout") == (
+        (b"grpc-status", b"4"), (b"grpc-message", b"the app did not become ready in time"))
+    assert grpc_error_trailers("unknown_app")[0] == (b"grpc-status", b"12")  # 404
+    assert grpc_error_trailers("queue_full")[0] == (b"grpc-status", b"8")
+    assert grpc_error_trailers("bad_gateway")[0] == (b"grpc-status", b"14")  # 502
+    assert grpc_error_trailers("no-such-code")[0] == (b"grpc-status", b"2")  # 500: UNKNOWN
+    assert is_grpc(b"content-type: application/grpc+proto\r\n")
+    assert not is_grpc(b"content-type: application/json\r\n")
+
+
+def test_a_grpc_message_is_percent_encoded() -> None:
+    from edge.errors import MESSAGES, grpc_error_trailers
+
+    MESSAGES["x-test-encoding"] = "50% façade"
+    try:
+        assert grpc_error_trailers("x-test-encoding")[1] == (
+            b"grpc-message", b"50%25 fa%C3%A7ade")
+    finally:
+        del MESSAGES["x-test-encoding"]
+        grpc_error_trailers.cache_clear()
