@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Iterable
 from typing import cast
 
 import h2.config
@@ -33,10 +34,12 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack.exceptions
 
 from edge.core.framing import BODY_NONE
 from edge.core.h2map import request_fields, response_head, trailer_fields, trailer_lines
 from edge.core.h2wire import take_within
+from edge.core.hpack import CompressionError, Decoder, Encoder
 from edge.exchange import Exchange, Shell, Upstream
 from edge.view import MachineSlot
 
@@ -46,6 +49,53 @@ STREAM_WINDOW = 1 << 18  # 256 KiB a stream may send before it is acknowledged
 CONNECTION_WINDOW = 1 << 24  # 16 MiB for all of a connection's streams
 CANCEL = h2.errors.ErrorCodes.CANCEL
 REFUSED_STREAM = h2.errors.ErrorCodes.REFUSED_STREAM
+
+
+class FieldEncoder:
+    """The HPACK encoder of the edge's own HTTP/2 core (edge/core/hpack.py: compiled,
+    memoised, no dynamic table, so whatever table size the machine allows suits it) in
+    place of the h2 library's, which is most of a request's cost in pure Python."""
+
+    def __init__(self) -> None:
+        self.inner = Encoder()
+        self.header_table_size = 4096  # set by h2 from the machine's SETTINGS; unused
+
+    def encode(self, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+        return self.inner.encode([(name, value) for name, value in headers])
+
+
+class FieldDecoder:
+    """The edge's own HPACK decoder (compiled) in place of the h2 library's, with the
+    calls and errors h2 expects of one: an over-long list is a DenialOfServiceError to
+    h2, a bad block a ProtocolError (both end the connection)."""
+
+    def __init__(self) -> None:
+        self.inner = Decoder(4096, 1 << 16)
+
+    @property
+    def max_header_list_size(self) -> int:
+        return self.inner.max_list_bytes
+
+    @max_header_list_size.setter
+    def max_header_list_size(self, size: int) -> None:
+        self.inner.max_list_bytes = size
+
+    @property
+    def max_allowed_table_size(self) -> int:
+        return self.inner.allowed_table_bytes
+
+    @max_allowed_table_size.setter
+    def max_allowed_table_size(self, size: int) -> None:
+        self.inner.limit(size)
+
+    def decode(self, data: bytes, raw: bool = False) -> list[tuple[bytes, bytes]]:
+        try:
+            fields, over = self.inner.decode(data)
+        except CompressionError as exc:
+            raise hpack.exceptions.HPACKDecodingError(str(exc)) from None
+        if over:
+            raise hpack.exceptions.OversizedHeaderListError("a header list over the limit")
+        return fields
 
 
 class H2UpstreamStream(Upstream):
@@ -182,8 +232,15 @@ class H2UpstreamConnection:
         self.pool = pool
         self.shell = pool.shell
         self.address = address
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # What the edge sends was checked by its own parsers (edge/core/h2map.py keeps
+        # connection fields out): no second check nor normalisation on the way out. What
+        # the machine sends is checked (inbound validation stays on).
+        config = h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False, split_outbound_cookies=False)
         self.h2 = h2.connection.H2Connection(config=config)
+        self.h2.encoder = FieldEncoder()  # type: ignore[assignment]  # (duck-typed by h2)
+        self.h2.decoder = FieldDecoder()  # type: ignore[assignment]
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, H2UpstreamStream] = {}
         self.closed = False
@@ -196,9 +253,13 @@ class H2UpstreamConnection:
     def usable(self) -> bool:
         if self.closed or self.going_away or self.transport is None:
             return False
+        if self.h2.highest_outbound_stream_id >= (1 << 31) - 2:
+            return False
+        # Its own count of streams, and h2's (which may still hold a stream this one let
+        # go) only near the limit: h2's open_outbound_streams walks every stream.
         limit = self.h2.remote_settings.max_concurrent_streams
-        return self.h2.open_outbound_streams < limit and self.h2.highest_outbound_stream_id \
-            < (1 << 31) - 2
+        count = len(self.streams)
+        return count < limit and (count + 16 < limit or self.h2.open_outbound_streams < limit)
 
     def send(self, exchange: Exchange) -> None:
         """Open a stream for `exchange` (its head and what body it has go out now)."""

@@ -113,3 +113,25 @@ def test_a_grpc_message_is_percent_encoded() -> None:
     finally:
         del MESSAGES["x-test-encoding"]
         grpc_error_trailers.cache_clear()
+
+
+def test_the_upstreams_hpack_stand_ins_decode_what_hpack_encodes_and_fail_as_h2_expects(
+) -> None:
+    import hpack
+    import hpack.exceptions
+
+    from edge.adapters.h2upstream import FieldDecoder, FieldEncoder
+
+    theirs, ours = hpack.Encoder(), FieldDecoder()
+    blocks = [[(b":status", b"200"), (b"content-type", b"application/grpc"),
+               (b"x-machine", b"m%d" % i)] for i in range(3)]
+    for fields in blocks:  # the machine's encoder adds to its dynamic table: ours follows
+        assert ours.decode(theirs.encode(fields), raw=True) == fields
+    ours.max_header_list_size = 64
+    assert ours.max_header_list_size == 64
+    with pytest.raises(hpack.exceptions.OversizedHeaderListError):
+        ours.decode(theirs.encode([(b"x-big", b"v" * 100)]), raw=True)
+    with pytest.raises(hpack.exceptions.HPACKDecodingError):
+        FieldDecoder().decode(b"\xff\xff\xff\xff\xff\xff\x0f", raw=True)  # index past all
+    fields = [(b":method", b"POST"), (b"te", b"trailers"), (b"x-id", b"1")]
+    assert hpack.Decoder().decode(FieldEncoder().encode(iter(fields)), raw=True) == fields
