@@ -20,7 +20,6 @@ import contextlib
 import logging
 import socket
 import struct
-from collections import deque
 from types import SimpleNamespace
 from typing import cast
 
@@ -99,8 +98,9 @@ class ClientConnection(Downstream):
         hsts = shell.hsts if scheme == b"https" else b""
         self.hsts = b"Strict-Transport-Security: %s\r\n" % hsts if hsts else b""
         self.max_body_bytes = self.config.max_body_bytes
-        # the head reader and the parser are made once the connection is let in
-        # (connection_made): a connection refused for its client's limits costs neither
+        # the head reader and the parser are made with the connection's first bytes
+        # (`_opening`): an idle connection, one refused for its client's limits or one
+        # that turns out to be HTTP/2 costs neither (issue 28: an idle connection's memory)
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
         self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
         self.opening: bytes | None = b""  # the first bytes, while they may be an h2 preface
@@ -112,7 +112,9 @@ class ClientConnection(Downstream):
         self.peer = b"unknown"
         self.trusted = False
         self.share: ClientState | None = None  # its client's (Shell.connection_opened)
-        self.exchanges: deque[Exchange] = deque()
+        # (a list, not a deque: an empty deque is 624 bytes, a list 56; at most a few
+        # pipelined requests wait here, so popping the first is as cheap)
+        self.exchanges: list[Exchange] = []
         self.parsing: Exchange | None = None
         self.raw_head_bytes = 0
         self.in_head = False
@@ -152,10 +154,6 @@ class ClientConnection(Downstream):
             transport.write(OVER_LIMITS)
             transport.close()
             return
-        config = self.config
-        self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
-                                        underscore_headers=config.underscore_headers)
-        self.parser = self._new_parser(False)
         self.last_active = self.loop.time()
         self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
 
@@ -165,7 +163,7 @@ class ClientConnection(Downstream):
         self.shell.connection_closed(self)
         self._cancel_timers()
         while self.exchanges:
-            self.exchanges.popleft().abort()
+            self.exchanges.pop(0).abort()
 
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer the requests it sent whole,
@@ -361,6 +359,10 @@ class ClientConnection(Downstream):
             self.opening = data
             return b""
         self.opening = None
+        config = self.config
+        self.reader = RequestHeadReader(config.max_headers, config.max_header_bytes,
+                                        underscore_headers=config.underscore_headers)
+        self.parser = self._new_parser(False)
         return data
 
     def _tunnel_opened(self, rest: bytes) -> bool:
@@ -493,7 +495,7 @@ class ClientConnection(Downstream):
     def exchange_done(self, exchange: Exchange) -> None:
         """`exchange` (the active one) has answered; start the next or close."""
         if self.exchanges and self.exchanges[0] is exchange:
-            self.exchanges.popleft()
+            self.exchanges.pop(0)
         if exchange.close_after or self.closed:
             self.stopped = True
             self._close()
