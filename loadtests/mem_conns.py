@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import textwrap
 import tracemalloc
@@ -84,25 +83,25 @@ async def main(count: int, top: int) -> None:
         await settle()
         tracemalloc.start(1)
         before, rss_before = tracemalloc.take_snapshot(), rss_kb()
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(edge.port), str(count)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", HOLDER, str(edge.port), str(count),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert holder.stdin is not None and holder.stdout is not None
-        line = await asyncio.to_thread(holder.stdout.readline)
-        assert line.strip() == "connected", line
+        line = await holder.stdout.readline()
+        assert line.strip() == b"connected", line
         await settle()
         report("connected, nothing sent", before, rss_before, count, top)
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        line = await asyncio.to_thread(holder.stdout.readline)
-        assert line.strip() == "answered", line
+        holder.stdin.write(b"\n")
+        await holder.stdin.drain()
+        line = await holder.stdout.readline()
+        assert line.strip() == b"answered", line
         await settle()
         report("after one request each (idle keep-alive)", before, rss_before, count, top)
     finally:
         if holder is not None:
             holder.kill()
-            holder.wait()
+            await holder.wait()
         await edge.close()
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
