@@ -23,6 +23,7 @@ processed and go out again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -198,7 +199,16 @@ class H2UpstreamStream(Upstream):
         elif flow_length:
             self.conn.acknowledge(self, flow_length)
 
+    def release_window(self) -> None:
+        """DATA held back while its client was paused is acknowledged when the stream
+        ends any way (else the connection's window leaks until every stream crawls)."""
+        self.paused = False
+        if self.unacked:
+            unacked, self.unacked = self.unacked, 0
+            self.conn.acknowledge(self, unacked)
+
     def on_end(self) -> None:
+        self.release_window()
         exchange = self.exchange
         self.exchange = None
         if exchange is None:
@@ -216,6 +226,7 @@ class H2UpstreamStream(Upstream):
         """The stream is gone without its answer's end (the shell's `upstream_lost` rules:
         a machine that says it never acted on it — REFUSED_STREAM, or above a GOAWAY's
         last id — is as a stale pooled connection, `got_bytes` False and `reused`)."""
+        self.release_window()
         exchange = self.exchange
         self.exchange = None
         if exchange is None:
@@ -314,12 +325,16 @@ class H2UpstreamConnection:
         try:
             self.h2.acknowledge_received_data(size, stream.stream_id)
         except h2.exceptions.StreamClosedError:
-            self.h2.increment_flow_control_window(size)  # the connection's share only
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.increment_flow_control_window(size)  # the connection's share only
+        except h2.exceptions.ProtocolError:  # the connection is closed (a GOAWAY came)
+            return
         self.flush()
 
     def cancel(self, stream: H2UpstreamStream) -> None:
         if self.streams.pop(stream.stream_id, None) is None:
             return
+        stream.release_window()
         self._reset(stream)
         self._settled()
         self.flush()
@@ -328,10 +343,11 @@ class H2UpstreamConnection:
         stream.out.clear()
         stream.out_bytes = 0
         stream.ending = False
-        try:
+        # (StreamClosedError: it ended meanwhile; any other ProtocolError: the connection
+        # is closed, after a GOAWAY — nothing to reset, and a client's cancel must not
+        # raise out of its exchange's abort)
+        with contextlib.suppress(h2.exceptions.ProtocolError):
             self.h2.reset_stream(stream.stream_id, CANCEL)
-        except h2.exceptions.StreamClosedError:
-            pass
 
     def refused(self, stream: H2UpstreamStream, detail: str) -> None:
         exchange = stream.exchange
@@ -416,8 +432,11 @@ class H2UpstreamConnection:
         elif isinstance(event, h2.events.StreamReset):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
+                # REFUSED_STREAM: never processed (sent again if it may be), counted as
+                # an attempt, not as a stale connection: it is how a machine says it is
+                # at its concurrency, and its connection stays
                 refused = event.error_code == REFUSED_STREAM
-                stream.lost(not refused, refused or self.used > 1)
+                stream.lost(not refused, False)
                 self._settled()
         elif isinstance(event, h2.events.WindowUpdated):
             targets = (list(self.streams.values()) if event.stream_id == 0

@@ -12,7 +12,7 @@ client gets them where gRPC reads them however the edge frames the answer.
 
 from __future__ import annotations
 
-from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, CRLF, ResponseHead
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, CRLF, ResponseHead
 
 Fields = list[tuple[bytes, bytes]]
 
@@ -66,8 +66,12 @@ def response_head(fields: Fields, ended: bool, head_request: bool
     if ended and grpc:  # trailers-only: all but its content-type is trailing metadata
         trailers = [line for line in kept if not line.startswith(b"content-type:")]
         kept = [line for line in kept if line.startswith(b"content-type:")]
-    if ended and not trailers:
-        body, size = BODY_LENGTH, length if head_request and length >= 0 else 0
+    if head_request or status in (204, 304):  # no body, whatever the frames (RFC 9110),
+        if head_request and length >= 0:     # as edge/core/headreader.py decides it
+            kept.append(b"content-length: %d\r\n" % length)
+        body, size = BODY_NONE, 0
+    elif ended and not trailers:
+        body, size = BODY_LENGTH, 0
     elif length >= 0 and not ended:
         body, size = BODY_LENGTH, length
     else:

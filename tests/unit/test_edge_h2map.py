@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge.core.framing import BODY_CHUNKED, BODY_LENGTH
+from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
 from edge.core.h2map import request_fields, response_head, trailer_fields, trailer_lines
 from edge.core.holdqueue import grpc_timeout_s
 
@@ -42,10 +42,18 @@ def test_a_response_with_a_length_keeps_it_and_one_without_is_chunked() -> None:
 
 
 def test_a_response_that_ends_the_stream_has_no_body_but_a_heads_length_is_kept() -> None:
-    _, head, trailers = response_head([(b":status", b"204")], True, False)
+    _, head, trailers = response_head([(b":status", b"200")], True, False)
     assert (head.body, head.content_length, trailers) == (BODY_LENGTH, 0, b"")
     _, head, _ = response_head([(b":status", b"200"), (b"content-length", b"42")], True, True)
-    assert (head.body, head.content_length) == (BODY_LENGTH, 42)  # the answer to a HEAD
+    assert (head.body, head.forward) == (BODY_NONE, b"content-length: 42\r\n")  # a HEAD's
+
+
+@pytest.mark.parametrize("ended", [True, False])  # (a machine may end it with empty DATA)
+def test_204_304_and_head_answers_have_no_body_however_the_machine_frames_them(
+        ended: bool) -> None:
+    for status, head_request in ((204, False), (304, False), (200, True)):
+        _, head, _ = response_head([(b":status", b"%d" % status)], ended, head_request)
+        assert head.body == BODY_NONE, (status, head_request)
 
 
 def test_a_grpc_trailers_only_answer_keeps_its_content_type_and_trails_the_rest() -> None:
