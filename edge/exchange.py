@@ -284,7 +284,7 @@ class Exchange:
         if upstream is not None and phase in (FORWARDING, RESPONDING):
             self.progress_at = self.shell.loop.time()
             upstream.send_data(self, data)
-        elif self.phase not in TERMINAL:
+        elif phase not in TERMINAL:
             self.chunks.append(data)
             self.buffered += len(data)
             if self.buffered > self.shell.config.body_buffer_bytes:

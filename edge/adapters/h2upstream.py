@@ -15,9 +15,13 @@ Flow control, both ways, per stream:
   stream's window, and the connection's other streams go on.
 Trailers go through both ways. The client's reset (or a timeout) resets the machine's
 stream with CANCEL; the machine's reset of a stream it never answered is a lost
-request (REFUSED_STREAM: never processed, sent again), after an answer began a cut.
-A GOAWAY lets the streams below its last id finish; those above it were never
-processed and go out again.
+request under the shell's rules (REFUSED_STREAM, and streams above a GOAWAY's last
+id, were never processed: sent again if they may be — not a call with a body), after
+an answer began a cut. (The h2 library ends its connection state at a GOAWAY, so the
+streams below its last id are lost too: docs/edge.md, "gRPC apps".)
+
+The pool of these connections is edge/adapters/h2pool.py; the HPACK coder in h2's
+place, edge/adapters/h2fields.py.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable
 from typing import cast
 
 import h2.config
@@ -35,14 +38,12 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
-import hpack.exceptions
 
+from edge.adapters.h2fields import FieldDecoder, FieldEncoder
 from edge.core.framing import BODY_NONE
 from edge.core.h2map import request_fields, response_head, trailer_fields, trailer_lines
 from edge.core.h2wire import take_within
-from edge.core.hpack import CompressionError, Decoder, Encoder
 from edge.exchange import Exchange, Shell, Upstream
-from edge.view import MachineSlot
 
 log = logging.getLogger("thaw.edge")
 
@@ -52,51 +53,16 @@ CANCEL = h2.errors.ErrorCodes.CANCEL
 REFUSED_STREAM = h2.errors.ErrorCodes.REFUSED_STREAM
 
 
-class FieldEncoder:
-    """The HPACK encoder of the edge's own HTTP/2 core (edge/core/hpack.py: compiled,
-    memoised, no dynamic table, so whatever table size the machine allows suits it) in
-    place of the h2 library's, which is most of a request's cost in pure Python."""
+class ConnectionOwner:
+    """What a connection asks of its pool (edge/adapters/h2pool.py fills it in: a base
+    class, as edge/exchange.py's ports, so the import goes one way)."""
 
-    def __init__(self) -> None:
-        self.inner = Encoder()
-        self.header_table_size = 4096  # set by h2 from the machine's SETTINGS; unused
+    shell: Shell
+    loop: asyncio.AbstractEventLoop
+    write_buffer_high_bytes: int
 
-    def encode(self, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
-        return self.inner.encode([(name, value) for name, value in headers])
-
-
-class FieldDecoder:
-    """The edge's own HPACK decoder (compiled) in place of the h2 library's, with the
-    calls and errors h2 expects of one: an over-long list is a DenialOfServiceError to
-    h2, a bad block a ProtocolError (both end the connection)."""
-
-    def __init__(self) -> None:
-        self.inner = Decoder(4096, 1 << 16)
-
-    @property
-    def max_header_list_size(self) -> int:
-        return self.inner.max_list_bytes
-
-    @max_header_list_size.setter
-    def max_header_list_size(self, size: int) -> None:
-        self.inner.max_list_bytes = size
-
-    @property
-    def max_allowed_table_size(self) -> int:
-        return self.inner.allowed_table_bytes
-
-    @max_allowed_table_size.setter
-    def max_allowed_table_size(self, size: int) -> None:
-        self.inner.limit(size)
-
-    def decode(self, data: bytes, raw: bool = False) -> list[tuple[bytes, bytes]]:
-        try:
-            fields, over = self.inner.decode(data)
-        except CompressionError as exc:
-            raise hpack.exceptions.HPACKDecodingError(str(exc)) from None
-        if over:
-            raise hpack.exceptions.OversizedHeaderListError("a header list over the limit")
-        return fields
+    def forget(self, conn: H2UpstreamConnection) -> None:
+        raise NotImplementedError
 
 
 class H2UpstreamStream(Upstream):
@@ -224,8 +190,8 @@ class H2UpstreamStream(Upstream):
 
     def lost(self, got_bytes: bool, reused: bool) -> None:
         """The stream is gone without its answer's end (the shell's `upstream_lost` rules:
-        a machine that says it never acted on it — REFUSED_STREAM, or above a GOAWAY's
-        last id — is as a stale pooled connection, `got_bytes` False and `reused`)."""
+        one the machine says it never acted on — REFUSED_STREAM, or above a GOAWAY's last
+        id — has `got_bytes` False)."""
         self.release_window()
         exchange = self.exchange
         self.exchange = None
@@ -239,7 +205,7 @@ class H2UpstreamStream(Upstream):
 class H2UpstreamConnection:
     """One HTTP/2 connection to a machine (an asyncio protocol by its methods)."""
 
-    def __init__(self, pool: H2Pool, address: str) -> None:
+    def __init__(self, pool: ConnectionOwner, address: str) -> None:
         self.pool = pool
         self.shell = pool.shell
         self.address = address
@@ -470,83 +436,3 @@ class H2UpstreamConnection:
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.lost(stream.got_bytes, self.used > 1)
-
-
-class H2Pool:
-    """HTTP/2 connections per machine address (the same calls as UpstreamPool's)."""
-
-    def __init__(self, shell: Shell) -> None:
-        self.shell = shell
-        self.loop = shell.loop
-        config = shell.config
-        self.write_buffer_high_bytes = config.write_buffer_high_bytes
-        self.idle_timeout_s = config.upstream_idle_timeout_s
-        self.connect_timeout_s = config.upstream_connect_timeout_s
-        self.conns: dict[str, list[H2UpstreamConnection]] = {}
-        self.connecting: dict[str, asyncio.Future[H2UpstreamConnection]] = {}
-
-    def acquire(self, address: str) -> H2UpstreamConnection | None:
-        for conn in self.conns.get(address, ()):
-            if conn.usable:
-                return conn
-        return None
-
-    async def connect(self, slot: MachineSlot) -> H2UpstreamConnection:
-        """A connection to `slot` with room for a stream: one being made is shared by
-        every request that waits for it (a burst opens one connection, not one each)."""
-        key = slot.pool_key
-        pending = self.connecting.get(key)
-        if pending is not None:
-            conn = await asyncio.shield(pending)
-            if conn.usable:
-                return conn
-        future: asyncio.Future[H2UpstreamConnection] = self.loop.create_future()
-        self.connecting[key] = future
-        try:
-            conn = H2UpstreamConnection(self, key)
-            async with asyncio.timeout(self.connect_timeout_s):
-                await self.loop.create_connection(
-                    lambda: cast(asyncio.Protocol, conn), slot.host, slot.port)
-        except BaseException as exc:
-            future.set_exception(exc if isinstance(exc, OSError | TimeoutError)
-                                 else OSError(str(exc)))
-            future.exception()  # retrieved: waiters that went meanwhile raise nothing
-            raise
-        finally:
-            if self.connecting.get(key) is future:
-                del self.connecting[key]
-        if not conn.closed:
-            self.conns.setdefault(key, []).append(conn)
-        future.set_result(conn)
-        return conn
-
-    def release(self, conn: H2UpstreamConnection, reusable: bool) -> None:
-        """A connection made for an exchange that ended meanwhile: it stays for others."""
-
-    def forget(self, conn: H2UpstreamConnection) -> None:
-        conns = self.conns.get(conn.address)
-        if conns is not None and conn in conns:
-            conns.remove(conn)
-            if not conns:
-                del self.conns[conn.address]
-
-    def close_address(self, address: str) -> None:
-        """The machine stops: its connections close once their streams are done."""
-        for conn in list(self.conns.get(address, ())):
-            conn.going_away = True
-            conn._settled()
-
-    def sever_address(self, address: str) -> None:
-        for conn in list(self.conns.get(address, ())):
-            conn.sever()
-
-    def close_stale(self) -> None:
-        cutoff = self.loop.time() - self.idle_timeout_s
-        for conns in list(self.conns.values()):
-            for conn in [c for c in conns if not c.streams and c.idle_since < cutoff]:
-                conn.close()
-
-    def close_all(self) -> None:
-        for conns in list(self.conns.values()):
-            for conn in list(conns):
-                conn.close()

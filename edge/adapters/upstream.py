@@ -29,7 +29,7 @@ from edge.exchange import Exchange, Shell, Upstream
 from edge.view import MachineSlot
 
 if TYPE_CHECKING:
-    from edge.adapters.h2upstream import H2Pool
+    from edge.adapters.h2pool import H2Pool
 
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
@@ -298,7 +298,7 @@ class UpstreamPool:
         """The HTTP/2 connections to machines of apps whose protocol is h2c (made on
         first use: an edge without such apps never loads the HTTP/2 client)."""
         if self.h2 is None:
-            from edge.adapters.h2upstream import H2Pool
+            from edge.adapters.h2pool import H2Pool
 
             self.h2 = H2Pool(self.shell)
         return self.h2

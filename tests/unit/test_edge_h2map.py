@@ -128,7 +128,7 @@ def test_the_upstreams_hpack_stand_ins_decode_what_hpack_encodes_and_fail_as_h2_
     import hpack
     import hpack.exceptions
 
-    from edge.adapters.h2upstream import FieldDecoder, FieldEncoder
+    from edge.adapters.h2fields import FieldDecoder, FieldEncoder
 
     theirs, ours = hpack.Encoder(), FieldDecoder()
     blocks = [[(b":status", b"200"), (b"content-type", b"application/grpc"),
