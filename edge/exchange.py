@@ -163,7 +163,8 @@ class Shell:
     def exchange_ended(self, exchange: Exchange, answered: bool) -> None:
         raise NotImplementedError
 
-    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool) -> None:
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool,
+                      unprocessed: bool = False) -> None:
         raise NotImplementedError
 
     def fail(self, exchange: Exchange, code: str, detail: str) -> None:
@@ -302,6 +303,18 @@ class Exchange:
         if upstream is not None and phase in (FORWARDING, RESPONDING):
             upstream.send_end(self, trailers)
             self.sent_all = True
+
+    def unsend(self, chunks: list[bytes]) -> None:
+        """The machine never processed the request (it refused the stream, or went away
+        before reaching it): the body it was sent is kept again, ahead of what came
+        since, for the next machine."""
+        if not chunks:
+            return
+        self.chunks = chunks + self.chunks
+        self.buffered += sum(len(chunk) for chunk in chunks)
+        self.sent_all = False
+        if self.buffered > self.shell.config.body_buffer_bytes:
+            self.client.pause(PAUSE_BUFFER)
 
     def attach(self, upstream: Upstream) -> None:
         """An upstream connection is ready: send the head and whatever body is buffered."""

@@ -323,14 +323,19 @@ class Edge(Shell):
         else:
             self.cold.hold(exchange, app)
 
-    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool) -> None:
+    def upstream_lost(self, exchange: Exchange, got_bytes: bool, reused: bool,
+                      unprocessed: bool = False) -> None:
         """The machine's connection closed mid-exchange (the request may have been
-        delivered): `after_loss` says whether it goes out again, waits, or ends in 502."""
+        delivered): `after_loss` says whether it goes out again, waits, or ends in 502.
+        `unprocessed`: the machine said it never acted on the request (an HTTP/2
+        REFUSED_STREAM, a stream above its GOAWAY's last id) and the request is whole
+        again in the exchange (`Exchange.unsend`): it may go again, whatever its method."""
         if exchange.ended:
             return
         slot = exchange.slot
         config = self.config
-        where, counts = after_loss(exchange.resendable, got_bytes, reused, exchange.attempts,
+        resendable_now = exchange.resendable or (unprocessed and not exchange.response_started)
+        where, counts = after_loss(resendable_now, got_bytes, reused, exchange.attempts,
                                    config.max_connect_attempts, exchange.resends,
                                    config.max_resends)
         if where == GIVE_UP or exchange.app is None:

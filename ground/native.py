@@ -33,7 +33,7 @@ MANIFEST = "manifest.json"
 SOURCES = (
     "edge/core/framing.py", "edge/core/headreader.py", "edge/core/balance.py",
     "edge/core/exchange.py", "edge/core/stats.py", "edge/core/hpack.py", "edge/core/h2wire.py",
-    "edge/core/h2budget.py", "edge/core/h2send.py", "edge/core/h2proto.py",
+    "edge/core/h2budget.py", "edge/core/h2send.py", "edge/core/h2peer.py", "edge/core/h2proto.py",
     "edge/exchange.py", "edge/adapters/http1.py",
     "edge/adapters/upstream.py", "edge/adapters/h2stream.py", "edge/adapters/http2.py",
     "edge/core/accesslog.py", "edge/adapters/accesslog.py",
@@ -41,7 +41,7 @@ SOURCES = (
     "edge/core/clients.py", "edge/core/appwake.py", "edge/core/h2head.py",
     # not on a warm HTTP/1.1 request's path, but a stream of an h2c app's exchange is an
     # `Upstream`, and an interpreted class cannot inherit from a compiled one
-    "edge/adapters/h2upstream.py", "edge/adapters/h2pool.py", "edge/adapters/h2fields.py",
+    "edge/adapters/h2upstream.py", "edge/adapters/h2pool.py", "edge/core/h2client.py",
     "edge/core/h2map.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches

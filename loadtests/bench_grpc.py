@@ -33,6 +33,7 @@ from loadtests.benchlib import (
     key_file,
     machine_line,
     process,
+    tree_cpu_s,
     wait_port,
     write_section,
 )
@@ -91,14 +92,15 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
         with contextlib.ExitStack() as stack:
             stack.enter_context(process([sys.executable, "-m", "tests.support.grpc_app"],
                                         cpu=1, env={"PORT": str(ports["machine"])}, cwd=root))
-            stack.enter_context(process(["nginx", "-c", str(work / "proxy.conf")], cpu=0))
+            nginx = stack.enter_context(process(["nginx", "-c", str(work / "proxy.conf")],
+                                                cpu=0))
             stack.enter_context(process(
                 ["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", str(work)], cpu=1))
             for name in ("machine", "nginx", "redis"):
                 wait_port(ports[name])
             asyncio.run(seed(redis_url, ports["machine"]))
-            stack.enter_context(process(
+            edge = stack.enter_context(process(
                 [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
                  "--port", str(ports["edge"]), "--admin-port", str(ports["admin"]),
                  "--placement", "http://127.0.0.1:9", "--log-level", "warning",
@@ -110,27 +112,34 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
                 check(port)
             extra = ["-d", str(work / "call.bin"), "-H", "content-type: application/grpc",
                      "-H", "te: trailers"]
+            pids = {"nginx grpc_pass": nginx.pid, "edge": edge.pid}
             for name in targets:
                 results[name] = {"rps": [], "p50": [], "p99": [], "failed": [],
-                                 "light_p50": [], "light_p99": []}
+                                 "light_p50": [], "light_p99": [], "cpu_us": []}
             for round_no in range(args.rounds):
                 for name, port in targets.items():
                     row = results[name]
                     url = f"http://127.0.0.1:{port}/thaw.test.Probe/Say"
+                    pid = pids.get(name)
+                    cpu_before = tree_cpu_s(pid) if pid else 0.0
                     rps, p50, p99, failed = h2load(url, clients=10, streams=10,
                                                    duration_s=args.duration,
                                                    log=work / "h2load.log", tls=False,
                                                    extra=extra)
+                    # the proxy's CPU per call at saturation (user + system, its workers'
+                    # included), over h2load's whole run (connection set-up included)
+                    cpu_us = ((tree_cpu_s(pid) - cpu_before) * 1e6 / (rps * args.duration)
+                              if pid and rps else 0.0)
                     _, lp50, lp99, _ = h2load(url, clients=1, streams=1,
                                               duration_s=args.duration,
                                               log=work / "h2load.log", tls=False, extra=extra)
                     for key, value in (("rps", rps), ("p50", p50), ("p99", p99),
                                        ("failed", failed), ("light_p50", lp50),
-                                       ("light_p99", lp99)):
+                                       ("light_p99", lp99), ("cpu_us", cpu_us)):
                         row[key].append(value)
                     print(f"round {round_no + 1} {name:16s} {rps:8.0f} calls/s p50 {p50:.2f} "
                           f"p99 {p99:.2f} ms failed {failed}; light p50 {lp50:.3f} "
-                          f"p99 {lp99:.3f} ms", flush=True)
+                          f"p99 {lp99:.3f} ms; proxy CPU {cpu_us:.0f} us/call", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return results
@@ -147,14 +156,17 @@ def report(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
              "with h2load; the proxy on core 0. Saturation: 10 connections x 10 streams; "
              "light: 1 x 1. Medians over rounds.", "",
              "| target | calls/s (10x10) | p50 ms | p99 ms | failed | light p50 ms | "
-             "light p99 ms |", "|---|---|---|---|---|---|---|"]
+             "light p99 ms | proxy CPU µs per call (10x10) |", "|---|---|---|---|---|---|---|---|"]
     for name, row in med.items():
+        cpu = f"{row['cpu_us']:.0f}" if row["cpu_us"] else "—"
         lines.append(f"| {name} | {row['rps']:.0f} | {row['p50']:.2f} | {row['p99']:.2f} | "
                      f"{row['failed']:.0f} | {row['light_p50']:.3f} | "
-                     f"{row['light_p99']:.3f} |")
+                     f"{row['light_p99']:.3f} | {cpu} |")
     lines += ["", f"- edge / direct: **{med['edge']['rps'] / med['direct']['rps']:.2f}**; "
               f"edge / nginx grpc_pass: "
               f"**{med['edge']['rps'] / med['nginx grpc_pass']['rps']:.2f}**",
+              f"- proxy CPU per call, edge / nginx grpc_pass: "
+              f"**{med['edge']['cpu_us'] / med['nginx grpc_pass']['cpu_us']:.2f}**",
               f"- light load p50 added: edge "
               f"{med['edge']['light_p50'] - med['direct']['light_p50']:+.3f} ms, nginx "
               f"{med['nginx grpc_pass']['light_p50'] - med['direct']['light_p50']:+.3f} ms",

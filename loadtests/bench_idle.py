@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
 import shutil
 import sys
@@ -33,20 +32,14 @@ sys.path.insert(0, str(ROOT))
 import msgspec  # noqa: E402
 
 from ground.appconfig import parse  # noqa: E402
+from loadtests.benchlib import cpu_s  # noqa: E402
 from placement.api import Release  # noqa: E402
 from placement.store import open_store  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.services import Services  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 DIGEST = "sha256:" + "0" * 64
-
-
-def cpu_s(pid: int) -> float:
-    """utime + stime of `pid`, seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 async def fill(url: str, state_dir: Path, apps: int) -> None:

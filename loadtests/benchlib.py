@@ -109,6 +109,19 @@ def cpu_times() -> list[int]:
         return [int(v) for v in stat.readline().split()[1:]]
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of `pid` (its threads included), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """`cpu_s` of `pid` and every live descendant (nginx's workers under its master)."""
+    total = cpu_s(pid)
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return total + sum(tree_cpu_s(int(child)) for child in children)
+
+
 def steal_percent(before: list[int], after: list[int]) -> float:
     """Share of CPU time the hypervisor took between two `cpu_times()` readings."""
     delta = [b - a for a, b in zip(before, after, strict=True)]

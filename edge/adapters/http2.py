@@ -262,7 +262,7 @@ class H2Connection(StreamOwner):
     def on_end(self, stream_id: int) -> None:
         self._body_end(stream_id)
 
-    def on_reset(self, stream_id: int) -> None:
+    def on_reset(self, stream_id: int, code: int) -> None:
         stream = self.streams.get(stream_id)
         if stream is not None:
             self.drop(stream)  # cancels its exchange upstream too
@@ -278,7 +278,7 @@ class H2Connection(StreamOwner):
             for stream in list(self.streams.values()):
                 self.flush(stream, write=False)
 
-    def on_goaway(self) -> None:
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
         self.going_away = True
         if not self.streams:
             self._close_transport()

@@ -20,6 +20,7 @@ Fields = list[tuple[bytes, bytes]]
 CONNECTION_FIELDS = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                b"transfer-encoding", b"upgrade", b"te", b"host"})
 TE_TRAILERS = (b"te", b"trailers")
+_TOKEN_LOWER = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def request_fields(upstream_head: bytes) -> Fields:
@@ -79,12 +80,40 @@ def response_head(fields: Fields, ended: bool, head_request: bool
     return status, ResponseHead(body, size, False, b"".join(kept)), b"".join(trailers)
 
 
+def bad_field(name: bytes, value: bytes) -> bool:
+    """A regular field a machine may not send (RFC 9113 8.2.1): a name that is not a
+    lower-case token, or a value with CR, LF or NUL (which would split the HTTP/1.1
+    head a client reads) or white space at either end."""
+    return (not name or bool(name.translate(None, _TOKEN_LOWER))
+            or b"\r" in value or b"\n" in value or b"\0" in value
+            or (value != b"" and (value[:1] in b" \t" or value[-1:] in b" \t")))
+
+
+def response_malformed(fields: Fields) -> str | None:
+    """Why a machine's response fields are malformed (RFC 9113 8.3.2), or None: one
+    three-digit :status first and no other pseudo-field, well-formed regular fields
+    (`bad_field`), none connection-specific."""
+    if not fields or fields[0][0] != b":status":
+        return "no :status first"
+    status = fields[0][1]
+    if len(status) != 3 or not status.isdigit():
+        return f"a :status of {status[:40]!r}"
+    for name, value in fields[1:]:
+        if name[:1] == b":":
+            return f"pseudo-field {name[:40]!r} after :status"
+        if bad_field(name, value):
+            return f"a malformed field {name[:40]!r}"
+        if name in CONNECTION_FIELDS and name not in (b"te", b"host"):
+            return f"connection-specific field {name.decode('latin-1')}"
+    return None
+
+
 def trailer_lines(fields: Fields) -> bytes:
-    """A machine's trailer fields as `Name: value\\r\\n` lines (pseudo and connection
-    fields left out)."""
+    """A machine's trailer fields as `Name: value\\r\\n` lines: well-formed regular
+    fields only (`bad_field`), none that frames or routes a message."""
     return b"".join(b"%s: %s\r\n" % (name, value) for name, value in fields
                     if name[:1] != b":" and name not in CONNECTION_FIELDS
-                    and name != b"content-length")
+                    and name != b"content-length" and not bad_field(name, value))
 
 
 def trailer_fields(lines: bytes) -> Fields:

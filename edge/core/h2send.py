@@ -1,8 +1,8 @@
-"""What the server side of HTTP/2 sends (edge/core/h2proto.py receives): our SETTINGS,
-HEADERS (and CONTINUATION past the client's frame size), DATA within the client's
-windows, WINDOW_UPDATE as received bytes are acknowledged, RST_STREAM and GOAWAY;
-and the state both halves share — each stream's `StreamState`, and the windows. Pure:
-frames accumulate in `out` until `data_to_send`."""
+"""What either side of HTTP/2 sends (edge/core/h2peer.py receives): our SETTINGS, HEADERS
+(and CONTINUATION past the peer's frame size), DATA within the peer's windows,
+WINDOW_UPDATE as received bytes are acknowledged, RST_STREAM and GOAWAY; and the state
+both halves share — each stream's `StreamState`, and the windows. Pure: frames
+accumulate in `out` until `data_to_send`."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ RECENTLY_RESET = 256  # stream ids we reset, remembered so frames already in fli
 
 
 class StreamState:
-    __slots__ = ("local_ended", "recv_owed", "recv_window", "remote_ended", "send_window")
+    __slots__ = ("headed", "local_ended", "recv_owed", "recv_window", "remote_ended",
+                 "send_window")
 
     def __init__(self, send_window: int, recv_window: int, remote_ended: bool) -> None:
         self.send_window = send_window
@@ -43,6 +44,7 @@ class StreamState:
         self.recv_owed = 0  # acknowledged bytes not yet given back by a WINDOW_UPDATE
         self.remote_ended = remote_ended
         self.local_ended = False
+        self.headed = False  # (client side) its final response head came
 
 
 class H2Sender:
@@ -52,16 +54,17 @@ class H2Sender:
         self.settings = settings
         self.encoder = Encoder()
         self.streams: dict[int, StreamState] = {}
-        # streams reset lately -> whether the client reset them (True) or we did (False):
-        # frames on a stream we reset may have been sent before the client heard of it
+        # streams reset lately -> whether the peer reset them (True) or we did (False):
+        # frames on a stream we reset may have been sent before the peer heard of it
         # and are dropped; on one it reset itself they are its error (RFC 9113 5.1)
         self.recently_reset: dict[int, bool] = {}
-        self.last_stream_id = 0  # the highest stream the client opened
+        self.last_stream_id = 0  # the highest stream the peer opened (server side)
         self.out: list[bytes] = []
-        # the client's settings, as they bear on what we send
+        # the peer's settings, as they bear on what we send
         self.send_window = DEFAULT_WINDOW  # the connection's
         self.peer_stream_window = DEFAULT_WINDOW
         self.max_frame = DEFAULT_FRAME
+        self.peer_max_streams = 100  # streams we may open (client side), till it says
         # the connection's receive window
         self.recv_window = settings.connection_window
         self.recv_owed = 0
@@ -105,7 +108,7 @@ class H2Sender:
 
     def send_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]],
                      end_stream: bool = False) -> bool:
-        """HEADERS (and CONTINUATION past the client's frame size); False if it is closed."""
+        """HEADERS (and CONTINUATION past the peer's frame size); False if it is closed."""
         stream = self.streams.get(stream_id)
         if stream is None or stream.local_ended:
             return False
@@ -152,8 +155,8 @@ class H2Sender:
 
     def ack_data(self, stream_id: int, size: int) -> None:
         """Give back `size` received bytes of window: the connection's, and the stream's
-        while the client may still send on it. WINDOW_UPDATE goes out once a quarter of a
-        window is owed, or half of it is used up (a client at 0 gets it at once)."""
+        while the peer may still send on it. WINDOW_UPDATE goes out once a quarter of a
+        window is owed, or half of it is used up (a peer at 0 gets it at once)."""
         if size <= 0:
             return
         self.recv_owed += size
@@ -178,14 +181,14 @@ class H2Sender:
             self._frame(RST_STREAM, 0, stream_id, U32.pack(code))
             self._remember_reset(stream_id)
 
-    def _remember_reset(self, stream_id: int, by_client: bool = False) -> None:
+    def _remember_reset(self, stream_id: int, by_peer: bool = False) -> None:
         reset = self.recently_reset
-        reset[stream_id] = by_client
+        reset[stream_id] = by_peer
         if len(reset) > RECENTLY_RESET:
             del reset[next(iter(reset))]
 
     def goaway(self, code: int, debug: bytes = b"", last_stream_id: int = -1) -> None:
-        """GOAWAY: streams past `last_stream_id` (default: the last the client opened) will
+        """GOAWAY: streams past `last_stream_id` (default: the last the peer opened) will
         not be processed."""
         last = self.last_stream_id if last_stream_id < 0 else last_stream_id
         self._frame(GOAWAY, 0, 0, U32.pack(last) + U32.pack(code) + debug)

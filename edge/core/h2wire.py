@@ -1,6 +1,7 @@
-"""HTTP/2's vocabulary for the edge's server core (edge/core/h2proto.py): frame types and
-flags, error codes and settings (RFC 9113, RFC 8441), what the core reports
-(`Events`, `H2ConnectionError`) and what it advertises (`Settings`)."""
+"""HTTP/2's vocabulary for the edge's own cores, the server (edge/core/h2proto.py) and the
+client (edge/core/h2client.py): frame types and flags, error codes and settings (RFC
+9113, RFC 8441), what a core reports (`Events`, `H2ConnectionError`) and what it
+advertises (`Settings`)."""
 
 from __future__ import annotations
 
@@ -65,26 +66,32 @@ class Events:
         """A new stream's request head (`too_large`: its list was over the limit and cut)."""
 
     def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
-        """Request body bytes; `flow_length` (padding included) is owed back by `ack_data`."""
+        """Body bytes; `flow_length` (padding included) is owed back by `ack_data`."""
 
     def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """The request's trailers (`on_end` follows)."""
+        """The peer's trailers (`on_end` follows)."""
 
     def on_end(self, stream_id: int) -> None:
-        """The client ended its side of the stream (after a body or trailers)."""
+        """The peer ended its side of the stream (after a body or trailers)."""
 
-    def on_reset(self, stream_id: int) -> None:
-        """The stream is gone: reset by the client, or by us for a stream error."""
+    def on_response(self, stream_id: int, headers: list[tuple[bytes, bytes]],
+                    ended: bool) -> None:
+        """(Client side) a stream's final response head; `ended`: no body follows."""
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        """The stream is gone: reset by the peer, or by us for a stream error (`code`:
+        the RST_STREAM's)."""
 
     def on_window(self, stream_id: int) -> None:
-        """The client opened a window: the stream's, or the connection's (0)."""
+        """The peer opened a window: the stream's, or the connection's (0)."""
 
-    def on_goaway(self) -> None:
-        """The client sent GOAWAY."""
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
+        """The peer sent GOAWAY: streams past `last_stream_id` were not processed."""
 
 
 class Settings:
-    """What this server advertises."""
+    """What this side advertises (a client advertises `max_concurrent_streams` 0: no
+    pushed streams)."""
 
     def __init__(self, max_concurrent_streams: int = 100, stream_window: int = DEFAULT_WINDOW,
                  connection_window: int = DEFAULT_WINDOW, max_header_list: int = 65536,

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
-from edge.core.h2map import request_fields, response_head, trailer_fields, trailer_lines
+from edge.core.h2map import (
+    request_fields,
+    response_head,
+    response_malformed,
+    trailer_fields,
+    trailer_lines,
+)
 from edge.core.holdqueue import grpc_timeout_s
 
 HEAD = (b"POST /pkg.Svc/Call HTTP/1.1\r\nHost: rpc.example.com\r\n"
@@ -123,23 +129,33 @@ def test_a_grpc_message_is_percent_encoded() -> None:
         grpc_error_trailers.cache_clear()
 
 
-def test_the_upstreams_hpack_stand_ins_decode_what_hpack_encodes_and_fail_as_h2_expects(
-) -> None:
-    import hpack
-    import hpack.exceptions
+@pytest.mark.parametrize(("fields", "why"), [
+    ([(b":status", b"200"), (b"content-type", b"text/plain")], None),
+    ([(b":status", b"200"), (b"host", b"m"), (b"te", b"trailers")], None),
+    ([], "no :status first"),
+    ([(b"content-type", b"text/plain"), (b":status", b"200")], "no :status first"),
+    ([(b":status", b"20")], "a :status of b'20'"),
+    ([(b":status", b"2x0")], "a :status of b'2x0'"),
+    ([(b":status", b"200"), (b":path", b"/")], "pseudo-field b':path' after :status"),
+    ([(b":status", b"200"), (b":status", b"204")], "pseudo-field b':status' after :status"),
+    ([(b":status", b"200"), (b"X-Upper", b"1")], "a malformed field b'X-Upper'"),
+    ([(b":status", b"200"), (b"bad name", b"1")], "a malformed field b'bad name'"),
+    ([(b":status", b"200"), (b"", b"1")], "a malformed field b''"),
+    ([(b":status", b"200"), (b"x-split", b"a\r\nset-cookie: s=1")],
+     "a malformed field b'x-split'"),
+    ([(b":status", b"200"), (b"x-nul", b"a\x00b")], "a malformed field b'x-nul'"),
+    ([(b":status", b"200"), (b"x-space", b" a")], "a malformed field b'x-space'"),
+    ([(b":status", b"200"), (b"x-tab", b"a\t")], "a malformed field b'x-tab'"),
+    ([(b":status", b"200"), (b"transfer-encoding", b"chunked")],
+     "connection-specific field transfer-encoding"),
+    ([(b":status", b"200"), (b"connection", b"close")], "connection-specific field connection"),
+])
+def test_a_machines_malformed_response_fields_are_named(
+        fields: list[tuple[bytes, bytes]], why: str | None) -> None:
+    assert response_malformed(fields) == why
 
-    from edge.adapters.h2fields import FieldDecoder, FieldEncoder
 
-    theirs, ours = hpack.Encoder(), FieldDecoder()
-    blocks = [[(b":status", b"200"), (b"content-type", b"application/grpc"),
-               (b"x-machine", b"m%d" % i)] for i in range(3)]
-    for fields in blocks:  # the machine's encoder adds to its dynamic table: ours follows
-        assert ours.decode(theirs.encode(fields), raw=True) == fields
-    ours.max_header_list_size = 64
-    assert ours.max_header_list_size == 64
-    with pytest.raises(hpack.exceptions.OversizedHeaderListError):
-        ours.decode(theirs.encode([(b"x-big", b"v" * 100)]), raw=True)
-    with pytest.raises(hpack.exceptions.HPACKDecodingError):
-        FieldDecoder().decode(b"\xff\xff\xff\xff\xff\xff\x0f", raw=True)  # index past all
-    fields = [(b":method", b"POST"), (b"te", b"trailers"), (b"x-id", b"1")]
-    assert hpack.Decoder().decode(FieldEncoder().encode(iter(fields)), raw=True) == fields
+def test_a_machines_trailers_keep_only_well_formed_fields() -> None:
+    lines = trailer_lines([(b"grpc-status", b"0"), (b"x-split", b"a\r\nx-evil: 1"),
+                           (b"Upper", b"1"), (b"x-ok", b"")])
+    assert lines == b"grpc-status: 0\r\nx-ok: \r\n"

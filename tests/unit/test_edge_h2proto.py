@@ -19,46 +19,20 @@ from edge.core.h2wire import (
     ENHANCE_YOUR_CALM,
     FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR,
+    NO_ERROR,
     PREFACE,
     PROTOCOL_ERROR,
     REFUSED_STREAM,
     STREAM_CLOSED,
-    Events,
     H2ConnectionError,
     Settings,
 )
+from tests.support.h2events import Recorder, frames
 
 REQUEST = [(":method", "GET"), (":scheme", "http"), (":authority", "a.localhost"),
            (":path", "/")]
 POST = [(":method", "POST"), (":scheme", "http"), (":authority", "a.localhost"),
         (":path", "/up")]
-
-
-class Recorder(Events):
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], ended: bool,
-                   too_large: bool) -> None:
-        self.calls.append(("request", stream_id, ended, too_large))
-
-    def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
-        self.calls.append(("data", stream_id, data, flow_length))
-
-    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.calls.append(("trailers", stream_id, headers))
-
-    def on_end(self, stream_id: int) -> None:
-        self.calls.append(("end", stream_id))
-
-    def on_reset(self, stream_id: int) -> None:
-        self.calls.append(("reset", stream_id))
-
-    def on_window(self, stream_id: int) -> None:
-        self.calls.append(("window", stream_id))
-
-    def on_goaway(self) -> None:
-        self.calls.append(("goaway",))
 
 
 def server(**settings: Any) -> tuple[H2Server, Recorder]:
@@ -83,16 +57,6 @@ def connected(**settings: Any) -> tuple[H2Server, Recorder, h2.connection.H2Conn
     h2s.receive(c.data_to_send(), 0.0)  # the client's ACK
     events.calls.clear()
     return h2s, events, c
-
-
-def frames(data: bytes) -> list[hf.Frame]:
-    out = []
-    while data:
-        frame, length = hf.Frame.parse_frame_header(memoryview(data[:9]))
-        frame.parse_body(memoryview(data[9:9 + length]))
-        out.append(frame)
-        data = data[9 + length:]
-    return out
 
 
 def raw(frame: hf.Frame) -> bytes:
@@ -248,7 +212,7 @@ def test_data_after_end_stream_is_a_stream_error() -> None:
     c.send_headers(1, REQUEST, end_stream=True)
     h2s.receive(c.data_to_send(), 0.0)
     h2s.receive(raw(hf.DataFrame(1, data=b"late")), 0.0)
-    assert events.calls[-1] == ("reset", 1)
+    assert events.calls[-1] == ("reset", 1, STREAM_CLOSED)
     sent = frames(h2s.data_to_send())
     assert any(isinstance(f, hf.RstStreamFrame) and f.error_code == STREAM_CLOSED for f in sent)
     assert any(isinstance(f, hf.WindowUpdateFrame) and f.stream_id == 0 for f in sent) or \
@@ -274,7 +238,7 @@ def test_trailers_without_end_stream_are_a_stream_error() -> None:
     c.send_headers(1, POST)
     h2s.receive(c.data_to_send(), 0.0)
     h2s.receive(raw(hf.HeadersFrame(1, data=b"\x40\x01a\x01b", flags=["END_HEADERS"])), 0.0)
-    assert events.calls[-1] == ("reset", 1)
+    assert events.calls[-1] == ("reset", 1, PROTOCOL_ERROR)
 
 
 def test_streams_past_the_limit_are_refused_and_never_reported() -> None:
@@ -301,7 +265,7 @@ def test_data_past_a_streams_window_is_a_stream_error() -> None:
     h2s.receive(raw(hf.HeadersFrame(1, data=_block(POST), flags=["END_HEADERS"])), 0.0)
     chunk = b"x" * 16384
     h2s.receive(b"".join(raw(hf.DataFrame(1, data=chunk)) for _ in range(4)), 0.0)
-    assert events.calls[-1] == ("reset", 1)
+    assert events.calls[-1] == ("reset", 1, FLOW_CONTROL_ERROR)
 
 
 def test_send_data_respects_the_windows_and_the_clients_frame_size() -> None:
@@ -370,7 +334,7 @@ def test_goaway_from_us_stops_new_streams_and_from_the_client_is_reported() -> N
     c.send_headers(3, REQUEST, end_stream=True)
     h2s.receive(c.data_to_send(), 0.0)
     h2s.receive(raw(hf.GoAwayFrame(0, last_stream_id=0)), 0.0)
-    assert events.calls == [("request", 1, True, False), ("goaway",)]
+    assert events.calls == [("request", 1, True, False), ("goaway", 0, NO_ERROR)]
 
 
 def test_a_budget_over_its_limit_is_enhance_your_calm() -> None:

@@ -15,6 +15,10 @@
   H2ConnectionError escapes; no event after it; the streams the events see are opened
   odd and increasing and hear nothing after their reset or end; every byte the server
   sends back parses as frames with hyperframe.
+- HTTP/2 frames from a machine: H2Client.receive after it opened a few streams, fed the
+  same frame sequences as a machine's answers (its HEADERS on the streams it opened).
+  Checked: only H2ConnectionError escapes; events name only streams it opened and none
+  after that stream's end or reset; every byte it sends parses as frames.
 - HPACK: Decoder.decode on arbitrary blocks and on blocks the `hpack` package encoded.
   Checked: only CompressionError escapes; a list is within the header list size or is
   flagged `too_large` (and empty); an encoded list decodes to itself.
@@ -44,6 +48,7 @@ from edge.core.framing import (
     tokens,
 )
 from edge.core.h2budget import FrameBudget, Limits
+from edge.core.h2client import H2Client
 from edge.core.h2proto import H2Server
 from edge.core.h2wire import CANCEL, NO_ERROR, PREFACE, Events, H2ConnectionError
 from edge.core.h2wire import Settings as H2Settings
@@ -439,7 +444,7 @@ class FuzzEvents(Events):
         assert stream_id not in self.ended
         self.ended.add(stream_id)
 
-    def on_reset(self, stream_id: int) -> None:
+    def on_reset(self, stream_id: int, code: int) -> None:
         self._stream(stream_id)
         self.open.discard(stream_id)
 
@@ -448,7 +453,7 @@ class FuzzEvents(Events):
         if stream_id:
             self._stream(stream_id)
 
-    def on_goaway(self) -> None:
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
         assert not self.closed
 
 
@@ -659,6 +664,120 @@ def test_any_frames_after_a_valid_opening_raise_only_a_connection_error_and_send
     client_settings = {k: (min(v, 1) if k == 2 else max(v, 16384) if k == 5 else v)
                        for k, v in client_settings.items()}
     run_h2(specs, cuts, reactions, server_settings, client_settings, steps, ack_ours)
+
+
+class ClientFuzzEvents(Events):
+    """Checks what H2Client reports of a machine's frames, and reacts as the upstream
+    adapter may: DATA acknowledged, now and then a stream cancelled on its answer. A
+    stream the machine ended may still be reset while our side of it is open."""
+
+    def __init__(self, opened: set[int], sending: set[int], cancel_on_answer: bool) -> None:
+        self.h2: H2Client | None = None
+        self.open = set(opened)  # streams we opened, not yet closed both ways nor reset
+        self.sending = set(sending)  # of those, the ones we have not ended
+        self.remote_ended: set[int] = set()
+        self.answered: set[int] = set()
+        self.cancel_on_answer = cancel_on_answer
+        self.closed = False
+
+    def _stream(self, stream_id: int, frames: bool = True) -> None:
+        assert not self.closed
+        assert stream_id in self.open, stream_id
+        assert not frames or stream_id not in self.remote_ended, stream_id
+
+    def _gone(self, stream_id: int) -> None:
+        self.open.discard(stream_id)
+        self.sending.discard(stream_id)
+
+    def on_response(self, stream_id: int, headers: list[tuple[bytes, bytes]],
+                    ended: bool) -> None:
+        self._stream(stream_id)
+        assert stream_id not in self.answered  # one final head a stream
+        self.answered.add(stream_id)
+        if self.cancel_on_answer and not ended and self.h2 is not None:
+            self.h2.reset_stream(stream_id, CANCEL)
+            self._gone(stream_id)
+
+    def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
+        self._stream(stream_id)
+        assert len(data) <= flow_length
+        assert self.h2 is not None
+        self.h2.ack_data(stream_id, flow_length)
+
+    def on_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self._stream(stream_id)
+        assert stream_id in self.answered
+
+    def on_end(self, stream_id: int) -> None:
+        self._stream(stream_id)
+        self.remote_ended.add(stream_id)
+        if stream_id not in self.sending:
+            self._gone(stream_id)  # closed both ways: nothing more on it
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        self._stream(stream_id, frames=False)
+        self._gone(stream_id)
+
+    def on_window(self, stream_id: int) -> None:
+        assert not self.closed
+        if stream_id:
+            self._stream(stream_id, frames=False)
+
+    def on_goaway(self, last_stream_id: int, code: int) -> None:
+        assert not self.closed
+        for stream_id in [sid for sid in self.open if sid > last_stream_id]:
+            self._gone(stream_id)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=_SLOW)
+@given(conversations(), _cuts, st.integers(0, 4), st.booleans(),
+       st.dictionaries(st.sampled_from([1, 3, 4, 5, 6]), st.sampled_from(
+           [0, 1, 100, 16384, 65535, 1 << 20]), max_size=3))
+def test_any_frames_from_a_machine_raise_only_a_connection_error_in_the_client(
+    specs: list[tuple[str, object]], cuts: list[int], streams: int, cancel: bool,
+    machine_settings: dict[int, int],
+) -> None:
+    machine_settings = {k: max(v, 16384) if k == 5 else v for k, v in machine_settings.items()}
+    client = H2Client(Events(), H2Settings(max_concurrent_streams=0, stream_window=1 << 18,
+                                           connection_window=1 << 24),
+                      FrameBudget(Limits(), 0.0))
+    client.start()
+    opened, sending = set(), set()
+    for i in range(streams):
+        sid = client.open_stream([(b":method", b"POST"), (b":path", b"/")], i % 2 == 0)
+        if sid:
+            opened.add(sid)
+            if i % 2:
+                sending.add(sid)
+                client.send_data(sid, b"q" * min(100, client.window(sid)))
+    events = ClientFuzzEvents(opened, sending, cancel)
+    events.h2 = client
+    client.events = events
+    encoder = hpack.Encoder()
+    data = bytes(hf.SettingsFrame(0, settings=machine_settings).serialize())
+    for kind, spec in specs:
+        if kind == "raw":
+            data += spec  # type: ignore[operator]
+            continue
+        frame, block, _ = spec  # type: ignore[misc]
+        if block is not None:  # a machine's head in place of the conversation's request
+            frame.data = encoder.encode([(b":status", b"200"), *block[4:]])
+        data += bytes(frame.serialize())
+    sent = [client.data_to_send()]
+    at = 0
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        if cut <= at:
+            continue
+        try:
+            client.receive(data[at:cut], 0.0)
+        except H2ConnectionError as exc:  # the adapter: GOAWAY, then close
+            events.closed = True
+            client.goaway(exc.code)
+            sent.append(client.data_to_send())
+            break
+        at = cut
+        sent.append(client.data_to_send())
+    parse_frames(b"".join(sent)[len(PREFACE):])
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=_SLOW)
