@@ -182,6 +182,13 @@ class EdgeConfig:
             raise ValueError("access_log_sample_rate must be in [0, 1]")
 
     @property
+    def watch_every_s(self) -> float:
+        """How often an HTTP/1 connection's watchdog looks at its timeouts (and how late an
+        idle one may be parked: edge/core/parking.py's slack)."""
+        return min(self.header_timeout_s, self.idle_timeout_s, self.response_timeout_s,
+                   self.tunnel_idle_timeout_s) / 4
+
+    @property
     def placement_urls(self) -> tuple[str, ...]:
         """The placements given, in the order given (the first is asked first)."""
         return parse_urls(self.placement_url)

@@ -167,6 +167,14 @@ class Shell:
                       unprocessed: bool = False) -> None:
         raise NotImplementedError
 
+    def park(self, conn: ClientSide, idle_since: float) -> None:
+        """An idle connection stopped its own watchdog: the shell closes it once it has
+        been idle `idle_timeout_s` (`close_if_idle`), unless it reads again first."""
+        raise NotImplementedError
+
+    def unpark(self, conn: ClientSide) -> None:
+        raise NotImplementedError
+
     def fail(self, exchange: Exchange, code: str, detail: str) -> None:
         raise NotImplementedError
 

@@ -39,6 +39,7 @@ from edge.core.forwarding import (
     parse_networks,
 )
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, hsts_value
+from edge.core.parking import Parking
 from edge.core.stats import AppStats
 from edge.core.tunnels import ClientTunnels
 from edge.errors import status_of
@@ -71,6 +72,9 @@ class Edge(Shell):
         self.pool = UpstreamPool(self)
         self.tunnels: ClientTunnels[Exchange] = ClientTunnels(config.max_tunnels_per_client)
         self.connections: set[ClientSide] = set()
+        # idle keep-alive connections without a watchdog of their own: one sweep for all
+        self.parking: Parking[ClientSide] = Parking(config.idle_timeout_s, config.watch_every_s)
+        self.park_sweep: asyncio.TimerHandle | None = None
         self.random = random.Random()
         self.tasks: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -141,6 +145,22 @@ class Edge(Shell):
             self.connections.discard(conn)
             if not conn.trusted:
                 self.clients.close(conn.peer)
+        self.parking.unpark(conn)
+
+    def park(self, conn: ClientSide, idle_since: float) -> None:
+        self.parking.park(conn, idle_since)
+        if self.park_sweep is None:
+            self.park_sweep = self.loop.call_later(self.config.watch_every_s, self._sweep_parked)
+
+    def unpark(self, conn: ClientSide) -> None:
+        self.parking.unpark(conn)
+
+    def _sweep_parked(self) -> None:
+        self.park_sweep = None
+        for conn in self.parking.expired(self.loop.time()):
+            conn.close_if_idle()
+        if len(self.parking):
+            self.park_sweep = self.loop.call_later(self.config.watch_every_s, self._sweep_parked)
 
     def turn_left(self, conn: ClientSide) -> int:
         share = conn.share
@@ -412,6 +432,9 @@ class Edge(Shell):
         self.cold.stop()
 
     async def close(self) -> None:
+        if self.park_sweep is not None:
+            self.park_sweep.cancel()
+            self.park_sweep = None
         await self.autostop.stop()
         await self.placement.close()
         if self.access_log is not None:

@@ -6,7 +6,9 @@ An edge (the native build when it matches, in this process, tracemalloc on) serv
 warm app; a child process opens `--conns` connections to it and holds them idle: first
 connected only, then after one request each (keep-alive). For each state the edge's
 Python allocations (tracemalloc, by line) and its RSS are compared with before, divided
-by the connections. Kernel socket buffers are not in either figure.
+by the connections. Kernel socket buffers are not in either figure. Each state is read
+twice: 1 s after it began, and once every connection was idle a watchdog period and
+parked (edge/core/parking.py: its parser, head reader and timer given up).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import textwrap
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -26,9 +29,8 @@ HOLDER = textwrap.dedent("""
     conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
     print("connected", flush=True)
     sys.stdin.readline()
-    for c in conns:
+    for c in conns:  # one after another: the edge's one pooled machine connection serves all
         c.sendall(b"GET / HTTP/1.1\\r\\nHost: web.localhost\\r\\n\\r\\n")
-    for c in conns:
         data = b""
         while b"\\r\\n\\r\\n" not in data or not data.endswith(b"hello"):
             chunk = c.recv(65536)
@@ -56,6 +58,19 @@ def rss_kb() -> int:
 async def settle() -> None:
     for _ in range(20):
         await asyncio.sleep(0.05)
+
+
+async def parked(edge: Any, count: int) -> None:
+    """Until every held connection has been idle a watchdog period and is parked (an
+    edge from before parking: 6 s, two of its watchdog periods)."""
+    if not hasattr(edge.shell, "parking"):
+        await asyncio.sleep(6)
+        return
+    for _ in range(400):
+        if len(edge.shell.parking) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"only {len(edge.shell.parking)} of {count} connections parked")
 
 
 def report(label: str, before: tracemalloc.Snapshot, rss_before: int, count: int,
@@ -91,12 +106,19 @@ async def main(count: int, top: int) -> None:
         assert line.strip() == b"connected", line
         await settle()
         report("connected, nothing sent", before, rss_before, count, top)
+        await parked(edge, count)
+        report("connected, nothing sent, parked (idle a watchdog period)", before,
+               rss_before, count, top)
         holder.stdin.write(b"\n")
         await holder.stdin.drain()
         line = await holder.stdout.readline()
         assert line.strip() == b"answered", line
         await settle()
-        report("after one request each (idle keep-alive)", before, rss_before, count, top)
+        report("after one request each (idle keep-alive), 1 s later", before, rss_before,
+               count, top)
+        await parked(edge, count)
+        report("after one request each, parked (idle a watchdog period)", before, rss_before,
+               count, top)
     finally:
         if holder is not None:
             holder.kill()

@@ -81,21 +81,23 @@ class MemoryTransport:
         self.closing = True
 
 
-def edge_config() -> Any:
+def edge_config(**extra: object) -> Any:
     """The edge's config here; ab_micro.py also runs this file in revisions from before
     the cluster key existed, so the key is given only where the config has one."""
     from edge.config import EdgeConfig
 
     if "cluster_keys" not in EdgeConfig.__dataclass_fields__:
-        return EdgeConfig(placement_url="http://127.0.0.1:9")
+        return EdgeConfig(placement_url="http://127.0.0.1:9", **extra)  # type: ignore[arg-type]
     from ground.auth.signing import KeyRing
 
     keys = KeyRing.parse("micro-edge-key-" + "m" * 32)  # no placement answers anyway
-    return EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=keys)
+    return EdgeConfig(placement_url="http://127.0.0.1:9", cluster_keys=keys,
+                      **extra)  # type: ignore[arg-type]
 
 
-async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
-    """An edge serving app `bench` from one machine, with one pooled upstream connection."""
+async def edge_pair(**config: object) -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
+    """An edge serving app `bench` from one machine, with one pooled upstream connection
+    (`config`: more of the edge's config, e.g. an access log)."""
     from edge.service import Edge
 
     try:  # the layout since the edge's adapters moved (ab_micro.py runs older trees too)
@@ -112,7 +114,7 @@ async def edge_pair() -> tuple[Any, Any, MemoryTransport, MemoryTransport]:
     view.set_app("bench", parse({"name": "bench", "image": "x", "auto_stop": "off",
                                  "concurrency": {"soft_limit": 1000, "hard_limit": 2000}}))
     view.add_started("bench", "m1", "127.0.0.1:9999")
-    edge = Edge(edge_config(), view)
+    edge = Edge(edge_config(**config), view)
     client = ClientConnection(edge)
     client_tx = MemoryTransport()
     client.connection_made(client_tx)  # type: ignore[arg-type]

@@ -98,6 +98,9 @@ class H2UpstreamStream(Upstream):
         self.got_bytes = False
         self.trailers = b""
         self.length = -1  # the answer's content-length (-1: none to check)
+        # an answer that has no body (HEAD, 204, 304): DATA on it is acknowledged and
+        # dropped, never passed on (an HTTP/1.1 client would read it as its next answer)
+        self.bodiless = False
         # the body as sent, until the machine's first answer frame: a stream it refuses
         # (or leaves above its GOAWAY) goes to the next with it; None once over the
         # edge's body buffer or answered
@@ -184,13 +187,15 @@ class H2UpstreamStream(Upstream):
         self.trailers = trailers
         if head.body == BODY_LENGTH:
             self.length = head.content_length
+        elif head.body == BODY_NONE:
+            self.bodiless = True  # HEAD, 204, 304: whatever DATA follows is dropped
         exchange.response_head(status, head)
 
     def on_data(self, data: bytes, flow_length: int) -> None:
         exchange = self.exchange
         self.got_bytes = True
         self.kept = None
-        if exchange is not None and data:
+        if exchange is not None and data and not self.bodiless:
             why = "" if self.answered else "DATA before the response's head"
             if self.length >= 0 and not why:
                 self.length -= len(data)

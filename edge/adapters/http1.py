@@ -67,6 +67,10 @@ def _placeholder_head() -> RequestHead:
 # costs no more than it must)
 OVER_LIMITS = error_response("too_many_requests", keep_alive=False)
 LINGER_NONE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets
+# what a parked connection holds in place of its own parser and reader (never used: its
+# next bytes make new ones first)
+IDLE_READER = RequestHeadReader(1, 1)
+IDLE_PARSER = httptools.HttpRequestParser(SimpleNamespace())
 
 
 class _Stop(Exception):
@@ -104,7 +108,10 @@ class ClientConnection(Downstream):
         self.upgrade_body: Exchange | None = None  # see _resume_after_upgrade
         self.tunnel: Exchange | None = None  # a WebSocket upgrade: the client's bytes go there
         self.opening: bytes | None = b""  # the first bytes, while they may be an h2 preface
-        self.early: list[bytes] = []  # bytes the client sent before the 101 (bounded)
+        self.parked = False  # idle, without parser, reader nor watchdog (`_park`)
+        # bytes the client sent before the 101 (bounded), and how many; the list is made
+        # when the first come (an idle connection's empty list would be 56 of its bytes)
+        self.early: list[bytes] | None = None
         self.early_bytes = 0
         self.waiting = b""  # a request's first bytes, left for a later turn (_wait_turn)
         self.made_up_head = False
@@ -130,9 +137,7 @@ class ClientConnection(Downstream):
         self.watchdog: asyncio.TimerHandle | None = None
         self.head_started = 0.0  # loop time the request head being read began
         self.last_active = 0.0  # loop time the connection last finished an exchange
-        self.watch_every_s = min(self.config.header_timeout_s, self.config.idle_timeout_s,
-                                 self.config.response_timeout_s,
-                                 self.config.tunnel_idle_timeout_s) / 4
+        self.watch_every_s = self.config.watch_every_s
 
     # -- transport events ----------------------------------------------------------------
 
@@ -351,9 +356,13 @@ class ClientConnection(Downstream):
             transport.close()
 
     def _opening(self, data: bytes) -> bytes:
-        """A connection's first bytes: while they could be the start of the HTTP/2 preface
-        they are kept (b""), so that a preface split across reads reaches llhttp whole;
-        then the bytes to parse."""
+        """A connection's first bytes (or a parked one's, `_park`): while they could be the
+        start of the HTTP/2 preface they are kept (b""), so that a preface split across
+        reads reaches llhttp whole; then the bytes to parse."""
+        if self.parked:
+            self.parked = False
+            self.shell.unpark(self)
+            self.watchdog = self.loop.call_later(self.watch_every_s, self._watch)
         data = self.opening + data if self.opening else data
         if self.config.h2 and len(data) < len(PREFACE) and PREFACE.startswith(data):
             self.opening = data
@@ -384,7 +393,10 @@ class ClientConnection(Downstream):
         if exchange.phase == Phase.TUNNEL:
             exchange.to_machine(data)
             return
-        self.early.append(data)
+        if self.early is None:
+            self.early = [data]
+        else:
+            self.early.append(data)
         self.early_bytes += len(data)
         if self.early_bytes > self.config.body_buffer_bytes:
             self.pause(PAUSE_BUFFER)
@@ -484,7 +496,7 @@ class ClientConnection(Downstream):
     def open_tunnel(self, exchange: Exchange, head: ResponseHead) -> None:
         self.write(b"".join((status_line(101), head.forward,
                              b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")))
-        early, self.early, self.early_bytes = self.early, [], 0
+        early, self.early, self.early_bytes = self.early, None, 0
         if early:
             exchange.to_machine(b"".join(early))
             self.unpause(PAUSE_BUFFER)
@@ -579,6 +591,19 @@ class ClientConnection(Downstream):
         if self.transport is not None:
             self.transport.abort()
 
+    def _park(self) -> None:
+        """Idle for a whole watchdog period, between requests: the connection gives up its
+        parser and head reader (the next bytes make new ones, in `_opening`) and its
+        timer (the shell's one sweep closes it after `idle_timeout_s`), as nginx frees a
+        keep-alive connection's request buffers. Only its transport and this object are
+        left (issue 28: an idle connection's memory)."""
+        self.parked = True
+        self.opening = b""
+        self.reader = IDLE_READER
+        self.parser = IDLE_PARSER
+        self.exchanges.clear()  # (empty: frees the room its last requests grew)
+        self.shell.park(self, self.last_active)
+
     def close_if_idle(self) -> bool:
         if not self.exchanges and not self.waiting:  # (a request waiting for its turn)
             self._close()
@@ -599,10 +624,14 @@ class ClientConnection(Downstream):
                 self.stopped = True
                 self._answer_and_close("request_timeout", "request head not received in time")
             return
-        if (not self.exchanges and not self.in_head and not self.waiting
-                and now - self.last_active >= self.config.idle_timeout_s):
-            self._close()
-            return
+        if not self.exchanges and not self.in_head and not self.waiting:
+            if now - self.last_active >= self.config.idle_timeout_s:
+                self._close()
+                return
+            if (not self.opening and self.tunnel is None and not self.stopped
+                    and now - self.last_active >= self.watch_every_s):
+                self._park()  # idle a whole period: the shell's sweep watches it now
+                return
         if self.exchanges:
             active = self.exchanges[0]
             stalled_s = now - active.progress_at

@@ -43,6 +43,7 @@ class H2Client(H2Peer):
 
     def __init__(self, events: Events, settings: Settings, budget: FrameBudget) -> None:
         super().__init__(events, settings, budget)
+        self.client = True
         self.next_stream_id = 1
         self.goaway_received = False
         self.goaway_last = LAST_STREAM_ID  # the last stream the peer's GOAWAY kept

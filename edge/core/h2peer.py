@@ -71,6 +71,7 @@ class H2Peer(H2Sender):
         self.block_self_dependent = False  # its priority names its own stream
         self.now = 0.0  # the time of the bytes being handled (for the budgets)
         self.opened = 0  # streams the peer opened in this `receive`
+        self.client = False  # this side is the client (edge/core/h2client.py)
 
     # -- the role's ------------------------------------------------------------------------
 
@@ -161,6 +162,9 @@ class H2Peer(H2Sender):
             if not stream_id:
                 raise H2ConnectionError(PROTOCOL_ERROR, "PRIORITY on stream 0")
             if len(payload) != 5:
+                if self.client and self._idle(stream_id):  # (our RST_STREAM on a stream
+                    raise H2ConnectionError(          # it never opened: its error)
+                        FRAME_SIZE_ERROR, "PRIORITY not of 5 bytes on an idle stream")
                 self.stream_error(stream_id, FRAME_SIZE_ERROR)
             elif U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id:
                 self.stream_error(stream_id, PROTOCOL_ERROR)  # depends on itself
@@ -296,15 +300,7 @@ class H2Peer(H2Sender):
         for at in range(0, len(payload), 6):
             key, value = SETTING.unpack_from(payload, at)
             if key == INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise H2ConnectionError(FLOW_CONTROL_ERROR, "an initial window past 2^31-1")
-                delta = value - self.peer_stream_window
-                opened = opened or delta > 0
-                self.peer_stream_window = value
-                for stream in self.streams.values():
-                    stream.send_window += delta
-                    if stream.send_window > MAX_WINDOW:
-                        raise H2ConnectionError(FLOW_CONTROL_ERROR, "a window past 2^31-1")
+                opened = self._initial_window(value) or opened
             elif key == MAX_FRAME_SIZE:
                 if not DEFAULT_FRAME <= value <= 0xFFFFFF:
                     raise H2ConnectionError(PROTOCOL_ERROR, f"MAX_FRAME_SIZE {value}")
@@ -313,9 +309,24 @@ class H2Peer(H2Sender):
                 self.peer_max_streams = value
             elif key in (ENABLE_PUSH, ENABLE_CONNECT_PROTOCOL) and value > 1:
                 raise H2ConnectionError(PROTOCOL_ERROR, f"setting {key} = {value}")
+            elif key == ENABLE_PUSH and value and self.client:  # (a server's, RFC 9113 6.5.2)
+                raise H2ConnectionError(PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH from a server")
         self._frame(SETTINGS, ACK, 0, b"")
         if opened:
             self.events.on_window(0)  # a larger initial window may unblock streams
+
+    def _initial_window(self, value: int) -> bool:
+        """The peer's SETTINGS_INITIAL_WINDOW_SIZE: every stream's window moves by the
+        change. Whether it grew (streams may send again)."""
+        if value > MAX_WINDOW:
+            raise H2ConnectionError(FLOW_CONTROL_ERROR, "an initial window past 2^31-1")
+        delta = value - self.peer_stream_window
+        self.peer_stream_window = value
+        for stream in self.streams.values():
+            stream.send_window += delta
+            if stream.send_window > MAX_WINDOW:
+                raise H2ConnectionError(FLOW_CONTROL_ERROR, "a window past 2^31-1")
+        return delta > 0
 
     def stream_error(self, stream_id: int, code: int) -> None:
         """Reset a stream for the peer's fault (a malformed message, DATA after

@@ -238,3 +238,99 @@ async def test_a_refused_call_whose_body_outgrew_the_buffer_is_not_sent_again(
     assert status == 502  # its body was not kept: it cannot go again
     assert machine.seen_streams == [1]
     await in_flight_drains(edge)
+
+
+INJECTED = b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nINJECTED"
+
+
+@pytest.mark.parametrize(("method", "status"), [("HEAD", b"200"), ("GET", b"204"),
+                                                ("GET", b"304")])
+async def test_data_on_an_answer_without_a_body_never_reaches_the_client(
+        machine_edge: MakeEdge, method: str, status: bytes) -> None:
+    """A machine that sends DATA on a HEAD, 204 or 304 answer (a framework's bug, or an
+    attempt to answer the client's next request itself) is not passed on: the client's
+    next answer on its kept-alive connection is its own."""
+    async def behave(machine: ScriptedMachine, conn: MachineConn, sid: int,
+                     headers: dict[bytes, bytes]) -> None:
+        if headers[b":path"] == b"/first":
+            conn.headers(sid, [(b":status", status)])
+            conn.data(sid, INJECTED, end_stream=True)
+        else:
+            await asyncio.sleep(0.2)  # the real answer to the next request comes late
+            answer(conn, sid, b"real")
+
+    edge, _machine = await machine_edge(behave)
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    writer.write(f"{method} /first HTTP/1.1\r\nHost: rpc.test\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 " + status)
+    writer.write(b"GET /second HTTP/1.1\r\nHost: rpc.test\r\nConnection: close\r\n\r\n")
+    rest = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert b"INJECTED" not in rest
+    status_two, _, body = split_response(rest)
+    assert (status_two, body) == (200, b"real")
+    await in_flight_drains(edge)
+
+
+async def misbehave(machine: ScriptedMachine, conn: MachineConn, sid: int,
+                    headers: dict[bytes, bytes]) -> None:
+    """One misbehaviour a path (after the review of the client core), else a plain 200."""
+    path = headers[b":path"]
+    if path == b"/upper-ended":
+        conn.headers(sid, [(b":status", b"200"), (b"X-Up", b"1")], end_stream=True)
+    elif path == b"/upper-data":
+        conn.headers(sid, [(b":status", b"200"), (b"X-Up", b"1")])
+        conn.data(sid, b"x" * 16000)
+        conn.data(sid, b"x" * 14000, end_stream=True)
+    elif path == b"/data-first":
+        conn.data(sid, b"y" * 16000)
+        conn.headers(sid, OK)
+        conn.data(sid, b"z" * 16000, end_stream=True)
+    elif path == b"/past-length":
+        conn.headers(sid, [*OK, (b"content-length", b"5")])
+        conn.data(sid, b"w" * 16000, end_stream=True)
+    elif path == b"/short":
+        conn.headers(sid, [*OK, (b"content-length", b"50000")])
+        conn.data(sid, b"s" * 16000, end_stream=True)
+    elif path == b"/1xx-ended":
+        conn.headers(sid, [(b":status", b"103")], end_stream=True)
+    elif path == b"/trailers-open":
+        conn.headers(sid, OK)
+        conn.data(sid, b"t" * 10000)
+        conn.headers(sid, [(b"grpc-status", b"0")])  # trailers that do not end the stream
+    elif path == b"/reset":
+        conn.headers(sid, OK)
+        conn.data(sid, b"r" * 10000)
+        conn.reset(sid, 0x2)
+    elif path == b"/padded":
+        conn.headers(sid, OK)
+        conn.raw(0x0, 0x8 | 0x1, sid, bytes([200]) + b"p" * 100 + b"\0" * 200)
+    elif path == b"/priority-self":
+        conn.headers(sid, OK)
+        conn.raw(0x2, 0, sid, struct.pack(">LB", sid, 16))  # depends on itself
+    elif path == b"/1xx-then-ok":
+        conn.headers(sid, [(b":status", b"100")])
+        answer(conn, sid, b"ok")
+    else:
+        answer(conn, sid, b"ok")
+
+
+@pytest.mark.parametrize("path", [
+    "/upper-ended", "/upper-data", "/data-first", "/past-length", "/short", "/1xx-ended",
+    "/trailers-open", "/reset", "/padded", "/priority-self", "/1xx-then-ok"])
+async def test_after_any_misbehaving_answer_the_connection_is_at_rest(
+        machine_edge: MakeEdge, path: str) -> None:
+    """Whatever one answer did, its stream is gone from both the core and the adapter,
+    the connection's receive window is whole again, in_flight is 0, and the next call on
+    the same machine connection is answered."""
+    edge, machine = await machine_edge(misbehave)
+    await exchange_raw(edge.port, get(path))
+    status, _, body = split_response(await exchange_raw(edge.port, get("/fine")))
+    assert (status, body) == (200, b"ok")
+    await in_flight_drains(edge)
+    conns = [conn for pooled in edge.shell.pool.h2pool().conns.values() for conn in pooled]
+    assert machine.connections == 1 and len(conns) == 1
+    for conn in conns:
+        assert not conn.h2.streams and not conn.streams
+        assert conn.h2.recv_window + conn.h2.recv_owed == 1 << 24

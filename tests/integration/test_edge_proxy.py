@@ -273,6 +273,40 @@ async def test_an_idle_keep_alive_connection_is_closed_silently(edge: EdgeHarnes
     assert data == b""
 
 
+async def test_an_idle_kept_alive_connection_parks_then_serves_again_then_closes(
+    edge: EdgeHarness,
+) -> None:
+    """Idle a watchdog period, a connection gives up its parser, reader and timer (the
+    shell's sweep watches it); its next request makes new ones; idle long enough, the
+    sweep closes it; a slow head after parking still meets the header timeout."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    for _ in range(3):
+        writer.write(b"GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        assert head.startswith(b"HTTP/1.1 200") and await reader.readexactly(length)
+        deadline = time.monotonic() + 5
+        while len(edge.shell.parking) != 1:
+            assert time.monotonic() < deadline, "the idle connection never parked"
+            await asyncio.sleep(0.02)
+    started = time.monotonic()
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the sweep
+    assert time.monotonic() - started >= 1.0  # not before it was idle long (2 s)
+    writer.close()
+    assert len(edge.shell.parking) == 0
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
+    await asyncio.wait_for(reader.readuntil(b"hello from web-m1"), 5)
+    deadline = time.monotonic() + 5
+    while len(edge.shell.parking) != 1:
+        assert time.monotonic() < deadline, "the idle connection never parked"
+        await asyncio.sleep(0.02)
+    writer.write(b"GET / HTTP/1.1\r\nHost: web")  # a head that never ends
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert data.startswith(b"HTTP/1.1 408")
+
+
 async def test_a_10_mib_chunked_request_body_passes_through_intact(edge: EdgeHarness) -> None:
     payload = bytes(range(256)) * (10 * MIB // 256)
     reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)

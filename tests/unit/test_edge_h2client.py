@@ -16,6 +16,7 @@ from edge.core.h2budget import FrameBudget, Limits
 from edge.core.h2client import H2Client
 from edge.core.h2wire import (
     CANCEL,
+    FRAME_SIZE_ERROR,
     NO_ERROR,
     PROTOCOL_ERROR,
     REFUSED_STREAM,
@@ -254,3 +255,22 @@ def test_pings_are_answered() -> None:
     got = to_server(client, server)
     assert any(isinstance(e, h2.events.PingAckReceived) and e.ping_data == b"12345678"
                for e in got)
+
+
+def test_a_server_that_says_it_may_push_breaks_the_connection() -> None:
+    client, _events, _server = connected()
+    settings = hf.SettingsFrame(0, settings={hf.SettingsFrame.ENABLE_PUSH: 1})
+    with pytest.raises(H2ConnectionError) as raised:
+        client.receive(bytes(settings.serialize()), 0.0)
+    assert raised.value.code == PROTOCOL_ERROR
+
+
+def test_a_malformed_priority_on_a_stream_we_never_opened_is_not_answered_with_a_reset(
+) -> None:
+    client, _events, _server = connected()
+    bad = hf.Frame.parse_frame_header(memoryview(b"\x00\x00\x04\x02\x00\x00\x00\x00\x03"))[0]
+    assert isinstance(bad, hf.PriorityFrame)
+    with pytest.raises(H2ConnectionError) as raised:  # (a reset there would be its error)
+        client.receive(b"\x00\x00\x04\x02\x00\x00\x00\x00\x03" + b"\x00" * 4, 0.0)
+    assert raised.value.code == FRAME_SIZE_ERROR
+    assert not client.data_to_send()
