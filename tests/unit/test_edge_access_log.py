@@ -193,3 +193,18 @@ async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_count
     lines = [json.loads(text) for text in path.read_text().splitlines()]
     assert 20 <= len(lines) <= 21 + refilled and {entry["status"] for entry in lines} == {499}
     assert unlogged == 100 - len(lines)
+
+
+def test_any_text_a_client_sends_reads_back_from_the_line_as_sent() -> None:
+    import random
+
+    rng = random.Random(3)
+    alphabet = 'ab/"\\\x00\x01\x1f\x7f é€😀\u2028'
+    for _ in range(500):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        entry = json.loads(line(ts=1.0, request_id=value, app="", machine="", worker="",
+                                method="GET", host=value, path=value, proto="h2",
+                                status=200, code="", bytes_in=0, bytes_out=0,
+                                duration_s=0.001, client="::1", cold=None))
+        assert entry["request_id"] == entry["host"] == entry["path"] == value
+        assert entry["duration_ms"] == 1.0
