@@ -9,7 +9,8 @@ starts `thaw edge` under `valgrind --tool=callgrind --instr-atstart=no` on that 
 (placement named but never called: nothing to wake or stop), waits `--warmup` seconds
 (start-up under valgrind is slow), switches instrumentation on and zeroes the counts
 (`callgrind_control -i on`, `-z`), waits `--seconds` with no request, dumps (`-d`), and
-prints the instructions per second and the functions that took most (inclusive). The
+prints the instructions per second and the functions that took most (inclusive; with
+`--self`, by their own instructions: the compiled edge's functions by name). The
 edge's loops (the registry's feed, the load share with other edges, auto-stop, the
 view's resync) are all that runs.
 """
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--edge-args", default="")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--self", action="store_true",
+                        help="list functions by their own instructions, not inclusive")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="instr-idle-") as tmp:
         work = Path(tmp)
@@ -95,7 +98,8 @@ def main() -> int:
                       f"{counted:,} instructions in {window:.1f} s = "
                       f"{counted / window:,.0f} instructions/s")
                 annotate = subprocess.run(
-                    ["callgrind_annotate", "--inclusive=yes", str(dumps[-1])],
+                    ["callgrind_annotate", f"--inclusive={'no' if args.self else 'yes'}",
+                     str(dumps[-1])],
                     capture_output=True, text=True)
                 lines = [ln for ln in annotate.stdout.splitlines() if "(" in ln or ":" in ln]
                 print("\n".join(lines[:args.top + 12]))
