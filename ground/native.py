@@ -41,7 +41,8 @@ SOURCES = (
     "edge/core/clients.py", "edge/core/appwake.py", "edge/core/h2head.py",
     # not on a warm HTTP/1.1 request's path, but a stream of an h2c app's exchange is an
     # `Upstream`, and an interpreted class cannot inherit from a compiled one
-    "edge/adapters/h2upstream.py", "edge/adapters/h2pool.py", "edge/core/h2client.py",
+    "edge/adapters/h2upstream.py", "edge/adapters/h2call.py", "edge/adapters/h2pool.py",
+    "edge/core/h2client.py",
     "edge/core/h2map.py",
 )
 DISABLE_ENV = "THAW_NATIVE"  # "0": run the pure-Python modules even when a build matches

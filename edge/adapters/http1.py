@@ -601,7 +601,6 @@ class ClientConnection(Downstream):
         self.opening = b""
         self.reader = IDLE_READER
         self.parser = IDLE_PARSER
-        self.exchanges.clear()  # (empty: frees the room its last requests grew)
         self.shell.park(self, self.last_active)
 
     def close_if_idle(self) -> bool:

@@ -19,9 +19,8 @@ from collections.abc import Callable
 
 from edge.core.accessline import ENCODER, Line
 
-_encode = ENCODER.encode
-
 CLIENT_GONE = 499  # the client closed its side before the answer (nginx's code)
+
 
 def logged(status: int, cold: bool, sample_rate: float, draw: Callable[[], float]) -> bool:
     """Whether an answer is logged: cold and 5xx always, others with probability
@@ -63,4 +62,4 @@ def line(*, ts: float, request_id: str, app: str, machine: str, worker: str, met
         entry.place_ms = thousandths(place_ms)
         entry.pull_ms = thousandths(pull_ms)
         entry.boot_ms = thousandths(boot_ms)
-    return _encode(entry) + b"\n"
+    return ENCODER.encode(entry) + b"\n"
