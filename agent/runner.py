@@ -7,7 +7,6 @@ agents in one event loop), so it owns no global state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -26,6 +25,7 @@ from ground.auth.signing import Verifier
 from ground.registry import Registry
 from ground.serving import app_runner
 from ground.statefiles import private_dir, write_private
+from ground.tasks import cancel_and_wait
 from imagecache.api import LayerChange
 from imagecache.cache import ImageCache
 
@@ -102,11 +102,7 @@ class AgentRuntime:
             self._publisher.layers_changed()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         if self.agent is not None:
             self.agent.end_waits()  # a caller's long wait must not hold the stop
         if self._runner is not None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+import math
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from edge.adapters.placement import PlacementClient
@@ -27,6 +28,13 @@ SUSPECT_EVERY_S = 1.0  # reports of one worker to placement, at most one per thi
 MAX_SUSPECTED = 10_000
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+# a quiet edge's auto-stop pass comes when the first machine's idle time runs out, but
+# at least this often (a bound on what a missed wake() could delay)
+QUIET_PASS_MAX_S = 30.0
+
+
+async def _always() -> bool:
+    return True
 
 
 class Suspects:
@@ -69,22 +77,31 @@ class Suspects:
 
 
 class Autostop:
-    """Every `autostop_interval_s`, asks placement to stop (or suspend) idle machines."""
+    """Asks placement to stop (or suspend) idle machines: a pass every
+    `autostop_interval_s` while the edge has requests of its own or the others' load on
+    its machines; while it is quiet (`quiet()`: none of either), only time and the view
+    can make a machine idle, so the next pass comes when the first machine's idle time
+    runs out (at most `QUIET_PASS_MAX_S` later), or at once when `wake()` says something
+    changed (a machine or an app's settings in the view, the first client connection)."""
 
     def __init__(self, view: View, placement: PlacementClient, spawn: Spawn,
                  loop: asyncio.AbstractEventLoop, interval_s: float,
                  on_kept: Callable[[AppEntry], None],
-                 fresh: Callable[[], bool] = lambda: True) -> None:
+                 fresh: Callable[[], Awaitable[bool]] = _always,
+                 quiet: Callable[[], bool] = lambda: False) -> None:
         self.view = view
         self.placement = placement
         self.spawn = spawn
         self.loop = loop
         self.interval_s = interval_s
         self.on_kept = on_kept  # a machine placement kept can take held requests again
-        # whether the other edges' loads on the machines are known as of now (an idle
-        # edge reads them less often: edge/loadshare.py); if not, no stop this pass
+        # the other edges' loads on the machines, read as of now if they are older (an
+        # idle edge reads them only when asked: edge/loadshare.py); False: not known
+        # now (the board away), no stop this pass
         self.fresh = fresh
+        self.quiet = quiet
         self._task: asyncio.Task[None] | None = None
+        self._woken = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -95,22 +112,58 @@ class Autostop:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def wake(self) -> None:
+        """Something a quiet edge's next pass was timed without changed: pass soon."""
+        self._woken.set()
+
     async def _loop(self) -> None:
+        rest_s = self.interval_s
         while True:
-            await asyncio.sleep(self.interval_s)
+            if rest_s <= self.interval_s:
+                await asyncio.sleep(rest_s)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(rest_s):
+                        await self._woken.wait()
+            self._woken.clear()
             try:
-                self.run_pass()
+                rest_s = await self.run_pass()
             except Exception:
                 log.exception("auto-stop pass failed")
+                rest_s = self.interval_s
 
-    def run_pass(self) -> None:
-        now = self.loop.time()
+    async def run_pass(self) -> float:
+        """Stop what is idle; the seconds until the next pass."""
+        idle, next_at = self.look(self.loop.time())
+        if idle:
+            if not await self.fresh():  # another edge may keep one busy: look again later
+                return self.interval_s
+            idle, next_at = self.look(self.loop.time())  # as of after the read
+        for app, slot in idle:
+            self.view.set_draining(slot, True)
+            self.spawn(self._stop(app, slot, self.loop.time() - slot.last_start))
+        if not self.quiet():
+            return self.interval_s
+        return min(max(next_at - self.loop.time(), self.interval_s), QUIET_PASS_MAX_S)
+
+    def look(self, now: float) -> tuple[list[tuple[AppEntry, MachineSlot]], float]:
+        """The machines idle long enough to stop now, and when the first machine not yet
+        idle long enough will be (if nothing changes meanwhile; infinity: none)."""
         idle: list[tuple[AppEntry, MachineSlot]] = []
+        next_at = math.inf
         for app in list(self.view.apps.values()):
             config = app.config
-            if config.auto_stop == "off" or not any(  # nothing idle long enough: next app
-                    m.in_flight == 0 and now - m.last_start >= config.idle_timeout_s
-                    for m in app.machines.values()):
+            if config.auto_stop == "off":
+                continue
+            due = False  # a machine idle long enough: the app's machines are weighed
+            for m in app.machines.values():
+                if m.in_flight == 0:
+                    at = m.last_start + config.idle_timeout_s
+                    if at <= now:
+                        due = True
+                    elif at < next_at:
+                        next_at = at
+            if not due:
                 continue
             activity = [
                 MachineActivity(m.id, m.in_flight, m.last_start, m.draining)
@@ -119,11 +172,7 @@ class Autostop:
             idle += [(app, app.machines[machine_id]) for machine_id in machines_to_stop(
                 activity, config.auto_stop, config.idle_timeout_s, config.min_machines_running,
                 now)]
-        if idle and not self.fresh():  # another edge may keep one busy: look again first
-            return
-        for app, slot in idle:
-            self.view.set_draining(slot, True)
-            self.spawn(self._stop(app, slot, now - slot.last_start))
+        return idle, next_at
 
     async def _stop(self, app: AppEntry, slot: MachineSlot, idle_s: float) -> None:
         try:

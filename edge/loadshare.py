@@ -21,14 +21,17 @@ both sides): another edge's load that begins on its machines is seen up to
 `IDLE_EVERY` intervals (a second) later, so for its first requests after idling the
 staleness above is a second, not a quarter; once it has anything of its own (a
 request, a held one, a withdrawal) or sees the others' load, it shares every interval.
-Auto-stop never acts on that older view: it stops a machine only when the others'
-loads were read within the last interval (`fresh`; else the next round reads them and
-the next pass decides). The board away (Redis down), each edge counts its own, as with
-one edge.
+(Not at all, while it has no client, would cost it nothing; but a request on its first
+connection would then be routed on the others' loads as last read, however old: see
+docs/edge.md.) Auto-stop never acts on an older view: it asks for the others' loads as
+of now (`refresh`: the next round shares whatever it has, unless the last was within
+an interval and a half) and stops nothing when they cannot be read. The board away (Redis down),
+each edge counts its own, as with one edge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -125,6 +128,8 @@ class LoadShare:
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
         self._quiet = 0  # idle rounds skipped since the last share
+        self._asked = False  # the next round shares, whatever it has (refresh)
+        self._waiting: list[asyncio.Future[bool]] = []  # refresh() calls, until a round
         self._shared_at = float("-inf")  # view clock of the last share that answered
         self._rounds = Periodic("loads not shared with other edges", self.once, interval_s,
                                 log, on_error=self._alone)
@@ -187,20 +192,40 @@ class LoadShare:
 
     def due(self, loads: Loads, demand: dict[str, int]) -> bool:
         """Whether this round shares: always while this edge has something to publish or
-        withdraw, or the others have load on its machines; else once in IDLE_EVERY."""
-        if loads or demand or self._loaded or self._quiet >= IDLE_EVERY - 1:
+        withdraw, or the others have load on its machines, or a fresh read was asked
+        for; else once in IDLE_EVERY."""
+        if loads or demand or self._loaded or self._asked or self._quiet >= IDLE_EVERY - 1:
             self._quiet = 0
+            self._asked = False
             return True
         self._quiet += 1
         return False
 
     def fresh(self) -> bool:
-        """Whether the others' loads were read within the last interval (and a half);
-        if not, the next round reads them whatever it has of its own."""
-        if self.view.clock() - self._shared_at <= self.interval_s * 1.5:
+        """Whether the others' loads were read within the last interval (and a half)."""
+        return self.view.clock() - self._shared_at <= self.interval_s * 1.5
+
+    def quiet(self) -> bool:
+        """Nothing of this edge's own and none of the others' load on its machines."""
+        return not self._loaded and not self._demanded and self.unused()
+
+    async def refresh(self) -> bool:
+        """The others' loads as of now: read by the next round (within an interval)
+        unless `fresh()`; False if that round failed (the board away)."""
+        if self.fresh():
             return True
-        self._quiet = IDLE_EVERY
-        return False
+        if not self._rounds.running:
+            return False
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        self._asked = True
+        return await waiter
+
+    def _answer(self, read: bool) -> None:
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(read)
 
     def own(self) -> tuple[Loads, dict[str, int]]:
         """`collect()`, but for an unused edge with no withdrawal due: nothing of its own,
@@ -217,10 +242,12 @@ class LoadShare:
         for entry in self.apply(others):
             if self.held(entry.name):  # room to release into, or more machines to ask for
                 self.room(entry)
+        self._answer(True)
 
     def _alone(self) -> None:
         """The board away (Redis down): count this edge's own requests only."""
         self.apply({})
+        self._answer(False)
 
     @property
     def failed_rounds(self) -> int:
@@ -231,3 +258,4 @@ class LoadShare:
 
     async def close(self) -> None:
         await self._rounds.close()
+        self._answer(False)

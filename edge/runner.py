@@ -27,6 +27,7 @@ from edge.view import View
 from ground.registry import Registry
 from ground.registry.readiness import registry_answers
 from ground.serving import app_runner
+from ground.tasks import cancel_and_wait
 
 log = logging.getLogger("thaw.edge")
 
@@ -165,15 +166,8 @@ class EdgeRuntime:
             await edge.stop_serving()
             await self._drain(edge)
             await edge.close()
-        for task in [self._janitor, self._discovery, *(edge.tasks if edge else ())]:
-            if task is not None:
-                task.cancel()
-        for own in (self._janitor, self._discovery):
-            if own is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await own
-        if edge is not None and edge.tasks:
-            await asyncio.gather(*edge.tasks, return_exceptions=True)
+        await cancel_and_wait(self._janitor, self._discovery,
+                              *(edge.tasks if edge else ()), errors=False)
         if edge is not None and edge.load_share is not None:
             await edge.load_share.close()
         if self.board is not None:

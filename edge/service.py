@@ -98,7 +98,7 @@ class Edge(Shell):
         self.suspects = Suspects(view, self.placement, self.spawn, self.loop, self.instance_id)
         self.autostop = Autostop(view, self.placement, self.spawn, self.loop,
                                  config.autostop_interval_s, self.cold.room,
-                                 fresh=self._loads_fresh)
+                                 fresh=self._loads_fresh, quiet=self._quiet)
         self.load_share: LoadShare | None = None  # shared with other edges (share_loads)
         # a barred client's packets dropped by the kernel too (edge/adapters/nftwall.py)
         self.bar_in_kernel: Callable[[str, float], None] | None = None
@@ -108,6 +108,7 @@ class Edge(Shell):
         view.on_machine_removed = self.cold.machine_removed
         view.on_machine_added = self.cold.machine_added
         view.on_app_removed = self.cold.app_removed
+        view.on_change = self.autostop.wake
 
     def share_loads(self, board: LoadBoard) -> LoadShare:
         """This edge's loads and demand shared through `board` with other edges', theirs
@@ -121,9 +122,15 @@ class Edge(Shell):
         """No client connection and nothing held: no request of this edge's anywhere."""
         return not self.connections and not self.wakes.total
 
-    def _loads_fresh(self) -> bool:
-        """Whether the other edges' loads are known as of now (none shared: yes)."""
-        return self.load_share is None or self.load_share.fresh()
+    async def _loads_fresh(self) -> bool:
+        """The other edges' loads as of now (none shared: known); False if they cannot be
+        read now."""
+        return self.load_share is None or await self.load_share.refresh()
+
+    def _quiet(self) -> bool:
+        """No request of this edge's and none of the others' on its machines: only time
+        and the view change what auto-stop finds."""
+        return self._unused() if self.load_share is None else self.load_share.quiet()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = self.loop.create_task(coro)
@@ -137,6 +144,8 @@ class Edge(Shell):
                 return refused
             if self._turn_shares:
                 conn.share = self.clients.state(conn.peer)
+        if not self.connections:  # the first: auto-stop passes at its interval again
+            self.autostop.wake()
         self.connections.add(conn)
         return None
 

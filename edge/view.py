@@ -107,6 +107,8 @@ class View:
         # a machine became routable through the registry (its boot ms from its events)
         self.on_machine_added: Callable[[MachineSlot, float], None] = lambda slot, ms: None
         self.on_app_removed: Callable[[str], None] = lambda name: None
+        # an app's settings or a machine may have changed (from the registry or a wake)
+        self.on_change: Callable[[], None] = lambda: None
         # may a registry record be routed by (edge/routeguard.py): one that may not is
         # ignored, as if never written
         self.admit: Callable[[str, MachineRecord], bool] = lambda app, record: True
@@ -129,12 +131,14 @@ class View:
 
     def set_app(self, name: str, config: AppConfig | None) -> None:
         """One app changed (None: deleted). Costs the app's own hosts, not every app's."""
+        self.on_change()
         self._put_app(name, config)
         self._report_hosts()
 
     def set_apps(self, configs: list[AppConfig], *, prune: bool = True) -> None:
         """Every app at once (a full load): those not in `configs` are deleted, unless
         `prune` is false (the registry is being filled again after it was lost)."""
+        self.on_change()
         names = {config.name for config in configs}
         for name in [name for name in self.apps if prune and name not in names]:
             self._put_app(name, None)
@@ -210,6 +214,7 @@ class View:
 
     def apply_record(self, app: str, machine_id: str, record: MachineRecord | None) -> None:
         """A registry record (None: deleted) for one machine, unless the edge knows better."""
+        self.on_change()
         entry = self.apps.get(app)
         if entry is None or (record is not None and not self.admit(app, record)):
             return
@@ -246,6 +251,7 @@ class View:
     def add_started(self, app: str, machine_id: str, address: str,
                     worker: str = "") -> MachineSlot | None:
         """A machine placement just reported started (a wake answer)."""
+        self.on_change()
         entry = self.apps.get(app)
         if entry is None:
             return None

@@ -8,9 +8,10 @@ runs as usual; `on_error` lets the owner fall back meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+
+from ground.tasks import cancel_and_wait
 
 
 class Periodic:
@@ -24,6 +25,10 @@ class Periodic:
         self.on_error = on_error
         self.failed_rounds = 0
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
 
     def start(self) -> None:
         if self._task is None:
@@ -47,8 +52,5 @@ class Periodic:
             await asyncio.sleep(self.interval_s)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

@@ -2,6 +2,7 @@
 (callgrind, so the figure does not depend on the machine's load).
 
     python loadtests/instr_idle.py [--apps 100] [--seconds 20] [--warmup 20] [--edge-args ...]
+                                   [--workers N]
 
 It starts a Redis of its own, puts `--apps` apps with one started machine each into it
 (default settings: auto-stop after 300 s idle, so every pass looks and none stops),
@@ -12,7 +13,11 @@ starts `thaw edge` under `valgrind --tool=callgrind --instr-atstart=no` on that 
 prints the instructions per second and the functions that took most (inclusive; with
 `--self`, by their own instructions: the compiled edge's functions by name). The
 edge's loops (the registry's feed, the load share with other edges, auto-stop, the
-view's resync) are all that runs.
+view's resync) are all that runs. As on a real platform: `--workers N` has N workers
+heartbeat into the registry once a second meanwhile (each heartbeat is a change in the
+feed every edge follows). Placements are not discovered (that needs a route key, and
+the machines seeded here are not signed with one): on a platform, one more read-only
+script every 5 s.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +53,24 @@ async def seed(redis_url: str, apps: int) -> None:
     await registry.close()
 
 
+def heartbeats(redis_url: str, workers: int, stop: threading.Event) -> None:
+    """`workers` workers' heartbeats, one a second each, until `stop` (in a thread)."""
+    from ground.registry.redis import RedisRegistry
+    from ground.registry.types import WorkerStatus
+
+    async def beat() -> None:
+        registry = RedisRegistry(redis_url)
+        while not stop.is_set():
+            for n in range(workers):
+                await registry.publish_worker(WorkerStatus(
+                    id=f"w{n}", epoch=1, region="local", url=f"http://127.0.0.1:{9 + n}",
+                    cpus=4, memory_mb=4096, updated_at=time.time()), ttl_s=3)
+            await asyncio.sleep(1)
+        await registry.close()
+
+    asyncio.run(beat())
+
+
 def total(dump: Path) -> int:
     for line in dump.read_text().splitlines():
         if line.startswith(("summary:", "totals:")):
@@ -60,6 +84,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--edge-args", default="")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="workers heartbeating into the registry meanwhile")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--self", action="store_true",
                         help="list functions by their own instructions, not inclusive")
@@ -83,6 +109,11 @@ def main() -> int:
                           str(key_file(work)), *shlex.split(args.edge_args)],
                          log=work / "edge.log") as edge:
                 wait_port(edge_port, timeout_s=300)
+                stop = threading.Event()
+                beating = threading.Thread(target=heartbeats,
+                                           args=(redis_url, args.workers, stop), daemon=True)
+                if args.workers:
+                    beating.start()
                 time.sleep(args.warmup)
                 for flag in ("-i", "on"), ("-z",):
                     subprocess.run(["callgrind_control", *flag, str(edge.pid)], check=True,
@@ -92,9 +123,13 @@ def main() -> int:
                 subprocess.run(["callgrind_control", "-d", str(edge.pid)], check=True,
                                stdout=subprocess.DEVNULL)
                 window = time.monotonic() - began
+                stop.set()
+                if args.workers:
+                    beating.join(timeout=5)
                 dumps = sorted(work.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
                 counted = total(dumps[-1])
-                print(f"idle edge, {args.apps} apps with a machine each, Redis registry: "
+                print(f"idle edge, {args.apps} apps with a machine each, Redis registry, "
+                      f"{args.workers} workers heartbeating: "
                       f"{counted:,} instructions in {window:.1f} s = "
                       f"{counted / window:,.0f} instructions/s")
                 annotate = subprocess.run(

@@ -28,6 +28,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from ground.tasks import cancel_and_wait
 from placement.ports.leases import Lease, LeaseStore, Taken
 
 log = logging.getLogger("thaw.placement.leases")
@@ -116,9 +117,6 @@ class LeaseKeeper:
 
     async def close(self) -> None:
         """Stop renewing and give every lease back (a clean stop hands over at once)."""
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        await cancel_and_wait(self._renewer)
         for name in list(self.held):
             await self.release(name)

@@ -7,7 +7,6 @@ loop), so it owns no global state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -21,6 +20,7 @@ from ground.auth.tickets import RouteKeys, advert_seal
 from ground.registry import PlacementAdvert, Registry
 from ground.serving import app_runner
 from ground.statefiles import private_dir
+from ground.tasks import cancel_and_wait
 from ground.tlscontexts import server_context
 from imagecache.adapters.egress import Lookup
 from imagecache.resolver import ImageResolver
@@ -171,14 +171,7 @@ class PlacementRuntime:
                  time.perf_counter() - began)
 
     async def stop(self) -> None:
-        if self._advert is not None:
-            self._advert.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._advert
-        if self._prewarm is not None:
-            self._prewarm.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prewarm
+        await cancel_and_wait(self._advert, self._prewarm)
         if self.placement is not None:
             await self.placement.fleet.shared.close()
             await self.placement.fleet.close()

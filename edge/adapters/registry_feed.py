@@ -1,7 +1,8 @@
 """The registry feed that keeps the edge's view: load, follow the change feed, resync.
 
 The view is loaded at start, refreshed per key from `registry.changes()`, and
-fully resynced every `resync_interval_s`; when the registry errors the view is
+fully resynced every `resync_interval_s` if anything was written since the feed's last
+change (a quiet registry costs a resync one read); when the registry errors the view is
 kept as is (warm apps keep being served) and the feed retries. A full load
 costs O(apps + machines) in a few round trips (`machines_of`) and is applied in
 slices with the loop turning in between, so warm requests are not held behind it.
@@ -22,6 +23,7 @@ from ground.registry import MachineRecord, Registry
 from ground.registry.follow import follow
 from ground.registry.generation import GenerationWatch, view_whole
 from ground.registry.types import Change
+from ground.tasks import cancel_and_wait
 
 log = logging.getLogger("thaw.edge.view")
 
@@ -32,6 +34,11 @@ log = logging.getLogger("thaw.edge.view")
 REBUILD_BOUND_S = 60.0
 REBUILD_POLL_S = 0.5
 LOAD_SLICE = 100  # apps a load applies between two turns of the event loop
+# one read of the change feed waits this long for a change: a quiet registry costs the
+# edge a round trip in this long, not every second (the edge notices nothing by the
+# feed: Redis restarted closes the connection at once, and a stalled one is waited out
+# with the view kept, whatever the read's length)
+FEED_BLOCK_S = 30.0
 NO_MACHINES: tuple[MachineRecord, ...] = ()
 
 
@@ -175,28 +182,29 @@ class RegistryFeed:
         self._tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._resync())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     async def _follow(self) -> None:
         """Follow the feed from the position taken before the first load, so no change
         written during the load is missed; after an error, resume from the last one seen
         and reload (the stream may have been trimmed past it)."""
-        await follow(self.registry, self, self._refresh_change, self.load, "edge view")
+        await follow(self.registry, self, self._refresh_change, self.load, "edge view",
+                     FEED_BLOCK_S)
 
     async def _refresh_change(self, change: Change) -> None:
         await self.refresh(change.kind, change.key)
 
     async def _worth_a_load(self) -> bool:
-        """While the view is kept after a loss, a full load adds nothing the feed does
-        not (every publish is a change): only the one that may prune is worth doing, once
-        the marker is there or the bound passed (one key read to know; loads back to back
-        of 2,000 apps delayed the pruning one by seconds)."""
+        """Nothing written since the last change the feed brought (the feed's newest is
+        where the view is: every write to an app or a machine is a change, and a registry
+        flushed or restarted has another newest), a full load would read the view it
+        has: skipped, for one read of the feed's newest. While the view is kept after a
+        loss, a full load adds nothing the feed does not (every publish is a change):
+        only the one that may prune is worth doing, once the marker is there or the bound
+        passed (one key read to know; loads back to back of 2,000 apps delayed the
+        pruning one by seconds)."""
         if self.rebuilding is None:
-            return True
+            return self.position is None or await self.registry.feed_position() != self.position
         generation, since = self.rebuilding
         return view_whole(await self.registry.republished(), generation, since,
                           asyncio.get_running_loop().time(), REBUILD_BOUND_S)

@@ -25,7 +25,8 @@ FEED_RETRY_S = 1.0
 class ChangeFeed(Protocol):
     """The part of the registry a follower reads (`ground.registry.Registry` is one)."""
 
-    def changes(self, after: str | None = None) -> AsyncIterator[Change]: ...
+    def changes(self, after: str | None = None, block_s: float | None = None
+                ) -> AsyncIterator[Change]: ...
 
 
 class Cursor(Protocol):
@@ -36,11 +37,13 @@ class Cursor(Protocol):
 
 async def follow(registry: ChangeFeed, cursor: Cursor,
                  apply: Callable[[Change], Awaitable[None]],
-                 reload: Callable[[], Awaitable[None]], what: str) -> None:
-    """Apply every change after `cursor.position`, forever (until cancelled)."""
+                 reload: Callable[[], Awaitable[None]], what: str,
+                 block_s: float | None = None) -> None:
+    """Apply every change after `cursor.position`, forever (until cancelled); `block_s`
+    as `Registry.changes` takes it."""
     while True:
         try:
-            async for change in registry.changes(after=cursor.position):
+            async for change in registry.changes(after=cursor.position, block_s=block_s):
                 cursor.position = change.seq
                 await apply(change)
         except asyncio.CancelledError:

@@ -139,7 +139,9 @@ class MemoryRegistry:
     async def feed_position(self) -> str:
         return str(self._seq)
 
-    async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
+    async def changes(self, after: str | None = None, block_s: float | None = None
+                      ) -> AsyncIterator[Change]:
+        """(`block_s` means nothing here: a reader waits for the next change itself.)"""
         last = int(after) if after is not None else self._seq
         while True:
             while last < self._seq:

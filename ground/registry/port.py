@@ -96,8 +96,12 @@ class Registry(Protocol):
         `changes(after=position)` so that nothing written in between is missed."""
         ...
 
-    def changes(self, after: str | None = None) -> AsyncIterator[Change]:
-        """Changes after `after` (None: from when the iterator first runs), forever."""
+    def changes(self, after: str | None = None, block_s: float | None = None
+                ) -> AsyncIterator[Change]:
+        """Changes after `after` (None: from when the iterator first runs), forever.
+        `block_s`: how long one read waits for a change before it asks again (None: the
+        backend's default, a second for Redis; longer costs a quiet follower fewer round
+        trips, and an unanswering registry is noticed that much later)."""
         ...
 
     def with_own_connections(self) -> Registry:

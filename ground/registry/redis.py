@@ -27,7 +27,10 @@ from ground.registry.lua import UNEXPIRED
 from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
 
 FEED_LENGTH = 10_000
-FEED_BLOCK_MS = 1000
+FEED_BLOCK_MS = 1000  # a read of the feed waits this long for a change (by default)
+# the longest a follower may ask one read to wait (`changes(block_s=…)`): it reads on
+# connections of their own, whose socket timeout is longer still
+LONG_FEED_BLOCK_MS = 60_000
 T = TypeVar("T")
 READS_PER_ROUND_TRIP = 200  # apps whose records travel (and are decoded) together
 WRITES_PER_ROUND_TRIP = 200  # apps one put_apps script writes (Redis is busy meanwhile)
@@ -224,6 +227,28 @@ class ReadOnlyScript:
             return await self._client.evalsha_ro(self._sha, len(keys), *keys, *args)
 
 
+class CancelSafeRedis(aioredis.Redis):
+    """redis-py's client, but a cancel its command consumed is raised after all.
+
+    redis-py sends each command under `asyncio.wait_for` (the socket timeout), and on
+    Python 3.11 `wait_for` returns the result of an inner call that finished in the
+    same turn as a cancel of its caller, consuming that cancel (reimplemented in 3.12):
+    the caller goes on, `cancelling` but running, and a stop that waits for it to end
+    waits forever. Seen as a hung stop in about one run in 40 of
+    tests/integration/test_registry_loss.py (an agent's publisher, placement's feed
+    follower, a periodic round), and at will in tests/integration/test_redis_cancel.py.
+    A command after which the task has more cancels asked for than before it (none of
+    them delivered) raises CancelledError itself."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        task = asyncio.current_task()
+        asked = task.cancelling() if task is not None else 0
+        result = await super().execute_command(*args, **options)
+        if task is not None and task.cancelling() > asked:
+            raise asyncio.CancelledError
+        return result
+
+
 def connect(url: str, *, timeout_s: float, socket_timeout_s: float | None = None
             ) -> aioredis.Redis:
     """A client on a bounded pool that makes callers wait for a free connection; each call
@@ -233,7 +258,7 @@ def connect(url: str, *, timeout_s: float, socket_timeout_s: float | None = None
         url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, decode_responses=True,
         socket_timeout=socket_timeout_s or timeout_s, socket_connect_timeout=timeout_s,
         retry=retry)
-    return aioredis.Redis.from_pool(pool)
+    return CancelSafeRedis.from_pool(pool)
 
 
 class RegistryUnavailable(Exception):
@@ -247,6 +272,8 @@ class RedisRegistry:
         # XREAD BLOCK needs a socket timeout longer than the block.
         self._feed = connect(url, timeout_s=timeout_s,
                              socket_timeout_s=FEED_BLOCK_MS / 1000 + timeout_s)
+        self._long_feed = connect(url, timeout_s=timeout_s,  # no connection until used
+                                  socket_timeout_s=LONG_FEED_BLOCK_MS / 1000 + timeout_s)
         self._publish_worker = self._r.register_script(_PUBLISH_WORKER)
         self._set_layers = self._r.register_script(_SET_LAYERS)
         self._put_guarded = self._r.register_script(_PUT_GUARDED)
@@ -371,11 +398,15 @@ class RedisRegistry:
             args=[field, payload, guard, guard_field, FEED_LENGTH, kind, feed_key],
         ))
 
-    async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
+    async def changes(self, after: str | None = None, block_s: float | None = None
+                      ) -> AsyncIterator[Change]:
         last = after if after is not None else await self.feed_position()
+        block_ms = FEED_BLOCK_MS if block_s is None else \
+            max(1, min(int(block_s * 1000), LONG_FEED_BLOCK_MS))
+        client = self._feed if block_ms <= FEED_BLOCK_MS else self._long_feed
         while True:
             reply = await self._call(
-                self._feed.xread({keys.changes(): last}, block=FEED_BLOCK_MS, count=500)
+                client.xread({keys.changes(): last}, block=block_ms, count=500)
             )
             for _stream, entries in reply or []:
                 for entry_id, fields in entries:
@@ -408,7 +439,7 @@ class RedisRegistry:
                                                      args=[secrets.token_hex(8)])))
 
     def on_connect(self, callback: Callable[[], None]) -> None:
-        for client in (self._r, self._feed):
+        for client in (self._r, self._feed, self._long_feed):
             pool = client.connection_pool
             assert isinstance(pool, WaitingPool)
             pool.connected.append(callback)
@@ -431,3 +462,4 @@ class RedisRegistry:
     async def close(self) -> None:
         await self._r.aclose()
         await self._feed.aclose()
+        await self._long_feed.aclose()

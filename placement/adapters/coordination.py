@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from ground.registry import keys
 from ground.registry.lua import UNEXPIRED
 from ground.registry.redis import connect
+from ground.tasks import cancel_and_wait
 from placement.core.claims import Claims
 from placement.errors import Unavailable
 from placement.ports.failures import MAX_REPORTS, SharedMark
@@ -273,10 +274,7 @@ class RedisCoordination:
                 for i in range(0, len(flat), 4)]
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        await cancel_and_wait(self._listener)
         await self._r.aclose()
 
 

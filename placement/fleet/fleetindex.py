@@ -12,13 +12,13 @@ ledger, until the workers' heartbeats carry them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from ground.registry.follow import FEED_RETRY_S, follow
 from ground.registry.types import Change, WorkerStatus
+from ground.tasks import cancel_and_wait
 from placement.core.index import RegionIndex, ReservationLedger
 
 log = logging.getLogger("thaw.placement")
@@ -34,7 +34,8 @@ class WorkerFeed(Protocol):
 
     async def feed_position(self) -> str: ...
 
-    def changes(self, after: str | None = None) -> AsyncIterator[Change]: ...
+    def changes(self, after: str | None = None, block_s: float | None = None
+                ) -> AsyncIterator[Change]: ...
 
 
 class FleetIndex:
@@ -85,11 +86,7 @@ class FleetIndex:
                        asyncio.create_task(self._resync())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         self._starting = None
 

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from ground.appconfig import AppConfig
 from ground.registry import Registry, WorkerStatus
 from ground.registry.generation import GenerationWatch
+from ground.tasks import cancel_and_wait
 from placement.applocks import AppLocks
 from placement.core import refill as rule
 from placement.errors import NotFound
@@ -211,10 +212,7 @@ class Republisher:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         if self._own_registry:
             await self.registry.close()
 

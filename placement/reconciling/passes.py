@@ -22,13 +22,13 @@ renewals cost what is under way, not every app a placement ever looked at.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ground.registry import Change, Registry
 from ground.registry.follow import follow
+from ground.tasks import cancel_and_wait
 from placement.core.sweep import sweep_gap_s
 from placement.errors import NotFound, PlacementError
 from placement.leases import LeaseKeeper
@@ -97,12 +97,7 @@ class Passes:
             for timer in (state.retry, state.give_back):
                 if timer is not None:
                     timer.cancel()
-        tasks = [*self._loops, *self.tasks]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._loops, *self.tasks, errors=False)
         await self.keeper.close()
 
     def poke(self, app: str) -> None:

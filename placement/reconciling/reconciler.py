@@ -19,7 +19,6 @@ it took (by action and outcome) are kept as plain counts for /metrics
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 
 from agent.api import MachineView
 from ground.registry import Registry
+from ground.tasks import cancel_and_wait
 from placement.adapters.agents import fenced_by
 from placement.adapters.memory import MemoryLeaseStore
 from placement.applocks import AppLocks
@@ -84,12 +84,8 @@ class Reconciler:
         self.passes.start()
 
     async def close(self) -> None:
-        tasks = [t for work in self.work.values() for t in work.tasks]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*[t for work in self.work.values() for t in work.tasks],
+                              errors=False)
         await self.passes.close()
 
     def poke(self, app: str) -> None:

@@ -30,6 +30,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 
+from ground.tasks import cancel_and_wait
 from placement.adapters.memory import MemoryClaimBook, MemoryLeaseStore
 from placement.core.claims import Changed, ClaimLedger, Claims
 from placement.errors import PlacementError
@@ -174,10 +175,7 @@ class WakeClaims:
             log.warning("wake claims of %s could not be published: %s", app, exc)
 
     async def close(self) -> None:
-        if self._publisher is not None:
-            self._publisher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._publisher
+        await cancel_and_wait(self._publisher)
         for app in self.ledger.withdraw():
             with contextlib.suppress(Exception):
                 await self.book.publish(app, self.me, Claims(), CLAIM_TTL_S)

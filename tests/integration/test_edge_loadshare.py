@@ -4,6 +4,7 @@ both send it, and each edge's demand is where placement reads it (edge/loadshare
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -20,20 +21,28 @@ APP = {"name": "web", "auto_start": False, "hold_timeout_s": 20,
        "concurrency": {"soft_limit": 1, "hard_limit": 2}}
 
 
-@pytest.fixture
-async def edges() -> AsyncIterator[tuple[EdgeHarness, EdgeHarness, MemoryLoadBoard]]:
+@contextlib.asynccontextmanager
+async def two_edges(board: MemoryLoadBoard) -> AsyncIterator[tuple[EdgeHarness, EdgeHarness]]:
+    """Edge a serving `web` from one machine and edge b with no app of its own, on one
+    registry and `board`, each with the machine in its view."""
     registry = MemoryRegistry()
-    board = MemoryLoadBoard()
     a = await start_edge([APP], registry=registry, board=board, load_share_interval_s=0.05)
     b = await start_edge([], registry=registry, board=board, load_share_interval_s=0.05)
     try:
         await a.add_machine("web", "web-m1")
         for harness in (a, b):
             await until(harness, lambda s: bool(s["apps"].get("web", {}).get("machines")))
-        yield a, b, board
+        yield a, b
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.fixture
+async def edges() -> AsyncIterator[tuple[EdgeHarness, EdgeHarness, MemoryLoadBoard]]:
+    board = MemoryLoadBoard()
+    async with two_edges(board) as (a, b):
+        yield a, b, board
 
 
 async def until(harness: EdgeHarness, ok, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -113,3 +122,4 @@ async def test_an_edge_does_not_stop_a_machine_another_edge_keeps_busy() -> None
     finally:
         await a.close()
         await b.close()
+

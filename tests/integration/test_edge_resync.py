@@ -152,3 +152,33 @@ async def test_while_the_registry_is_filled_again_an_apps_change_waits_for_the_m
     await registry.mark_republished(generation)
     await feed.load()  # the load the marker allows brings it
     assert view.apps["a"].config.image == "img2" and feed.rebuilding is None
+
+
+async def test_a_resync_with_nothing_written_since_the_feeds_last_change_loads_nothing(
+) -> None:
+    class Counting(Registry):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loads = 0
+
+        async def apps(self) -> list[AppConfig]:
+            self.loads += 1
+            return await super().apps()
+
+    registry = Counting()
+    await registry.put_app(config("a"))
+    view = View("localhost", clock=time.monotonic)
+    feed = RegistryFeed(view, registry, resync_interval_s=0.05)
+    await feed.load()
+    feed.start()
+    try:
+        await asyncio.sleep(0.3)  # five resyncs due, the feed at the newest change
+        assert registry.loads == 1
+        await registry.put_app(config("b"))  # written: the feed brings it, and the next
+        await asyncio.sleep(0.2)  # resync finds the feed where the registry is again
+        assert "b" in view.apps and registry.loads == 1
+        feed.position = "0"  # as if a change were missed: the next resync loads
+        await asyncio.sleep(0.2)
+        assert registry.loads >= 2
+    finally:
+        await feed.stop()

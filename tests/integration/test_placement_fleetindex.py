@@ -102,11 +102,12 @@ class BrokenFeed:
         position: str = await self.inner.feed_position()
         return position
 
-    async def changes(self, after: str | None = None) -> AsyncIterator[Change]:
+    async def changes(self, after: str | None = None, block_s: float | None = None
+                      ) -> AsyncIterator[Change]:
         if not self.failed:
             self.failed = True
             raise ConnectionError("feed down")
-        async for change in self.inner.changes(after):
+        async for change in self.inner.changes(after, block_s):
             yield change
 
 

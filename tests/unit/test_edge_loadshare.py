@@ -100,14 +100,20 @@ def test_an_idle_edge_shares_once_in_idle_every_rounds_and_anything_of_its_own_a
     assert not share.due(*share.collect())
 
 
-def test_auto_stop_acts_only_on_the_others_loads_read_within_the_last_interval() -> None:
+def test_the_others_loads_are_fresh_for_an_interval_and_a_half_after_a_read() -> None:
     share, _, clock = shared()
     assert not share.fresh()  # never shared
-    assert share.due(*share.collect())  # so the next round reads them, idle or not
     share.published({})
     assert share.fresh()
-    clock.now += share.interval_s * 2  # an idle edge's rounds skipped meanwhile
-    assert not share.fresh() and share.due(*share.collect())
+    clock.now += share.interval_s * 1.5
+    assert share.fresh()
+    clock.now += share.interval_s * 0.1  # an idle edge's rounds skipped meanwhile
+    assert not share.fresh()  # auto-stop asks for a round before it stops anything
+    for _ in range(IDLE_EVERY - 2):  # an idle edge between its shares...
+        assert not share.due(*share.collect())
+    share._asked = True  # ...asked by refresh(): shares in the next round
+    assert share.due(*share.collect())
+    assert not share.due(*share.collect())
 
 
 def test_an_unused_edge_does_not_look_at_its_apps_but_a_withdrawal_still_goes_out() -> None:
