@@ -20,6 +20,7 @@ from edge.core.autostop import MachineActivity, machines_to_stop
 from edge.errors import EdgeError
 from edge.view import STARTED, AppEntry, MachineSlot, View
 from ground.logs import event
+from ground.tasks import cancel_and_wait
 from placement.api import AutostopRequest, SuspectReport
 
 log = logging.getLogger("thaw.edge.wake")
@@ -96,8 +97,8 @@ class Autostop:
         self.interval_s = interval_s
         self.on_kept = on_kept  # a machine placement kept can take held requests again
         # the other edges' loads on the machines, read as of now if they are older (an
-        # idle edge reads them only when asked: edge/loadshare.py); False: not known
-        # now (the board away), no stop this pass
+        # idle edge reads them once a second: edge/loadshare.py); False: not known now
+        # (the board away), no stop this pass
         self.fresh = fresh
         self.quiet = quiet
         self._task: asyncio.Task[None] | None = None
@@ -107,10 +108,7 @@ class Autostop:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def wake(self) -> None:
         """Something a quiet edge's next pass was timed without changed: pass soon."""

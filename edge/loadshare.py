@@ -21,12 +21,12 @@ both sides): another edge's load that begins on its machines is seen up to
 `IDLE_EVERY` intervals (a second) later, so for its first requests after idling the
 staleness above is a second, not a quarter; once it has anything of its own (a
 request, a held one, a withdrawal) or sees the others' load, it shares every interval.
-(Not at all, while it has no client, would cost it nothing; but a request on its first
-connection would then be routed on the others' loads as last read, however old: see
-docs/edge.md.) Auto-stop never acts on an older view: it asks for the others' loads as
-of now (`refresh`: the next round shares whatever it has, unless the last was within
-an interval and a half) and stops nothing when they cannot be read. The board away (Redis down),
-each edge counts its own, as with one edge.
+An edge with no client still shares once a second: sharing nothing until its first
+client would route that client's first requests on the others' loads as last read,
+however old (docs/edge.md). Auto-stop never acts on an older view: it asks for the
+others' loads as of now (`refresh`: the next round shares whatever it has, unless the
+last was within an interval and a half) and stops nothing when they cannot be read.
+The board away (Redis down), each edge counts its own, as with one edge.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class LoadShare:
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
         self._quiet = 0  # idle rounds skipped since the last share
-        self._asked = False  # the next round shares, whatever it has (refresh)
-        self._waiting: list[asyncio.Future[bool]] = []  # refresh() calls, until a round
+        # refresh() calls waiting for a round: the next round shares, whatever it has
+        self._waiting: list[asyncio.Future[bool]] = []
         self._shared_at = float("-inf")  # view clock of the last share that answered
         self._rounds = Periodic("loads not shared with other edges", self.once, interval_s,
                                 log, on_error=self._alone)
@@ -157,9 +157,11 @@ class LoadShare:
 
     def published(self, demand: dict[str, int]) -> None:
         """`demand` reached the board: the apps idle in it need no withdrawal again (until
-        then, a round that failed sends it again); the others' loads are as of now."""
+        then, a round that failed sends it again); the others' loads are as of now (the
+        refresh() calls waiting are answered: they go on once this round is applied)."""
         self._demanded = {name for name, n in demand.items() if n > 0}
         self._shared_at = self.view.clock()
+        self._answer(True)
 
     def apply(self, others: Loads) -> list[AppEntry]:
         """Count the other edges' requests at each machine; the apps whose machines now
@@ -194,9 +196,8 @@ class LoadShare:
         """Whether this round shares: always while this edge has something to publish or
         withdraw, or the others have load on its machines, or a fresh read was asked
         for; else once in IDLE_EVERY."""
-        if loads or demand or self._loaded or self._asked or self._quiet >= IDLE_EVERY - 1:
+        if loads or demand or self._loaded or self._waiting or self._quiet >= IDLE_EVERY - 1:
             self._quiet = 0
-            self._asked = False
             return True
         self._quiet += 1
         return False
@@ -218,7 +219,6 @@ class LoadShare:
             return False
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
-        self._asked = True
         return await waiter
 
     def _answer(self, read: bool) -> None:
@@ -242,7 +242,6 @@ class LoadShare:
         for entry in self.apply(others):
             if self.held(entry.name):  # room to release into, or more machines to ask for
                 self.room(entry)
-        self._answer(True)
 
     def _alone(self) -> None:
         """The board away (Redis down): count this edge's own requests only."""

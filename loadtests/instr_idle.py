@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shlex
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,6 +53,29 @@ async def seed(redis_url: str, apps: int) -> None:
             id=f"m{i}", app=f"app{i}", worker="w-bench", region="local", state="started",
             image_digest="", created_at=now, updated_at=now, address="127.0.0.1:9"))
     await registry.close()
+
+
+@contextlib.contextmanager
+def seeded_redis(work: Path, apps: int) -> Iterator[str]:
+    """A Redis of the script's own holding `apps` apps with a started machine each: its
+    URL, while it runs."""
+    port = free_ports(1)[0]
+    url = f"redis://127.0.0.1:{port}/0"
+    with process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                  "--appendonly", "no", "--dir", str(work)], log=work / "redis.log"):
+        wait_port(port)
+        asyncio.run(seed(url, apps))
+        yield url
+
+
+def edge_argv(redis_url: str, work: Path) -> tuple[list[str], int]:
+    """`thaw edge` on that registry (placement named but never called, not discovered),
+    and the port it serves on."""
+    edge_port, admin_port = free_ports(2)
+    return [sys.executable, "-m", "thaw", "edge", "--registry", redis_url,
+            "--port", str(edge_port), "--admin-port", str(admin_port),
+            "--placement", "http://127.0.0.1:9", "--no-discover-placements",
+            "--log-level", "warning", "--cluster-key-file", str(key_file(work))], edge_port
 
 
 def heartbeats(redis_url: str, workers: int, stop: threading.Event) -> None:
@@ -92,21 +117,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="instr-idle-") as tmp:
         work = Path(tmp)
-        redis_port, edge_port, admin_port = free_ports(3)
-        redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        with process(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                      "--save", "", "--appendonly", "no", "--dir", str(work)],
-                     log=work / "redis.log"):
-            wait_port(redis_port)
-            asyncio.run(seed(redis_url, args.apps))
+        with seeded_redis(work, args.apps) as redis_url:
             dump = work / "callgrind.out"
+            argv, edge_port = edge_argv(redis_url, work)
             with process(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                          f"--callgrind-out-file={dump}", sys.executable, "-m", "thaw",
-                          "edge", "--registry", redis_url, "--port", str(edge_port),
-                          "--admin-port", str(admin_port), "--placement",
-                          "http://127.0.0.1:9", "--no-discover-placements",
-                          "--log-level", "warning", "--cluster-key-file",
-                          str(key_file(work)), *shlex.split(args.edge_args)],
+                          f"--callgrind-out-file={dump}", *argv,
+                          *shlex.split(args.edge_args)],
                          log=work / "edge.log") as edge:
                 wait_port(edge_port, timeout_s=300)
                 stop = threading.Event()

@@ -10,7 +10,6 @@ the loops around them (redis-py, asyncio, the load share, the feed) do.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import re
 import shutil
@@ -22,9 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadtests.benchlib import key_file, process, wait_port
-from loadtests.instr_idle import seed
-from tests.support.ports import free_ports
+from loadtests.benchlib import process, wait_port
+from loadtests.instr_idle import edge_argv, seeded_redis
 
 
 def inclusive(raw: Path, top: int) -> list[str]:
@@ -53,17 +51,9 @@ def main() -> int:
         raise SystemExit("needs py-spy (.venv/bin/pip install py-spy; PATH=$PATH:.venv/bin)")
     with tempfile.TemporaryDirectory(prefix="profile-idle-") as tmp:
         work = Path(tmp)
-        redis_port, edge_port, admin_port = free_ports(3)
-        url = f"redis://127.0.0.1:{redis_port}/0"
-        with process(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                      "--save", "", "--appendonly", "no", "--dir", str(work)]):
-            wait_port(redis_port)
-            asyncio.run(seed(url, args.apps))
-            with process([sys.executable, "-m", "thaw", "edge", "--registry", url,
-                          "--port", str(edge_port), "--admin-port", str(admin_port),
-                          "--placement", "http://127.0.0.1:9", "--no-discover-placements",
-                          "--log-level", "warning", "--cluster-key-file",
-                          str(key_file(work))]) as edge:
+        with seeded_redis(work, args.apps) as url:
+            argv, edge_port = edge_argv(url, work)
+            with process(argv) as edge:
                 wait_port(edge_port)
                 time.sleep(5)
                 raw = work / "stacks.txt"

@@ -3,6 +3,8 @@ counts the others' at each machine (edge/loadshare.py; no event loop)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from edge.loadshare import IDLE_EVERY, MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
 from edge.view import View
 from ground.appconfig import parse
@@ -111,9 +113,12 @@ def test_the_others_loads_are_fresh_for_an_interval_and_a_half_after_a_read() ->
     assert not share.fresh()  # auto-stop asks for a round before it stops anything
     for _ in range(IDLE_EVERY - 2):  # an idle edge between its shares...
         assert not share.due(*share.collect())
-    share._asked = True  # ...asked by refresh(): shares in the next round
+    loop = asyncio.new_event_loop()  # (not run: a future to stand for a refresh's)
+    share._waiting.append(loop.create_future())  # ...asked by refresh(): shares next
     assert share.due(*share.collect())
+    share.published({})  # the round answered it
     assert not share.due(*share.collect())
+    loop.close()
 
 
 def test_an_unused_edge_does_not_look_at_its_apps_but_a_withdrawal_still_goes_out() -> None:
