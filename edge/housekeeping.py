@@ -9,7 +9,6 @@ answers to the view. It knows the shell only as two callables.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -20,7 +19,7 @@ from edge.core.autostop import MachineActivity, machines_to_stop
 from edge.errors import EdgeError
 from edge.view import STARTED, AppEntry, MachineSlot, View
 from ground.logs import event
-from ground.tasks import cancel_and_wait
+from ground.periodic import Periodic
 from placement.api import AutostopRequest, SuspectReport
 
 log = logging.getLogger("thaw.edge.wake")
@@ -101,47 +100,31 @@ class Autostop:
         # (the board away), no stop this pass
         self.fresh = fresh
         self.quiet = quiet
-        self._task: asyncio.Task[None] | None = None
-        self._woken = asyncio.Event()
+        self._passes = Periodic("auto-stop passes failing", self.run_pass, interval_s, log)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._passes.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await self._passes.close()
 
     def wake(self) -> None:
         """Something a quiet edge's next pass was timed without changed: pass soon."""
-        self._woken.set()
+        self._passes.stir()
 
-    async def _loop(self) -> None:
-        rest_s = self.interval_s
-        while True:
-            if rest_s <= self.interval_s:
-                await asyncio.sleep(rest_s)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(rest_s):
-                        await self._woken.wait()
-            self._woken.clear()
-            try:
-                rest_s = await self.run_pass()
-            except Exception:
-                log.exception("auto-stop pass failed")
-                rest_s = self.interval_s
-
-    async def run_pass(self) -> float:
-        """Stop what is idle; the seconds until the next pass."""
+    async def run_pass(self) -> float | None:
+        """Stop what is idle; the seconds until the next pass, a stir sooner, when the
+        edge is quiet (None: the usual interval)."""
         idle, next_at = self.look(self.loop.time())
         if idle:
             if not await self.fresh():  # another edge may keep one busy: look again later
-                return self.interval_s
+                return None
             idle, next_at = self.look(self.loop.time())  # as of after the read
         for app, slot in idle:
             self.view.set_draining(slot, True)
             self.spawn(self._stop(app, slot, self.loop.time() - slot.last_start))
         if not self.quiet():
-            return self.interval_s
+            return None
         return min(max(next_at - self.loop.time(), self.interval_s), QUIET_PASS_MAX_S)
 
     def look(self, now: float) -> tuple[list[tuple[AppEntry, MachineSlot]], float]:

@@ -21,17 +21,28 @@ both sides): another edge's load that begins on its machines is seen up to
 `IDLE_EVERY` intervals (a second) later, so for its first requests after idling the
 staleness above is a second, not a quarter; once it has anything of its own (a
 request, a held one, a withdrawal) or sees the others' load, it shares every interval.
-An edge with no client still shares once a second: sharing nothing until its first
-client would route that client's first requests on the others' loads as last read,
-however old (docs/edge.md). Auto-stop never acts on an older view: it asks for the
-others' loads as of now (`refresh`: the next round shares whatever it has, unless the
-last was within an interval and a half) and stops nothing when they cannot be read.
+
+An unused edge (no client, nothing held) that is idle rests instead: no round at all
+until something it decided on changes. What it must not miss is another edge's load
+beginning on its machines, so an edge whose share names a machine its last share did
+not adds news to the board in the same call (`share(..., news=True)`), and every edge
+keeps one blocked read on the news (`news()`: a single long-lived call, nothing while
+nothing happens). A rest ends on news, on the edge's first client, on a change in its
+view (a machine another edge already loads may appear in it), on `refresh()`, when the
+news cannot be read (the edge then goes back to rounds), and after `REST_MAX_S` in any
+case. A round rests only if the news was being read before the round read the board,
+so nothing written between the two is missed; the first requests of a resting edge's
+next client are routed on loads as fresh as a busy edge's. Auto-stop never acts on an
+older view: it asks for the others' loads as of now (`refresh`: the next round shares
+whatever it has, unless the last was within an interval and a half) and stops nothing
+when they cannot be read.
 The board away (Redis down), each edge counts its own, as with one edge.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -40,6 +51,7 @@ from typing import Protocol
 
 from edge.view import AppEntry, MachineSlot, View
 from ground.periodic import Periodic
+from ground.tasks import cancel_and_wait
 
 log = logging.getLogger("thaw.edge")
 
@@ -49,6 +61,9 @@ TTL_INTERVALS = 4
 # machines it knows) shares once in this many intervals: once per its entries' TTL
 IDLE_EVERY = TTL_INTERVALS
 MAX_REQUESTS = 1_000_000  # requests at one machine, at most, as others report them
+# a resting edge shares at least this often (a bound on what a lost stir could delay)
+REST_MAX_S = 30.0
+NEWS_BLOCK_S = 30.0  # one blocked read of the news lasts at most this long
 
 Loads = dict[str, dict[str, int]]  # app -> machine id -> requests in flight
 
@@ -57,9 +72,16 @@ class LoadBoard(Protocol):
     """Where edges publish their loads and demand, and read the others'."""
 
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
-                    ttl_s: float) -> Loads:
+                    ttl_s: float, news: bool = False) -> Loads:
         """Replace `edge`'s loads (and its demand of each app named: 0 withdraws it)
-        for `ttl_s`; every other edge's unexpired loads, summed."""
+        for `ttl_s`; every other edge's unexpired loads, summed. `news`: add news (in the
+        same step as the loads, so news read means the loads are there to read)."""
+        ...
+
+    async def news(self, after: str, block_s: float) -> str:
+        """The newest news's position as soon as there is news after position `after`
+        (`after` itself if none within `block_s`); `after` "": the position now, at
+        once. Positions only grow."""
         ...
 
     async def close(self) -> None: ...
@@ -72,10 +94,17 @@ class MemoryLoadBoard:
     clock: Callable[[], float] = time.monotonic
     loads: dict[str, tuple[float, Loads]] = field(default_factory=dict)
     demands: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
+    newest: int = 0  # news added so far
+    _news: asyncio.Event | None = None  # set on news (made on first wait: needs a loop)
 
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
-                    ttl_s: float) -> Loads:
+                    ttl_s: float, news: bool = False) -> Loads:
         now = self.clock()
+        if news:
+            self.newest += 1
+            if self._news is not None:
+                self._news.set()
+                self._news = None
         self.loads[edge] = (now + ttl_s, loads)
         for app, requests in demand.items():
             if requests > 0:
@@ -85,6 +114,15 @@ class MemoryLoadBoard:
         others = [entry for other, (until, entry) in self.loads.items()
                   if other != edge and until > now]
         return summed(others)
+
+    async def news(self, after: str, block_s: float) -> str:
+        if after and int(after) >= self.newest:
+            if self._news is None:
+                self._news = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(block_s):
+                    await self._news.wait()
+        return str(self.newest)
 
     async def close(self) -> None:
         """Nothing is held open."""
@@ -127,12 +165,19 @@ class LoadShare:
         self.unused = unused
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
+        self._sent: Loads = {}  # this edge's loads as last published
         self._quiet = 0  # idle rounds skipped since the last share
+        self._rested = False  # the last round rested: the next one shares
+        # while the news is being read, the number of the read that began then (a round
+        # rests only if the same read went on through it); 0 while it cannot be read
+        self.listening = 0
+        self._listens = 0
         # refresh() calls waiting for a round: the next round shares, whatever it has
         self._waiting: list[asyncio.Future[bool]] = []
         self._shared_at = float("-inf")  # view clock of the last share that answered
         self._rounds = Periodic("loads not shared with other edges", self.once, interval_s,
                                 log, on_error=self._alone)
+        self._listener: asyncio.Task[None] | None = None
 
     def collect(self) -> tuple[Loads, dict[str, int]]:
         """This edge's own requests in flight per machine, and its demand per app (0 for
@@ -155,10 +200,19 @@ class LoadShare:
             demand[name] = 0
         return loads, demand
 
-    def published(self, demand: dict[str, int]) -> None:
-        """`demand` reached the board: the apps idle in it need no withdrawal again (until
-        then, a round that failed sends it again); the others' loads are as of now (the
-        refresh() calls waiting are answered: they go on once this round is applied)."""
+    def news(self, loads: Loads) -> bool:
+        """Whether sharing `loads` is news to resting edges: it names a machine this
+        edge's last share did not."""
+        sent = self._sent
+        return any(app not in sent or not machines.keys() <= sent[app].keys()
+                   for app, machines in loads.items())
+
+    def published(self, loads: Loads, demand: dict[str, int]) -> None:
+        """`loads` and `demand` reached the board: the apps idle in it need no withdrawal
+        again (until then, a round that failed sends it again); the others' loads are as
+        of now (the refresh() calls waiting are answered: they go on once this round is
+        applied)."""
+        self._sent = loads
         self._demanded = {name for name, n in demand.items() if n > 0}
         self._shared_at = self.view.clock()
         self._answer(True)
@@ -195,9 +249,11 @@ class LoadShare:
     def due(self, loads: Loads, demand: dict[str, int]) -> bool:
         """Whether this round shares: always while this edge has something to publish or
         withdraw, or the others have load on its machines, or a fresh read was asked
-        for; else once in IDLE_EVERY."""
-        if loads or demand or self._loaded or self._waiting or self._quiet >= IDLE_EVERY - 1:
+        for, or the last round rested; else once in IDLE_EVERY."""
+        if (loads or demand or self._loaded or self._waiting or self._rested
+                or self._quiet >= IDLE_EVERY - 1):
             self._quiet = 0
+            self._rested = False
             return True
         self._quiet += 1
         return False
@@ -210,6 +266,20 @@ class LoadShare:
         """Nothing of this edge's own and none of the others' load on its machines."""
         return not self._loaded and not self._demanded and self.unused()
 
+    def rest(self, listened: int) -> float | None:
+        """After a round: how long to rest (None: no rest, the next round comes in an
+        interval). Only a quiet edge with no refresh() waiting rests, and only if the
+        news was read without a break from before this round read the board
+        (`listening` then was `listened`) until now."""
+        if listened and listened == self.listening and self.quiet() and not self._waiting:
+            self._rested = True
+            return REST_MAX_S
+        return None
+
+    def stir(self) -> None:
+        """Something a rest was decided without changed (a client, the view): a round now."""
+        self._rounds.stir()
+
     async def refresh(self) -> bool:
         """The others' loads as of now: read by the next round (within an interval)
         unless `fresh()`; False if that round failed (the board away)."""
@@ -219,6 +289,7 @@ class LoadShare:
             return False
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
+        self._rounds.stir()
         return await waiter
 
     def _answer(self, read: bool) -> None:
@@ -232,16 +303,41 @@ class LoadShare:
         known without a look at every app."""
         return ({}, {}) if self.unused() and not self._demanded else self.collect()
 
-    async def once(self) -> None:
+    async def once(self) -> float | None:
+        """One round: share if due; how long to rest after it (None: an interval)."""
+        listened = self.listening
         loads, demand = self.own()
         if not self.due(loads, demand):
-            return
+            return None
         others = await self.board.share(self.edge_id, loads, demand,
-                                        self.interval_s * TTL_INTERVALS)
-        self.published(demand)
+                                        self.interval_s * TTL_INTERVALS, self.news(loads))
+        self.published(loads, demand)
         for entry in self.apply(others):
             if self.held(entry.name):  # room to release into, or more machines to ask for
                 self.room(entry)
+        return self.rest(listened)
+
+    async def _listen(self) -> None:
+        """Read the news for ever: each stirs the rounds. While it cannot be read, no round
+        rests (each failure stirs a resting one back to rounds)."""
+        position = ""
+        while True:
+            try:
+                newer = await self.board.news(position, NEWS_BLOCK_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the board away: the rounds report it
+                log.debug("the edges' load news not read: %s", exc)
+                self.listening, position = 0, ""
+                self._rounds.stir()
+                await asyncio.sleep(self.interval_s * IDLE_EVERY)
+                continue
+            if not position:
+                self._listens += 1
+                self.listening = self._listens
+            elif newer != position:
+                self._rounds.stir()
+            position = newer
 
     def _alone(self) -> None:
         """The board away (Redis down): count this edge's own requests only."""
@@ -254,7 +350,11 @@ class LoadShare:
 
     def start(self) -> None:
         self._rounds.start()
+        if self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def close(self) -> None:
+        await cancel_and_wait(self._listener)
+        self._listener = None
         await self._rounds.close()
         self._answer(False)

@@ -108,7 +108,7 @@ class Edge(Shell):
         view.on_machine_removed = self.cold.machine_removed
         view.on_machine_added = self.cold.machine_added
         view.on_app_removed = self.cold.app_removed
-        view.on_change = self.autostop.wake
+        view.on_change = self._view_changed
 
     def share_loads(self, board: LoadBoard) -> LoadShare:
         """This edge's loads and demand shared through `board` with other edges', theirs
@@ -117,6 +117,13 @@ class Edge(Shell):
                                     self.wakes.holds.apps, self.cold.room,
                                     self.config.load_share_interval_s, self._unused)
         return self.load_share
+
+    def _view_changed(self) -> None:
+        """A machine or an app's settings changed: what a quiet edge's auto-stop timed its
+        next pass on, and a machine another edge may already load."""
+        self.autostop.wake()
+        if self.load_share is not None:
+            self.load_share.stir()
 
     def _unused(self) -> bool:
         """No client connection and nothing held: no request of this edge's anywhere."""
@@ -144,8 +151,10 @@ class Edge(Shell):
                 return refused
             if self._turn_shares:
                 conn.share = self.clients.state(conn.peer)
-        if not self.connections:  # the first: auto-stop passes at its interval again
+        if not self.connections:  # the first: auto-stop and the load share's rounds again
             self.autostop.wake()
+            if self.load_share is not None:
+                self.load_share.stir()
         self.connections.add(conn)
         return None
 

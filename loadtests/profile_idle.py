@@ -5,6 +5,7 @@ inclusive. The compiled edge's own functions do not show (py-spy sees Python fra
 the loops around them (redis-py, asyncio, the load share, the feed) do.
 
     PATH=$PATH:.venv/bin .venv/bin/python loadtests/profile_idle.py [--apps 100] [--seconds 40]
+                                                                  [--workers N]
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtests.benchlib import process, wait_port
-from loadtests.instr_idle import edge_argv, seeded_redis
+from loadtests.instr_idle import edge_argv, heartbeats, seeded_redis
 
 
 def inclusive(raw: Path, top: int) -> list[str]:
@@ -45,6 +47,8 @@ def main() -> int:
     parser.add_argument("--apps", type=int, default=100)
     parser.add_argument("--seconds", type=int, default=40)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=0,
+                        help="workers heartbeating into the registry meanwhile")
     args = parser.parse_args()
     spy = shutil.which("py-spy")
     if spy is None:
@@ -55,12 +59,18 @@ def main() -> int:
             argv, edge_port = edge_argv(url, work)
             with process(argv) as edge:
                 wait_port(edge_port)
+                stop = threading.Event()
+                beating = threading.Thread(target=heartbeats,
+                                           args=(url, args.workers, stop), daemon=True)
+                if args.workers:
+                    beating.start()
                 time.sleep(5)
                 raw = work / "stacks.txt"
                 subprocess.run([spy, "record", "--pid", str(edge.pid), "--rate", "2000",
                                 "--duration", str(args.seconds), "--format", "raw",
                                 "--output", str(raw), "--nonblocking"],
                                check=True, capture_output=True)
+                stop.set()
                 print("\n".join(inclusive(raw, args.top)))
     return 0
 

@@ -4,6 +4,11 @@ demand), by Redis's clock.
 `thaw:machine-load` holds each edge's own requests in flight per machine (edge id ->
 "expiry_ms JSON"); each edge's demand of an app goes where placement reads the edges'
 demand when it sizes a wake (`thaw:wake-demand:APP`, edge id -> "expiry_ms demand").
+An edge that begins to load a machine it did not load in its last share adds an entry
+to `thaw:machine-load-news` in the same script (a stream of at most ~`NEWS_KEPT`
+entries); a resting edge waits on it with one blocked `XREAD` (`news`) on a connection
+of its own. Stream ids carry Redis's clock, so one added after a restart of Redis is
+still newer than the last an edge saw before it.
 Redis errors are raised as they come: the caller counts its own load meanwhile.
 """
 
@@ -13,16 +18,21 @@ import logging
 
 import msgspec
 
-from edge.loadshare import Loads, summed
+from edge.loadshare import NEWS_BLOCK_S, Loads, summed
 from ground.registry import keys
 from ground.registry.lua import UNEXPIRED
 from ground.registry.redis import connect
 
 log = logging.getLogger("thaw.edge")
 
-# KEYS: the loads. ARGV: edge id, ttl ms, JSON loads ('' when none).
-# -> the other edges' JSON loads
+NEWS_KEPT = 100  # entries of the news stream kept (about: trimmed by whole nodes)
+
+# KEYS: the loads, the news. ARGV: edge id, ttl ms, JSON loads ('' when none), '1' to
+# add news. -> the other edges' JSON loads
 _SHARE = UNEXPIRED + """
+if ARGV[4] == '1' then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', NEWS_KEPT, '*', 'edge', ARGV[1])
+end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
@@ -34,7 +44,7 @@ for _, entry in ipairs(unexpired(KEYS[1])) do
   if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
 end
 return found
-"""
+""".replace("NEWS_KEPT", str(NEWS_KEPT))
 
 # KEYS: each app's demand. ARGV: edge id, ttl ms, then each app's demand (0: withdraw).
 _DEMAND = """
@@ -62,11 +72,13 @@ _ENCODE = msgspec.json.Encoder()
 class RedisLoadBoard:
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
         self._r = connect(url, timeout_s=timeout_s)
+        self._news = connect(url, timeout_s=timeout_s,  # no connection until used
+                             socket_timeout_s=NEWS_BLOCK_S + timeout_s)
         self._share = self._r.register_script(_SHARE)
         self._demand = self._r.register_script(_DEMAND)
 
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
-                    ttl_s: float) -> Loads:
+                    ttl_s: float, news: bool = False) -> Loads:
         ttl_ms = max(1, int(ttl_s * 1000))
         apps = sorted(demand)
         for at in range(0, len(apps), DEMAND_BATCH):
@@ -74,8 +86,9 @@ class RedisLoadBoard:
             await self._demand(keys=[keys.wake_demand(app) for app in batch],
                                args=[edge, ttl_ms, *(max(0, demand[app]) for app in batch)])
         found = await self._share(
-            keys=[keys.machine_load()],
-            args=[edge, ttl_ms, _ENCODE.encode(loads).decode() if loads else ""])
+            keys=[keys.machine_load(), keys.machine_load_news()],
+            args=[edge, ttl_ms, _ENCODE.encode(loads).decode() if loads else "",
+                  "1" if news else ""])
         others = []
         for raw in found:
             try:
@@ -84,8 +97,24 @@ class RedisLoadBoard:
                 log.debug("an edge's load entry not understood: %s", exc)
         return summed(others)
 
+    async def news(self, after: str, block_s: float) -> str:
+        """The newest news's position once there is any after `after` (within `block_s`;
+        `after` itself if none); `after` "": the position now, at once."""
+        stream = keys.machine_load_news()
+        if not after:
+            newest = await self._r.xrevrange(stream, count=1)
+            return str(newest[0][0]) if newest else "0-0"
+        block_ms = max(1, min(int(block_s * 1000), int(NEWS_BLOCK_S * 1000)))
+        reply = await self._news.xread({stream: after}, block=block_ms, count=NEWS_KEPT)
+        streams = reply.values() if isinstance(reply, dict) else (e for _, e in reply or ())
+        for entries in streams:
+            if entries:
+                return str(entries[-1][0])
+        return after
+
     async def close(self) -> None:
         await self._r.aclose()
+        await self._news.aclose()
 
 
 def open_load_board(registry_url: str) -> RedisLoadBoard | None:

@@ -86,6 +86,7 @@ def _edge() -> list[Grant]:
         Grant(keys.changes(), False, FEED_READ),
         _generation(),
         Grant(keys.machine_load(), True, EXPIRING),
+        Grant(keys.machine_load_news(), True, ("xadd", *FEED_READ)),
         Grant(keys.wake_demand(ANY), True, EXPIRING),
         Grant(keys.placements(), False, ("hgetall",)),
     ]

@@ -76,6 +76,12 @@ def machine_load() -> str:
     return f"{PREFIX}:machine-load"
 
 
+def machine_load_news() -> str:
+    """A stream an edge adds to when it begins to load a machine it did not load in its
+    last share (resting edges wait on it: edge/loadshare.py)."""
+    return f"{PREFIX}:machine-load-news"
+
+
 def worker_failures() -> str:
     """Workers placements marked failed: worker id -> "expiry_ms epoch reason"."""
     return f"{PREFIX}:worker-failures"

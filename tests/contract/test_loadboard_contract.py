@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
-from edge.adapters.loadboard import DEMAND_BATCH, RedisLoadBoard
+from edge.adapters.loadboard import DEMAND_BATCH, NEWS_KEPT, RedisLoadBoard
 from edge.loadshare import MemoryLoadBoard
 from ground.registry import keys
 from placement.adapters.coordination import RedisCoordination
@@ -84,6 +84,42 @@ async def test_the_demand_of_more_apps_than_one_batch_all_lands(backend: Backend
     await backend.board.share("e1", {}, apps, 5.0)
     for app in ("app000", f"app{DEMAND_BATCH:03d}", f"app{DEMAND_BATCH + 43:03d}"):
         assert await backend.demand(app) == apps[app]
+
+
+async def test_news_is_read_from_a_position_and_a_blocked_read_returns_with_it(
+    backend: Backend,
+) -> None:
+    board = backend.board
+    start = await board.news("", 0)  # the position now, at once
+    assert await board.news(start, 0.1) == start  # nothing new: the block runs out
+    await board.share("e1", {"web": {"m1": 1}}, {}, 5.0)  # no news asked for
+    assert await board.news(start, 0.1) == start
+    waiting = asyncio.ensure_future(board.news(start, 10.0))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await board.share("e2", {"web": {"m2": 1}}, {}, 5.0, news=True)
+    newer = await asyncio.wait_for(waiting, 5.0)  # at once, not after the block
+    assert newer != start
+    # the loads were there before the news could be read
+    assert await board.share("e3", {}, {}, 5.0) == {"web": {"m1": 1, "m2": 1}}
+    assert await board.news("", 0) == newer
+    await board.share("e1", {}, {}, 5.0, news=True)
+    await board.share("e1", {}, {}, 5.0, news=True)
+    newest = await board.news(newer, 1.0)  # two news at once: the newest's position
+    assert newest not in (start, newer) and await board.news(newest, 0.05) == newest
+
+
+async def test_the_news_stream_in_redis_stays_bounded(redis_server: Any) -> None:
+    url = await redis_server.flushed()
+    board = RedisLoadBoard(url)
+    raw = redis.Redis.from_url(url)
+    try:
+        for _ in range(NEWS_KEPT * 5):
+            await board.share("e1", {"web": {"m1": 1}}, {}, 5.0, news=True)
+        assert await raw.xlen(keys.machine_load_news()) <= 3 * NEWS_KEPT
+    finally:
+        await board.close()
+        await raw.aclose()
 
 
 async def test_a_damaged_load_entry_in_redis_is_dropped_not_fatal(redis_server: Any) -> None:

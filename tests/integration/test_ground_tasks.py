@@ -40,3 +40,37 @@ async def test_a_loop_that_consumes_its_first_cancel_is_cancelled_again_until_it
     await asyncio.sleep(0)
     assert ended.done()
     await cancel_and_wait(ended, errors=False)  # not raised
+
+
+async def test_a_periodic_round_rests_as_long_as_it_asks_unless_stirred_and_no_stir_is_lost(
+) -> None:
+    import logging
+
+    from ground.periodic import Periodic
+
+    rounds: list[float] = []
+    stir_in_round = [False]
+    rounds_ran = asyncio.Event()
+
+    async def round_() -> float | None:
+        rounds.append(asyncio.get_running_loop().time())
+        rounds_ran.set()
+        if stir_in_round[0]:  # something changed while the round ran
+            stir_in_round[0] = False
+            periodic.stir()
+        return 60.0  # rest a minute
+
+    periodic = Periodic("test rounds", round_, 0.01, logging.getLogger("test"))
+    periodic.start()
+    try:
+        await asyncio.wait_for(rounds_ran.wait(), 5)
+        await asyncio.sleep(0.2)  # twenty intervals: still one round, resting
+        assert len(rounds) == 1
+        rounds_ran.clear()
+        stir_in_round[0] = True
+        periodic.stir()  # ends the rest: round 2, which is stirred as it runs...
+        await asyncio.wait_for(rounds_ran.wait(), 5)
+        await asyncio.sleep(0.2)
+        assert len(rounds) == 3  # ...so round 3 follows at once, then it rests again
+    finally:
+        await periodic.close()

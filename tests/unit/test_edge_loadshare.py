@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from edge.loadshare import IDLE_EVERY, MAX_REQUESTS, LoadShare, MemoryLoadBoard, summed
+from edge.loadshare import IDLE_EVERY, MAX_REQUESTS, REST_MAX_S, LoadShare, MemoryLoadBoard, summed
 from edge.view import View
 from ground.appconfig import parse
 
@@ -38,14 +38,14 @@ def test_an_edge_publishes_its_own_requests_per_machine_and_its_demand_per_app()
     web.in_flight = 2
     loads, demand = share.collect()
     assert (loads, demand) == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
-    share.published(demand)
+    share.published(loads, demand)
     share.apply({"web": {"web-m1": 5, "web-m2": 1}})  # others' requests are not its own
     assert share.collect() == ({"web": {"web-m1": 2}}, {"web": 2, "api": 3})
     web.machines["web-m1"].in_flight -= 2  # its requests ended
     web.in_flight = 0
     assert share.collect() == ({}, {"web": 0, "api": 3})  # web's withdrawn
     assert share.collect() == ({}, {"web": 0, "api": 3})  # again, until it is published
-    share.published({"web": 0, "api": 3})
+    share.published({}, {"web": 0, "api": 3})
     assert share.collect() == ({}, {"api": 3})
 
 
@@ -93,9 +93,9 @@ def test_an_idle_edge_shares_once_in_idle_every_rounds_and_anything_of_its_own_a
     web.machines["web-m1"].in_flight = web.in_flight = 1  # a request of its own
     assert share.due(*share.collect())
     web.machines["web-m1"].in_flight = web.in_flight = 0
-    share.published({"web": 1})
+    share.published({}, {"web": 1})
     assert share.collect()[1] == {"web": 0} and share.due(*share.collect())  # withdrawn
-    share.published({"web": 0})
+    share.published({}, {"web": 0})
     share.apply({"web": {"web-m2": 3}})  # the others' load on its machines: every round
     assert all(share.due(*share.collect()) for _ in range(2 * IDLE_EVERY))
     share.apply({})
@@ -105,7 +105,7 @@ def test_an_idle_edge_shares_once_in_idle_every_rounds_and_anything_of_its_own_a
 def test_the_others_loads_are_fresh_for_an_interval_and_a_half_after_a_read() -> None:
     share, _, clock = shared()
     assert not share.fresh()  # never shared
-    share.published({})
+    share.published({}, {})
     assert share.fresh()
     clock.now += share.interval_s * 1.5
     assert share.fresh()
@@ -116,7 +116,7 @@ def test_the_others_loads_are_fresh_for_an_interval_and_a_half_after_a_read() ->
     loop = asyncio.new_event_loop()  # (not run: a future to stand for a refresh's)
     share._waiting.append(loop.create_future())  # ...asked by refresh(): shares next
     assert share.due(*share.collect())
-    share.published({})  # the round answered it
+    share.published({}, {})  # the round answered it
     assert not share.due(*share.collect())
     loop.close()
 
@@ -129,10 +129,46 @@ def test_an_unused_edge_does_not_look_at_its_apps_but_a_withdrawal_still_goes_ou
     collect = share.collect
     share.collect = lambda: looked.append(1) or collect()  # type: ignore[method-assign]
     assert share.own() == ({}, {}) and looked == []
-    share.published({"web": 2})  # a demand published before the edge went unused
+    share.published({}, {"web": 2})  # a demand published before the edge went unused
     assert share.own() == ({}, {"web": 0}) and looked == [1]  # its withdrawal goes out
-    share.published({"web": 0})
+    share.published({}, {"web": 0})
     assert share.own() == ({}, {}) and looked == [1]
     unused[0] = False
     view.apps["web"].machines["web-m1"].in_flight = view.apps["web"].in_flight = 1
     assert share.own() == ({"web": {"web-m1": 1}}, {"web": 1}) and looked == [1, 1]
+
+
+def test_a_share_is_news_when_it_names_a_machine_the_last_did_not() -> None:
+    share, _, _ = shared()
+    assert not share.news({})
+    assert share.news({"web": {"web-m1": 1}})  # from none to some
+    share.published({"web": {"web-m1": 1}}, {"web": 1})
+    assert not share.news({"web": {"web-m1": 3}})  # more on the same machine: not news
+    assert share.news({"web": {"web-m1": 1, "web-m2": 1}})  # another machine
+    assert share.news({"web": {"web-m1": 1}, "api": {"api-m1": 1}})  # another app
+    share.published({}, {"web": 0})  # its requests ended
+    assert share.news({"web": {"web-m1": 1}})  # they begin again: news again
+
+
+def test_only_a_quiet_unused_edge_that_read_the_news_throughout_the_round_rests() -> None:
+    share, _, _ = shared()
+    unused = [True]
+    share.unused = lambda: unused[0]
+    share.listening = 3  # the third read of the news since the start
+    assert share.rest(listened=0) is None  # not read when the round began
+    assert share.rest(listened=2) is None  # read broke off (and began again) meanwhile
+    assert share.rest(listened=3) == REST_MAX_S
+    assert share.due({}, {})  # the round after a rest always shares
+    assert not share.due({}, {})
+    unused[0] = False  # a client
+    assert share.rest(listened=3) is None
+    unused[0] = True
+    share.apply({"web": {"web-m2": 1}})  # the others' load on its machines
+    assert share.rest(listened=3) is None
+    share.apply({})
+    share.published({}, {"api": 2})  # a demand to withdraw first
+    assert share.rest(listened=3) is None
+    share.published({}, {"api": 0})
+    assert share.rest(listened=3) == REST_MAX_S
+    share.listening = 0  # the news cannot be read: rounds again
+    assert share.rest(listened=3) is None
