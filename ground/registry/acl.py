@@ -102,6 +102,7 @@ def _agent(worker: str) -> list[Grant]:
         Grant(keys.layer_holders(ANY), True, ("hset", "hdel")),
         Grant(keys.machines(ANY), True, ("hget", "hset", "hdel")),
         Grant(keys.changes(), True, ("xadd",)),
+        Grant(keys.worker_changes(), True, ("xadd",)),
         _generation(),
     ]
 
@@ -111,6 +112,7 @@ def _placement() -> list[Grant]:
         Grant(keys.apps(), True, ("hget", "hset", "hdel", "hvals")),
         Grant(keys.machines(ANY), True, ("hget", "hset", "hdel", "hvals")),
         Grant(keys.changes(), True, ("xadd", *FEED_READ)),
+        Grant(keys.worker_changes(), False, FEED_READ),
         Grant(keys.workers(), True, ("smembers", "srem")),
         Grant(keys.worker(ANY), False, ("mget",)),
         Grant(keys.layer_holders(ANY), False, ("hgetall",)),
@@ -130,7 +132,7 @@ def _placement() -> list[Grant]:
 # there (Redis checks key names, not hash fields). What a stolen agent user could do with
 # each is in docs/security.md.
 SHARED_BY_AGENTS = (keys.workers(), keys.layer_holders(ANY), keys.machines(ANY),
-                    keys.changes(), keys.generation())
+                    keys.changes(), keys.worker_changes(), keys.generation())
 
 
 def grants(role: str, worker: str = "") -> list[Grant]:

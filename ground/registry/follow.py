@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from ground.registry.types import Change
+from ground.registry.types import ROUTES, Change, Feed
 
 log = logging.getLogger("thaw.registry")
 
@@ -25,8 +26,8 @@ FEED_RETRY_S = 1.0
 class ChangeFeed(Protocol):
     """The part of the registry a follower reads (`ground.registry.Registry` is one)."""
 
-    def changes(self, after: str | None = None, block_s: float | None = None
-                ) -> AsyncIterator[Change]: ...
+    def changes(self, after: str | None = None, block_s: float | None = None,
+                feed: Feed = ROUTES) -> AsyncIterator[Change]: ...
 
 
 class Cursor(Protocol):
@@ -35,15 +36,23 @@ class Cursor(Protocol):
     position: str | None
 
 
+@dataclass
+class Position:
+    """A cursor of its own, for a follower of a second feed."""
+
+    position: str | None = None
+
+
 async def follow(registry: ChangeFeed, cursor: Cursor,
                  apply: Callable[[Change], Awaitable[None]],
                  reload: Callable[[], Awaitable[None]], what: str,
-                 block_s: float | None = None) -> None:
-    """Apply every change after `cursor.position`, forever (until cancelled); `block_s`
-    as `Registry.changes` takes it."""
+                 block_s: float | None = None, feed: Feed = ROUTES) -> None:
+    """Apply every change of `feed` after `cursor.position`, forever (until cancelled);
+    `block_s` as `Registry.changes` takes it."""
     while True:
         try:
-            async for change in registry.changes(after=cursor.position, block_s=block_s):
+            async for change in registry.changes(after=cursor.position, block_s=block_s,
+                                                 feed=feed):
                 cursor.position = change.seq
                 await apply(change)
         except asyncio.CancelledError:

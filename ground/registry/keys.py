@@ -30,7 +30,13 @@ def apps() -> str:
 
 
 def changes() -> str:
+    """The routes feed: app, machine and republished changes (every edge follows it)."""
     return f"{PREFIX}:changes"
+
+
+def worker_changes() -> str:
+    """The workers' feed: worker (heartbeat) and layers changes (placement follows it)."""
+    return f"{PREFIX}:worker-changes"
 
 
 def worker_epoch(worker_id: str) -> str:

@@ -8,18 +8,53 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from ground.appconfig import AppConfig
-from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.registry.types import (
+    ROUTES,
+    WORKERS,
+    Change,
+    Feed,
+    MachineRecord,
+    PlacementAdvert,
+    WorkerStatus,
+    feed_of,
+)
 
 FEED_LENGTH = 10_000
 
 
-class MemoryRegistry:
-    """Dictionaries plus a bounded change feed. `clock` is monotonic seconds.
+class Ring:
+    """One bounded change feed: a ring of the last `FEED_LENGTH` changes. Change number
+    `seq` sits at `seq % FEED_LENGTH`, so a reader finds the next one by arithmetic, never
+    by a scan, and a write costs the same with 10 changes retained or 10,000."""
 
-    The feed is a ring of the last `FEED_LENGTH` changes: change number `seq` sits at
-    `seq % FEED_LENGTH`, so a reader finds the next one by arithmetic, never by a scan,
-    and a write costs the same with 10 changes retained or 10,000.
-    """
+    def __init__(self) -> None:
+        self.ring: list[Change | None] = [None] * FEED_LENGTH
+        self.seq = 0  # of the newest change; changes max(1, seq - FEED_LENGTH + 1)..seq kept
+        self._wakeup: asyncio.Event | None = None  # made by the first reader waiting
+
+    def emit(self, kind: str, key: str) -> None:
+        self.seq += 1
+        self.ring[self.seq % FEED_LENGTH] = Change(seq=str(self.seq), kind=kind, key=key)
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+
+    async def changes(self, after: str | None) -> AsyncIterator[Change]:
+        last = int(after) if after is not None else self.seq
+        while True:
+            while last < self.seq:
+                # past the oldest change kept (trimmed): go on from the oldest kept
+                last = max(last, self.seq - FEED_LENGTH) + 1
+                change = self.ring[last % FEED_LENGTH]
+                assert change is not None
+                yield change
+            if self._wakeup is None:
+                self._wakeup = asyncio.Event()
+            await self._wakeup.wait()
+
+
+class MemoryRegistry:
+    """Dictionaries plus two bounded change feeds (`Ring`). `clock` is monotonic seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -30,18 +65,12 @@ class MemoryRegistry:
         self._holders: dict[str, dict[str, int]] = {}
         self._machines: dict[str, dict[str, MachineRecord]] = {}
         self._apps: dict[str, AppConfig] = {}
-        self._feed: list[Change | None] = [None] * FEED_LENGTH
-        self._seq = 0  # of the newest change; changes max(1, seq - FEED_LENGTH + 1)..seq kept
-        self._wakeup: asyncio.Event | None = None  # made by the first reader waiting
+        self._feeds: dict[Feed, Ring] = {ROUTES: Ring(), WORKERS: Ring()}
         self._generation = secrets.token_hex(8)  # the process's memory is never lost alone
         self._republished = ""
 
     def _emit(self, kind: str, key: str) -> None:
-        self._seq += 1
-        self._feed[self._seq % FEED_LENGTH] = Change(seq=str(self._seq), kind=kind, key=key)
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None
+        self._feeds[feed_of(kind)].emit(kind, key)
 
     async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> str:
         if self._epochs.get(status.id, -1) <= status.epoch:
@@ -136,23 +165,13 @@ class MemoryRegistry:
     async def republished(self) -> str:
         return self._republished
 
-    async def feed_position(self) -> str:
-        return str(self._seq)
+    async def feed_position(self, feed: Feed = ROUTES) -> str:
+        return str(self._feeds[feed].seq)
 
-    async def changes(self, after: str | None = None, block_s: float | None = None
-                      ) -> AsyncIterator[Change]:
+    def changes(self, after: str | None = None, block_s: float | None = None,
+                feed: Feed = ROUTES) -> AsyncIterator[Change]:
         """(`block_s` means nothing here: a reader waits for the next change itself.)"""
-        last = int(after) if after is not None else self._seq
-        while True:
-            while last < self._seq:
-                # past the oldest change kept (trimmed): go on from the oldest kept
-                last = max(last, self._seq - FEED_LENGTH) + 1
-                change = self._feed[last % FEED_LENGTH]
-                assert change is not None
-                yield change
-            if self._wakeup is None:
-                self._wakeup = asyncio.Event()
-            await self._wakeup.wait()
+        return self._feeds[feed].changes(after)
 
     def with_own_connections(self) -> MemoryRegistry:
         return self

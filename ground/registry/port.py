@@ -6,7 +6,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Protocol
 
 from ground.appconfig import AppConfig
-from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.registry.types import (
+    ROUTES,
+    Change,
+    Feed,
+    MachineRecord,
+    PlacementAdvert,
+    WorkerStatus,
+)
 
 
 class Registry(Protocol):
@@ -91,17 +98,20 @@ class Registry(Protocol):
         or no placement has finished refilling it)."""
         ...
 
-    async def feed_position(self) -> str:
-        """The position of the newest change: take it *before* a full load, then follow
-        `changes(after=position)` so that nothing written in between is missed."""
+    async def feed_position(self, feed: Feed = ROUTES) -> str:
+        """The position of `feed`'s newest change: take it *before* a full load, then
+        follow `changes(after=position, feed=feed)` so that nothing written in between is
+        missed."""
         ...
 
-    def changes(self, after: str | None = None, block_s: float | None = None
-                ) -> AsyncIterator[Change]:
-        """Changes after `after` (None: from when the iterator first runs), forever.
-        `block_s`: how long one read waits for a change before it asks again (None: the
-        backend's default, a second for Redis; longer costs a quiet follower fewer round
-        trips, and an unanswering registry is noticed that much later)."""
+    def changes(self, after: str | None = None, block_s: float | None = None,
+                feed: Feed = ROUTES) -> AsyncIterator[Change]:
+        """`feed`'s changes after `after` (None: from when the iterator first runs),
+        forever. `block_s`: how long one read waits for a change before it asks again
+        (None: the backend's default, a second for Redis; longer costs a quiet follower
+        fewer round trips, and an unanswering registry is noticed that much later).
+        ROUTES carries app, machine and republished changes; WORKERS worker and layers
+        changes (types.feed_of)."""
         ...
 
     def with_own_connections(self) -> Registry:

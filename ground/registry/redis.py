@@ -24,7 +24,15 @@ from redis.exceptions import NoScriptError, RedisError
 from ground.appconfig import AppConfig
 from ground.registry import keys
 from ground.registry.lua import UNEXPIRED
-from ground.registry.types import Change, MachineRecord, PlacementAdvert, WorkerStatus
+from ground.registry.types import (
+    ROUTES,
+    WORKERS,
+    Change,
+    Feed,
+    MachineRecord,
+    PlacementAdvert,
+    WorkerStatus,
+)
 
 FEED_LENGTH = 10_000
 FEED_BLOCK_MS = 1000  # a read of the feed waits this long for a change (by default)
@@ -227,6 +235,10 @@ class ReadOnlyScript:
             return await self._client.evalsha_ro(self._sha, len(keys), *keys, *args)
 
 
+def _stream(feed: Feed) -> str:
+    return keys.worker_changes() if feed == WORKERS else keys.changes()
+
+
 class CancelSafeRedis(aioredis.Redis):
     """redis-py's client, but a cancel its command consumed is raised after all.
 
@@ -300,7 +312,7 @@ class RedisRegistry:
     async def publish_worker(self, status: WorkerStatus, ttl_s: float) -> str:
         return str(await self._call(self._publish_worker(
             keys=[keys.worker(status.id), keys.worker_epoch(status.id), keys.workers(),
-                  keys.changes(), keys.generation()],
+                  keys.worker_changes(), keys.generation()],
             args=[status.id, msgspec.json.encode(status), status.epoch,
                   max(1, int(ttl_s * 1000)), FEED_LENGTH, secrets.token_hex(8)],
         )))
@@ -319,7 +331,7 @@ class RedisRegistry:
     async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
         pairs = [item for digest, size in sorted(layers.items()) for item in (digest, size)]
         await self._call(self._set_layers(
-            keys=[keys.worker_layers(worker_id), keys.changes()],
+            keys=[keys.worker_layers(worker_id), keys.worker_changes()],
             args=[worker_id, keys.layer_holders(""), FEED_LENGTH, *pairs],
         ))
 
@@ -398,17 +410,18 @@ class RedisRegistry:
             args=[field, payload, guard, guard_field, FEED_LENGTH, kind, feed_key],
         ))
 
-    async def changes(self, after: str | None = None, block_s: float | None = None
-                      ) -> AsyncIterator[Change]:
-        last = after if after is not None else await self.feed_position()
+    async def changes(self, after: str | None = None, block_s: float | None = None,
+                      feed: Feed = ROUTES) -> AsyncIterator[Change]:
+        stream = _stream(feed)
+        last = after if after is not None else await self.feed_position(feed)
         block_ms = FEED_BLOCK_MS if block_s is None else \
             max(1, min(int(block_s * 1000), LONG_FEED_BLOCK_MS))
         client = self._feed if block_ms <= FEED_BLOCK_MS else self._long_feed
         while True:
             reply = await self._call(
-                client.xread({keys.changes(): last}, block=block_ms, count=500)
+                client.xread({stream: last}, block=block_ms, count=500)
             )
-            for _stream, entries in reply or []:
+            for _key, entries in reply or []:
                 for entry_id, fields in entries:
                     last = entry_id
                     yield Change(seq=entry_id, kind=fields["kind"], key=fields["key"])
@@ -452,8 +465,8 @@ class RedisRegistry:
     async def republished(self) -> str:
         return str(await self._call(self._r.get(keys.republished())) or "")
 
-    async def feed_position(self) -> str:
-        newest = await self._call(self._r.xrevrange(keys.changes(), count=1))
+    async def feed_position(self, feed: Feed = ROUTES) -> str:
+        newest = await self._call(self._r.xrevrange(_stream(feed), count=1))
         return str(newest[0][0]) if newest else "0-0"
 
     def with_own_connections(self) -> RedisRegistry:

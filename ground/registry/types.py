@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -118,8 +118,22 @@ class MachineRecord(MachineFacts, frozen=True):
     seal: str = ""
 
 
+# The two change feeds: what edges route by (apps, machines, the republished marker),
+# and the workers' own (heartbeats, layer sets), which only placement follows: a
+# worker's heartbeat a second is no read for every edge.
+Feed = Literal["routes", "workers"]
+ROUTES: Feed = "routes"
+WORKERS: Feed = "workers"
+WORKER_KINDS = ("worker", "layers")  # the kinds of change on the workers' feed
+
+
+def feed_of(kind: str) -> Feed:
+    return WORKERS if kind in WORKER_KINDS else ROUTES
+
+
 class Change(msgspec.Struct, frozen=True):
-    """One entry of the change feed. `kind` is worker|machine|layers|app; `seq` is opaque."""
+    """One entry of a change feed. `kind` is machine|app|republished on the routes feed,
+    worker|layers on the workers'; `seq` is opaque."""
 
     seq: str
     kind: str

@@ -1,8 +1,9 @@
 """Placement's in-memory view of the live workers: per region, updated change by change.
 
 `start()` loads every worker (in slices, yielding to the loop between them), then
-follows `registry.changes()` from the position taken before the load: a `worker`
-or `layers` change marks that worker dirty, and a flush (at most every
+follows the workers' feed (`registry.changes(feed=WORKERS)`: heartbeats and layer
+sets, which the edges' routes feed does not carry) from the position taken before the
+load: a `worker` or `layers` change marks that worker dirty, and a flush (at most every
 `flush_interval_s`) reads the registry once and applies only the dirty workers,
 plus removes the ones whose heartbeat expired. A feed error keeps the index as is
 and reloads. The reservations of placement's own offers live beside it, in the
@@ -17,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from ground.registry.follow import FEED_RETRY_S, follow
-from ground.registry.types import Change, WorkerStatus
+from ground.registry.types import ROUTES, WORKERS, Change, Feed, WorkerStatus
 from ground.tasks import cancel_and_wait
 from placement.core.index import RegionIndex, ReservationLedger
 
@@ -32,10 +33,10 @@ class WorkerFeed(Protocol):
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]: ...
 
-    async def feed_position(self) -> str: ...
+    async def feed_position(self, feed: Feed = ROUTES) -> str: ...
 
-    def changes(self, after: str | None = None, block_s: float | None = None
-                ) -> AsyncIterator[Change]: ...
+    def changes(self, after: str | None = None, block_s: float | None = None,
+                feed: Feed = ROUTES) -> AsyncIterator[Change]: ...
 
 
 class FleetIndex:
@@ -92,7 +93,7 @@ class FleetIndex:
 
     async def load(self) -> None:
         """Every worker, read at once and applied in slices; workers gone are removed."""
-        position = await self.registry.feed_position()
+        position = await self.registry.feed_position(WORKERS)
         workers = await self.registry.workers()
         seen: set[str] = set()
         for at in range(0, len(workers), LOAD_SLICE):
@@ -164,7 +165,7 @@ class FleetIndex:
             self.forget(worker_id)  # its heartbeat expired: no change says so
 
     async def _follow(self) -> None:
-        await follow(self.registry, self, self._seen, self.load, "fleet index")
+        await follow(self.registry, self, self._seen, self.load, "fleet index", feed=WORKERS)
 
     async def _seen(self, change: Change) -> None:
         if change.kind in ("worker", "layers"):

@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ground.registry import Change, Registry
-from ground.registry.follow import follow
+from ground.registry.follow import Position, follow
+from ground.registry.types import WORKERS
 from ground.tasks import cancel_and_wait
 from placement.core.sweep import sweep_gap_s
 from placement.errors import NotFound, PlacementError
@@ -81,7 +82,8 @@ class Passes:
         self.state: dict[str, AppPasses] = {}
         self.taken: set[str] = set()  # apps whose lease another placement holds
         self.tasks: set[asyncio.Task[None]] = set()
-        self.position: str | None = None  # in the registry's feed (None: from the start)
+        self.position: str | None = None  # in the routes feed (None: from the start)
+        self.workers_position = Position()  # in the workers' feed
         self._everything_after = 0.0  # loop time: a missed change asks for every app
         # every app asked for at once (a start, a new worker, a missed change) must not
         # run 10,000 passes together: they would drain the store's and Redis's pools
@@ -90,7 +92,8 @@ class Passes:
 
     def start(self) -> None:
         self._loops = [asyncio.create_task(loop()) for loop in (
-            self._first_and_sweeps, self._feed, self._watch_taken, self._workers)]
+            self._first_and_sweeps, self._feed, self._worker_feed, self._watch_taken,
+            self._workers)]
 
     async def close(self) -> None:
         for state in self.state.values():
@@ -252,10 +255,16 @@ class Passes:
                 self.poke(name)
 
     async def _feed(self) -> None:
-        """An app's or a machine's change asks for a pass over that app; a new worker's,
-        over every app. After a feed error it resumes where it was, and every app is
-        looked at (a change may have been missed; at most once per `period_s`)."""
+        """An app's or a machine's change (the routes feed) asks for a pass over that app;
+        a new worker's (the workers' feed, `_worker_feed`), over every app. After a feed
+        error it resumes where it was, and every app is looked at (a change may have been
+        missed; at most once per `period_s`)."""
         await follow(self.registry, self, self._seen, self._missed, "reconciler")
+
+    async def _worker_feed(self) -> None:
+        """A new worker's heartbeat asks for a pass over every app (the workers' feed)."""
+        await follow(self.registry, self.workers_position, self._seen, self._missed,
+                     "reconciler (workers)", feed=WORKERS)
 
     async def _seen(self, change: Change) -> None:
         if change.kind == "machine":

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from ground.appconfig import parse
 from ground.registry import MachineRecord, PlacementAdvert, Registry, WorkerStatus
 from ground.registry.memory import MemoryRegistry
 from ground.registry.redis import RedisRegistry
+from ground.registry.types import WORKERS
 
 
 class Backend:
@@ -126,14 +128,35 @@ async def test_the_change_feed_reports_every_write_in_order(backend) -> None:
     await registry.put_machine(machine("m1"))
     change = await asyncio.wait_for(first, 1)
     assert (change.kind, change.key) == ("machine", "hello/m1")
-    await registry.publish_worker(worker("w1"), ttl_s=3)
+    await registry.put_app(parse({"name": "hello", "image": "img:1"}))
     change2 = await asyncio.wait_for(feed.__anext__(), 1)
-    assert (change2.kind, change2.key) == ("worker", "w1")
+    assert (change2.kind, change2.key) == ("app", "hello")
     replay = registry.changes(after=change.seq)
     again = await asyncio.wait_for(replay.__anext__(), 1)
     assert again.seq == change2.seq
     await feed.aclose()
     await replay.aclose()
+
+
+async def test_heartbeats_and_layer_sets_go_to_the_workers_feed_never_the_routes_feed(
+    backend,
+) -> None:
+    registry = backend.registry
+    routes = registry.changes(after=await registry.feed_position())
+    workers = registry.changes(after=await registry.feed_position(WORKERS), feed=WORKERS)
+    await registry.publish_worker(worker("w1"), ttl_s=3)
+    await registry.set_worker_layers("w1", {"sha256:a": 10})
+    await registry.put_machine(machine("m1"))
+    beat = await asyncio.wait_for(workers.__anext__(), 1)
+    layers = await asyncio.wait_for(workers.__anext__(), 1)
+    assert [(c.kind, c.key) for c in (beat, layers)] == [("worker", "w1"), ("layers", "w1")]
+    # the routes feed's next change is the machine's: an edge reads no heartbeat
+    change = await asyncio.wait_for(routes.__anext__(), 1)
+    assert (change.kind, change.key) == ("machine", "hello/m1")
+    assert await registry.feed_position(WORKERS) == layers.seq
+    assert await registry.feed_position() == change.seq
+    await routes.aclose()
+    await workers.aclose()
 
 
 async def test_app_configs_are_stored_whole_and_never_go_back_a_version(backend) -> None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import msgspec
+
 from ground.appconfig import parse
+from ground.registry import WorkerStatus
 from ground.registry.memory import MemoryRegistry
 from placement.adapters.memory import MemoryLeaseStore
 from placement.leases import LeaseKeeper
@@ -49,14 +52,15 @@ class Reconcile:
 
 def passes_of(run: Reconcile, store: MemoryLeaseStore | None = None,
               registry: MemoryRegistry | None = None, period_s: float = 60.0,
-              busy: set[str] | None = None, give_back_after_s: float = 60.0) -> Passes:
+              busy: set[str] | None = None, give_back_after_s: float = 60.0,
+              new_worker: Callable[[str], bool] = lambda _: False) -> Passes:
     async def apps() -> list[str]:
         return list(APPS)
 
     working = busy if busy is not None else set()
     return Passes(run, apps, registry or MemoryRegistry(),
                   LeaseKeeper(store or MemoryLeaseStore(), 5.0), period_s=period_s,
-                  new_worker=lambda _: False, forget=lambda _: None,
+                  new_worker=new_worker, forget=lambda _: None,
                   busy=lambda app: app in working, give_back_after_s=give_back_after_s)
 
 
@@ -152,6 +156,28 @@ async def test_idle_apps_are_passed_over_once_at_start_then_only_on_change() -> 
         await registry.put_app(parse({"name": "app31", "image": "img"}))
         await until(lambda: len(run.runs) > before)
         assert run.runs[before:] == ["app31"]
+
+    await closing(passes, body)
+
+
+async def test_a_new_workers_heartbeat_on_the_workers_feed_passes_over_every_app() -> None:
+    registry = MemoryRegistry()
+    run = Reconcile()
+    passes = passes_of(run, registry=registry, period_s=0.05,
+                       new_worker=lambda worker: worker == "w-new")
+
+    async def body() -> None:
+        passes.start()
+        await until(lambda: len(run.runs) == len(APPS))
+        await asyncio.sleep(0.3)
+        before = len(run.runs)
+        status = WorkerStatus(id="w-old", epoch=1, region="local", url="http://w", cpus=1,
+                              memory_mb=512, updated_at=0.0)
+        await registry.publish_worker(status, ttl_s=5)  # a worker it knew: nothing
+        await asyncio.sleep(0.3)
+        assert len(run.runs) <= before + 1  # (the sweep's one app)
+        await registry.publish_worker(msgspec.structs.replace(status, id="w-new"), ttl_s=5)
+        await until(lambda: set(run.runs[before:]) >= set(APPS))
 
     await closing(passes, body)
 

@@ -11,7 +11,7 @@ import pytest
 
 from ground.registry.memory import MemoryRegistry
 from ground.registry.redis import RedisRegistry
-from ground.registry.types import Change, WorkerStatus
+from ground.registry.types import ROUTES, Change, Feed, WorkerStatus
 from placement.fleet.fleetindex import FleetIndex
 from tests.support.loopturns import LoopTurns
 from tests.support.placement_helpers import eventually
@@ -98,16 +98,16 @@ class BrokenFeed:
         workers: list[WorkerStatus] = await self.inner.workers(region)
         return workers
 
-    async def feed_position(self) -> str:
-        position: str = await self.inner.feed_position()
+    async def feed_position(self, feed: Feed = ROUTES) -> str:
+        position: str = await self.inner.feed_position(feed)
         return position
 
-    async def changes(self, after: str | None = None, block_s: float | None = None
-                      ) -> AsyncIterator[Change]:
+    async def changes(self, after: str | None = None, block_s: float | None = None,
+                      feed: Feed = ROUTES) -> AsyncIterator[Change]:
         if not self.failed:
             self.failed = True
             raise ConnectionError("feed down")
-        async for change in self.inner.changes(after, block_s):
+        async for change in self.inner.changes(after, block_s, feed):
             yield change
 
 

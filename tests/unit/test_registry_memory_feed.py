@@ -6,7 +6,7 @@ import asyncio
 
 from ground.registry import memory
 from ground.registry.memory import MemoryRegistry
-from ground.registry.types import Change
+from ground.registry.types import WORKERS, Change
 
 
 class CountingRing(list[Change | None]):
@@ -26,8 +26,8 @@ async def test_a_reader_reads_one_slot_per_change_however_many_are_retained() ->
     registry = MemoryRegistry()
     for n in range(memory.FEED_LENGTH + 50):  # a full ring
         await registry.set_worker_layers(f"w{n}", {})
-    registry._feed = CountingRing(registry._feed)
-    feed = registry.changes(after=await registry.feed_position())
+    registry._feeds[WORKERS].ring = CountingRing(registry._feeds[WORKERS].ring)
+    feed = registry.changes(after=await registry.feed_position(WORKERS), feed=WORKERS)
     CountingRing.reads = 0
     for n in range(100):
         await registry.set_worker_layers(f"x{n}", {})
@@ -39,10 +39,10 @@ async def test_a_reader_reads_one_slot_per_change_however_many_are_retained() ->
 
 async def test_a_reader_behind_the_oldest_kept_change_goes_on_from_the_oldest_kept() -> None:
     registry = MemoryRegistry()
-    start = await registry.feed_position()
+    start = await registry.feed_position(WORKERS)
     for n in range(memory.FEED_LENGTH + 5):
         await registry.set_worker_layers(f"w{n}", {})
-    feed = registry.changes(after=start)
+    feed = registry.changes(after=start, feed=WORKERS)
     first = await feed.__anext__()
     second = await feed.__anext__()
     assert (first.key, second.key) == ("w5", "w6")
@@ -52,7 +52,7 @@ async def test_a_reader_behind_the_oldest_kept_change_goes_on_from_the_oldest_ke
 
 async def test_changes_written_while_a_reader_is_busy_all_reach_it_in_order() -> None:
     registry = MemoryRegistry()
-    feed = registry.changes()
+    feed = registry.changes(feed=WORKERS)
     waiting = asyncio.ensure_future(feed.__anext__())
     await asyncio.sleep(0)
     for n in range(3):
@@ -64,7 +64,7 @@ async def test_changes_written_while_a_reader_is_busy_all_reach_it_in_order() ->
 
 async def test_closing_leaves_a_waiting_reader_waiting_rather_than_spinning() -> None:
     registry = MemoryRegistry()
-    feed = registry.changes()
+    feed = registry.changes(feed=WORKERS)
     waiting = asyncio.ensure_future(feed.__anext__())
     await asyncio.sleep(0)
     await registry.close()
