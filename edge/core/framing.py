@@ -60,36 +60,74 @@ class Rejection:
     message: str
 
 
-@dataclass(slots=True)
 class RequestHead:
     """An accepted request head. `target` is origin-form; `host` lower-case, no port;
-    `forward` the header lines to pass on as they are (`Name: value\r\n` each)."""
+    `forward` the header lines to pass on as they are (`Name: value\r\n` each).
+    `forwarded_proto`/`forwarded_host`: what the client (a proxy, believed only when
+    trusted) says of the request's own scheme and host: the right-most item of
+    X-Forwarded-Proto / X-Forwarded-Host. (A plain class, not a dataclass: under mypyc a
+    dataclass's `__init__` is still the interpreted one dataclasses generates, and one is
+    made per request.)"""
 
-    host: str
-    authority: bytes
-    target: bytes
-    body: int
-    content_length: int
-    expect_continue: bool
-    request_id: bytes | None
-    forwarded_for: bytes | None
-    hold_timeout_s: float | None
-    forward: bytes
-    # what the client (a proxy, believed only when trusted) says of the request's own
-    # scheme and host: the right-most item of X-Forwarded-Proto / X-Forwarded-Host
-    forwarded_proto: bytes | None = None
-    forwarded_host: bytes | None = None
+    __slots__ = ("authority", "body", "content_length", "expect_continue", "forward",
+                 "forwarded_for", "forwarded_host", "forwarded_proto", "hold_timeout_s",
+                 "host", "request_id", "target")
+
+    def __init__(self, host: str, authority: bytes, target: bytes, body: int,
+                 content_length: int, expect_continue: bool, request_id: bytes | None,
+                 forwarded_for: bytes | None, hold_timeout_s: float | None, forward: bytes,
+                 forwarded_proto: bytes | None = None,
+                 forwarded_host: bytes | None = None) -> None:
+        self.host = host
+        self.authority = authority
+        self.target = target
+        self.body = body
+        self.content_length = content_length
+        self.expect_continue = expect_continue
+        self.request_id = request_id
+        self.forwarded_for = forwarded_for
+        self.hold_timeout_s = hold_timeout_s
+        self.forward = forward
+        self.forwarded_proto = forwarded_proto
+        self.forwarded_host = forwarded_host
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.host, self.authority, self.target, self.body, self.content_length,
+                self.expect_continue, self.request_id, self.forwarded_for,
+                self.hold_timeout_s, self.forward, self.forwarded_proto, self.forwarded_host)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestHead) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, as a dataclass with eq is)
+
+    def __repr__(self) -> str:
+        return f"RequestHead{self._fields()!r}"
 
 
-@dataclass(slots=True)
 class ResponseHead:
     """How the upstream framed its body, and the header lines to pass on (`Name: value\r\n`
-    each; framing and hop-by-hop headers are left for the shell to make)."""
+    each; framing and hop-by-hop headers are left for the shell to make). (A plain class:
+    see RequestHead.)"""
 
-    body: int
-    content_length: int
-    close: bool
-    forward: bytes
+    __slots__ = ("body", "close", "content_length", "forward")
+
+    def __init__(self, body: int, content_length: int, close: bool, forward: bytes) -> None:
+        self.body = body
+        self.content_length = content_length
+        self.close = close
+        self.forward = forward
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.body, self.content_length, self.close, self.forward)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResponseHead) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ResponseHead{self._fields()!r}"
 
 
 _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode())
