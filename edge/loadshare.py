@@ -25,7 +25,8 @@ request, a held one, a withdrawal) or sees the others' load, it shares every int
 An unused edge (no client, nothing held) that is idle rests instead: no round at all
 until something it decided on changes. What it must not miss is another edge's load
 beginning on its machines, so an edge whose share names a machine its last share did
-not adds news to the board in the same call (`share(..., news=True)`), and every edge
+not adds news to the board in the same call (`share(..., news=True)`; the board adds it
+too when the edge's entry was lost or lapsed), and every edge
 keeps one blocked read on the news (`news()`: a single long-lived call, nothing while
 nothing happens). A rest ends on news, on the edge's first client, on a change in its
 view (a machine another edge already loads may appear in it), on `refresh()`, when the
@@ -75,7 +76,10 @@ class LoadBoard(Protocol):
                     ttl_s: float, news: bool = False) -> Loads:
         """Replace `edge`'s loads (and its demand of each app named: 0 withdraws it)
         for `ttl_s`; every other edge's unexpired loads, summed. `news`: add news (in the
-        same step as the loads, so news read means the loads are there to read)."""
+        same step as the loads, so news read means the loads are there to read); never
+        with no loads. News is added also when `loads` has any and `edge`'s entry was
+        gone or lapsed (the board lost it: the others last read none of it, whatever this
+        edge last shared)."""
         ...
 
     async def news(self, after: str, block_s: float) -> str:
@@ -100,7 +104,9 @@ class MemoryLoadBoard:
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
                     ttl_s: float, news: bool = False) -> Loads:
         now = self.clock()
-        if news:
+        previous = self.loads.get(edge)
+        lapsed = previous is None or previous[0] <= now or not previous[1]
+        if loads and (news or lapsed):
             self.newest += 1
             if self._news is not None:
                 self._news.set()

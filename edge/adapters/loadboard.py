@@ -28,9 +28,17 @@ log = logging.getLogger("thaw.edge")
 NEWS_KEPT = 100  # entries of the news stream kept (about: trimmed by whole nodes)
 
 # KEYS: the loads, the news. ARGV: edge id, ttl ms, JSON loads ('' when none), '1' to
-# add news. -> the other edges' JSON loads
+# add news. News is added too when loads come and the edge's entry is gone or lapsed
+# (Redis flushed or restarted, or the edge stalled past its TTL): the others last read
+# none of its loads, whatever it last shared. -> the other edges' JSON loads
 _SHARE = UNEXPIRED + """
-if ARGV[4] == '1' then
+local lapsed = true
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local until_ms = string.match(old, '^(%d+) ')
+  lapsed = until_ms == nil or tonumber(until_ms) <= now_ms
+end
+if ARGV[3] ~= '' and (ARGV[4] == '1' or lapsed) then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', NEWS_KEPT, '*', 'edge', ARGV[1])
 end
 if ARGV[3] == '' then

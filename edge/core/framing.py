@@ -97,7 +97,9 @@ class RequestHead:
                 self.hold_timeout_s, self.forward, self.forwarded_proto, self.forwarded_host)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestHead) and self._fields() == other._fields()
+        if not isinstance(other, RequestHead):
+            return NotImplemented
+        return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]  # (mutable, as a dataclass with eq is)
 
@@ -122,7 +124,9 @@ class ResponseHead:
         return (self.body, self.content_length, self.close, self.forward)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ResponseHead) and self._fields() == other._fields()
+        if not isinstance(other, ResponseHead):
+            return NotImplemented
+        return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]
 

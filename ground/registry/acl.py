@@ -85,7 +85,8 @@ def _edge() -> list[Grant]:
         Grant(keys.machines(ANY), False, HASH_READ),
         Grant(keys.changes(), False, FEED_READ),
         _generation(),
-        Grant(keys.machine_load(), True, EXPIRING),
+        # (HGET: the share script reads the edge's own entry, news if it lapsed)
+        Grant(keys.machine_load(), True, (*EXPIRING, "hget")),
         Grant(keys.machine_load_news(), True, ("xadd", *FEED_READ)),
         Grant(keys.wake_demand(ANY), True, EXPIRING),
         Grant(keys.placements(), False, ("hgetall",)),

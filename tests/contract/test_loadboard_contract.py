@@ -90,10 +90,14 @@ async def test_news_is_read_from_a_position_and_a_blocked_read_returns_with_it(
     backend: Backend,
 ) -> None:
     board = backend.board
+    await board.share("e1", {"web": {"m1": 1}}, {}, 5.0, news=True)  # e1's loads begin
     start = await board.news("", 0)  # the position now, at once
     assert await board.news(start, 0.1) == start  # nothing new: the block runs out
-    await board.share("e1", {"web": {"m1": 1}}, {}, 5.0)  # no news asked for
+    await board.share("e1", {"web": {"m1": 2}}, {}, 5.0)  # e1 again, no news asked for
+    await board.share("e1", {}, {}, 5.0, news=True)  # no loads: never news
     assert await board.news(start, 0.1) == start
+    await board.share("e1", {"web": {"m1": 1}}, {}, 5.0)
+    start = await board.news("", 0)  # (its loads back after none: news, unasked)
     waiting = asyncio.ensure_future(board.news(start, 10.0))
     await asyncio.sleep(0.05)
     assert not waiting.done()
@@ -103,10 +107,25 @@ async def test_news_is_read_from_a_position_and_a_blocked_read_returns_with_it(
     # the loads were there before the news could be read
     assert await board.share("e3", {}, {}, 5.0) == {"web": {"m1": 1, "m2": 1}}
     assert await board.news("", 0) == newer
-    await board.share("e1", {}, {}, 5.0, news=True)
-    await board.share("e1", {}, {}, 5.0, news=True)
+    await board.share("e2", {"web": {"m2": 1, "m3": 1}}, {}, 5.0, news=True)
+    await board.share("e2", {"web": {"m2": 1, "m4": 1}}, {}, 5.0, news=True)
     newest = await board.news(newer, 1.0)  # two news at once: the newest's position
     assert newest not in (start, newer) and await board.news(newest, 0.05) == newest
+
+
+async def test_loads_shared_again_after_the_entry_lapsed_are_news_even_unasked(
+    backend: Backend,
+) -> None:
+    """An edge stalled past its TTL (or a board that lost its entries) shares the machine
+    it last shared: the others last read none of it, so it is news all the same."""
+    board = backend.board
+    await board.share("e1", {"web": {"m1": 1}}, {}, 0.2, news=True)
+    start = await board.news("", 0)
+    await board.share("e1", {"web": {"m1": 2}}, {}, 0.2)  # its entry alive: not news
+    assert await board.news(start, 0.05) == start
+    await asyncio.sleep(0.3)  # lapsed
+    await board.share("e1", {"web": {"m1": 2}}, {}, 0.2)  # not asked, but news
+    assert await board.news(start, 1.0) != start
 
 
 async def test_the_news_stream_in_redis_stays_bounded(redis_server: Any) -> None:
