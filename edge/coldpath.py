@@ -71,6 +71,7 @@ class ColdPath:
         return Shape(
             started=len(app.routable), in_flight=app.in_flight,
             free=balance.free_slots(app.routable, concurrency.hard_limit),
+            over=balance.over_limit(app.routable, concurrency.hard_limit),
             soft_limit=concurrency.soft_limit, max_machines=config.max_machines,
             auto_start=config.auto_start, hold_timeout_s=config.hold_timeout_s,
             max_pending=config.max_pending,

@@ -139,6 +139,12 @@ class MemoryLoadBoard:
         return sum(n for until, n in self.demands.get(app, {}).values() if until > now)
 
 
+def crowded(entry: AppEntry) -> bool:
+    """Whether a machine of the app has more requests than its hard limit, every edge's."""
+    hard = entry.config.concurrency.hard_limit
+    return any(m.in_flight > hard for m in entry.routable)
+
+
 def summed(boards: Iterable[Loads]) -> Loads:
     """Every edge's requests per machine, added up; an entry outside 1..`MAX_REQUESTS`
     (another edge's bug, or a damaged entry) counts as nothing or as that bound."""
@@ -172,8 +178,7 @@ class LoadShare:
         self._loaded: set[MachineSlot] = set()  # slots with others' load on them
         self._demanded: set[str] = set()  # apps whose demand was last published non-zero
         self._sent: Loads = {}  # this edge's loads as last published
-        self._quiet = 0  # idle rounds skipped since the last share
-        self._rested = False  # the last round rested: the next one shares
+        self._quiet = 0  # idle rounds skipped since the last share (a rest sets it due)
         # while the news is being read, the number of the read that began then (a round
         # rests only if the same read went on through it); 0 while it cannot be read
         self.listening = 0
@@ -256,10 +261,9 @@ class LoadShare:
         """Whether this round shares: always while this edge has something to publish or
         withdraw, or the others have load on its machines, or a fresh read was asked
         for, or the last round rested; else once in IDLE_EVERY."""
-        if (loads or demand or self._loaded or self._waiting or self._rested
+        if (loads or demand or self._loaded or self._waiting
                 or self._quiet >= IDLE_EVERY - 1):
             self._quiet = 0
-            self._rested = False
             return True
         self._quiet += 1
         return False
@@ -278,7 +282,7 @@ class LoadShare:
         news was read without a break from before this round read the board
         (`listening` then was `listened`) until now."""
         if listened and listened == self.listening and self.quiet() and not self._waiting:
-            self._rested = True
+            self._quiet = IDLE_EVERY - 1  # the round after a rest shares
             return REST_MAX_S
         return None
 
@@ -319,7 +323,9 @@ class LoadShare:
                                         self.interval_s * TTL_INTERVALS, self.news(loads))
         self.published(loads, demand)
         for entry in self.apply(others):
-            if self.held(entry.name):  # room to release into, or more machines to ask for
+            # room to release into, or more machines to ask for: for what is held, or for
+            # requests the edges together put past a machine's hard limit (edge/core/appwake.py)
+            if self.held(entry.name) or crowded(entry):
                 self.room(entry)
         return self.rest(listened)
 

@@ -2,14 +2,16 @@
 separate process on one Redis (and one PostgreSQL when there are several placements).
 
     .venv/bin/python loadtests/bench_wakes.py [--rounds 5] [--burst 200] [--herd 200]
-        [--no-write]
+        [--herd-stopped 200] [--no-write]
 
 1. Two edges, two placements: `--rounds` bursts of `--burst` cold requests, each on a new
    app (soft_limit 25, max 20, a 1 s boot), split across the two edges in a different
    ratio each round (1:1, 3:1, 1:3, ...): machines started against ceil(burst / 25).
 2. A herd: `--herd` apps (one machine each, a tiny C server) woken at once through one
    edge, on three workers: machines per worker, and each request's hold time minus its
-   machine's boot (both from Server-Timing), p50/p99.
+   machine's boot (both from Server-Timing), p50/p99, and the CPU each process spent
+   over the burst, per wake. Then (`--herd-stopped`) the same for apps whose machines
+   were started and stopped before: under the OCI driver, prepared containers.
 Loopback only; bounded (every wait has a deadline); every process started is stopped.
 """
 
@@ -30,10 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.benchlib import machine_line, percentile, write_section
+from loadtests.benchlib import (
+    busy_s,
+    cpu_s,
+    cpu_times,
+    machine_line,
+    percentile,
+    reaped_cpu_s,
+    write_section,
+)
 from loadtests.tinyapp import build_tiny_image
 from tests.support.agent_process import call, wait_until
 from tests.support.credentials import ADMIN_TOKEN
@@ -57,7 +68,9 @@ def create(services: Services, placement: int, name: str, image: str, **fields: 
 
 
 def live(services: Services, app: str) -> list[dict[str, Any]]:
-    _, body = call("GET", f"{services.api}/v1/apps/{app}/machines", token=ADMIN_TOKEN)
+    status, body = call("GET", f"{services.api}/v1/apps/{app}/machines", token=ADMIN_TOKEN)
+    if status != 200:
+        raise SystemExit(f"machines of {app}: {status} {body}")
     return [m for m in body if m["state"] not in ("destroying", "destroyed")]
 
 
@@ -93,7 +106,9 @@ def two_edges(services: Services, image: str, rounds: int, burst: int) -> list[s
     for r in range(rounds):
         a, b = RATIOS[r % len(RATIOS)]
         app = f"burst{r}"
-        create(services, r % 2, app, image, max_machines=20,
+        # a Python app: 8 MB (the herd's tiny C server's size) is below its interpreter's
+        # own, and under the OCI driver's memory limit it never became ready
+        create(services, r % 2, app, image, max_machines=20, guest={"cpus": 0.1, "memory_mb": 64},
                concurrency={"type": "requests", "soft_limit": SOFT_LIMIT, "hard_limit": 30})
         wait_until(lambda app=app: known(services, 0, app) and known(services, 1, app), 10, 0.05)
         on_a = burst * a // (a + b)
@@ -101,6 +116,9 @@ def two_edges(services: Services, image: str, rounds: int, burst: int) -> list[s
                    for i in range(burst)]
         answers = asyncio.run(get_all(targets))
         ok = sum(1 for status, _, _ in answers if status == 200)
+        others = Counter(f"{status} {body[:80]}" for status, body, _ in answers if status != 200)
+        if others:
+            print("not 200:", dict(others), flush=True)
         started = len(live(services, app))
         needed = min(20, math.ceil(burst / SOFT_LIMIT))
         rows.append(f"| {r + 1} | {on_a} : {burst - on_a} | {ok} / {burst} | {started} | "
@@ -126,15 +144,94 @@ def herd_platform(tmp: Path, redis_url: str) -> Iterator[Services]:
         services.stop()
 
 
-def herd(services: Services, image: str, apps: int) -> list[str]:
-    names = [f"herd{i}" for i in range(apps)]
+def cpu_snapshot(services: Services, redis_pid: int) -> dict[str, float]:
+    """CPU seconds so far of each service process, of the children each agent reaped (the
+    runtime's calls), of Redis, and of the whole machine (`machine`)."""
+    snap = {name: cpu_s(proc.pid) for name, proc in services.procs.items()}
+    snap.update({f"{name} (reaped children)": reaped_cpu_s(proc.pid)
+                 for name, proc in services.procs.items() if name.startswith("agent")})
+    snap["redis"] = cpu_s(redis_pid)
+    snap["machine"] = busy_s(cpu_times())
+    return snap
+
+
+def cpu_rows(before: dict[str, float], after: dict[str, float], wakes: int) -> list[str]:
+    """The platform's CPU per wake, per process, between two `cpu_snapshot`s; `the rest`
+    is the machine's busy time no listed process accounts for (the machines themselves,
+    runtime processes not yet reaped, the load generator, the kernel's own work)."""
+    spent = {name: after[name] - before[name] for name in before}
+    machine = spent.pop("machine")
+    rows = ["| process | CPU s over the burst | ms per wake |", "|---|---|---|"]
+    for name, seconds in [*spent.items(), ("the rest", machine - sum(spent.values())),
+                          ("the machine, every core", machine)]:
+        rows.append(f"| {name} | {seconds:.2f} | {1000 * seconds / wakes:.1f} |")
+    return rows
+
+
+def stop_all(services: Services, names: list[str]) -> None:
+    """Each app woken (20 at a time, until answered 200) and its machine stopped through
+    the API: under the OCI driver a stopped machine is a created container, so the next
+    wake is the runtime's start alone."""
+    left = list(names)
+    for _ in range(10):
+        for i in range(0, len(left), 20):
+            asyncio.run(get_all([(services.edge_ports[0], f"{n}.localhost", "/")
+                                 for n in left[i:i + 20]]))
+        left = [n for n in left if not any(m["state"] == "started" for m in live(services, n))]
+        if not left:
+            break
+    if left:
+        raise SystemExit(f"{len(left)} apps never started: {left[:5]}")
+
+    def stop(name: str) -> None:
+        started: list[dict[str, Any]] = []
+        wait_until(lambda: bool(started.extend(m for m in live(services, name)
+                                                 if m["state"] == "started") or started), 20)
+        machine = started[0]
+        base = f"{services.api}/v1/apps/{name}/machines/{machine['id']}"
+        status, body = call("POST", f"{base}/stop", token=ADMIN_TOKEN)
+        if status != 200:
+            raise SystemExit(f"stop {name}: {status} {body}")
+        status, body = call("GET", f"{base}/wait?state=stopped&timeout_s=30", timeout_s=40,
+                            token=ADMIN_TOKEN)
+        if status != 200:
+            raise SystemExit(f"stop {name}: {status} {body}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(stop, names))
+    time.sleep(3)  # a stopped OCI machine is created again after its stop; the edges hear
+
+
+def redis_calls(url: str) -> Counter[str]:
+    """Redis's count of calls per command so far (INFO commandstats)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return Counter({name.removeprefix("cmdstat_"): int(stats["calls"])
+                        for name, stats in client.info("commandstats").items()})
+    finally:
+        client.close()
+
+
+def herd(services: Services, image: str, apps: int, redis_pid: int,
+         stopped: bool = False) -> list[str]:
+    """`apps` new apps woken at once through one edge: their first machines created, or
+    (`stopped`) their machines, created and stopped before, started."""
+    names = [f"{'stopped' if stopped else 'herd'}{i}" for i in range(apps)]
     for name in names:
         create(services, 0, name, image)
     wait_until(lambda: all(known(services, 0, n) for n in names[-5:]), 20, 0.1)
+    if stopped:
+        stop_all(services, names)
+    before, calls = cpu_snapshot(services, redis_pid), redis_calls(services.redis_url)
     began = time.monotonic()
     answers = asyncio.run(get_all([(services.edge_ports[0], f"{n}.localhost", "/")
                                    for n in names]))
     took_s = time.monotonic() - began
+    cpu = cpu_rows(before, cpu_snapshot(services, redis_pid), apps)
+    calls = redis_calls(services.redis_url) - calls
+    cpu += ["", f"Redis commands over the burst, per wake: {calls.total() / apps:.1f} ("
+            + ", ".join(f"{name} {n / apps:.1f}" for name, n in calls.most_common(8)) + ")"]
+    print("\n".join(cpu), flush=True)
     per_worker: Counter[str] = Counter()
     for name in names:
         for machine in live(services, name):
@@ -143,7 +240,9 @@ def herd(services: Services, image: str, apps: int) -> list[str]:
     line = herd_line(answers, f"{apps} | ", f" {spread} |", took_s)
     print(line, flush=True)
     return ["| apps | answers 200 | machines per worker | hold minus boot p50 ms | p99 ms | "
-            "burst took s |", "|---|---|---|---|---|---|", line]
+            "burst took s |", "|---|---|---|---|---|---|", line, "",
+            "The platform's CPU over the burst (from the first request sent to the last "
+            "answer), per process (/proc/PID/stat), divided by the wakes:", "", *cpu]
 
 
 def herd_line(answers: list[tuple[int, str, str]], first: str, middle: str,
@@ -187,6 +286,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--herd", type=int, default=200)
+    parser.add_argument("--herd-stopped", type=int, default=200,
+                        help="then a herd of this many apps whose machines were started and "
+                        "stopped before (prepared containers): the runtime's start alone")
     parser.add_argument("--among", type=int, default=0,
                         help="also: a herd of --among-herd cold apps through both edges of the "
                         "two-placement platform with this many idle apps present (issue 25)")
@@ -225,7 +327,13 @@ def main() -> None:
             finally:
                 services.stop()
         with start_redis_server() as redis, herd_platform(work / "herd", redis.url) as services:
-            herded = herd(services, herd_image, args.herd)
+            herded = herd(services, herd_image, args.herd, redis.pid) if args.herd else []
+            if args.herd_stopped:
+                herded += ["", "The same platform, then a herd of apps whose machines were "
+                           "woken and stopped before (created containers: a wake is the "
+                           "runtime's start):", "",
+                           *herd(services, herd_image, args.herd_stopped, redis.pid,
+                                 stopped=True)]
     finally:
         if args.keep:
             print(f"kept {work} (the services' logs)")
@@ -235,7 +343,8 @@ def main() -> None:
         "## Wakes across two edges and two placements; a herd of cold apps", "",
         f"Machine: {machine_line()}", "",
         "Command: `.venv/bin/python loadtests/bench_wakes.py "
-        f"--rounds {args.rounds} --burst {args.burst} --herd {args.herd}"
+        f"--rounds {args.rounds} --burst {args.burst} --herd {args.herd} "
+        f"--herd-stopped {args.herd_stopped}"
         + (f" --among {args.among} --among-herd {args.among_herd}" if args.among else "")
         + "`", "",
         f"Two placements and two edges on one Redis and one PostgreSQL, three agents; each "
@@ -256,8 +365,12 @@ def main() -> None:
         "those, the same herd went 100 / 28 / 22 (and, before the Redis clients waited "
         "for a free connection, half its wakes failed with \"Too many connections\"). "
         "Hold minus boot is the platform's own time for 200 wakes at once on 2 cores "
-        "shared by the edge, placement, three agents, Redis and the load generator; the "
-        "issue's own herd measurement was ~2 s held for 0.1 to 0.4 s boots with 100 apps.",
+        "shared by the edge, placement, three agents, Redis, the runtime and the load "
+        "generator. Since issues 23 and 24 a first wake is a full OCI create (the "
+        "container, its rootfs mount, its network namespace and veth): most of its CPU is "
+        "runc's and the kernel's ('reaped children', 'the rest'); the herds recorded "
+        "before 2026-11-27 (hold minus boot p50 1.2-1.8 s) ran under bubblewrap. A wake "
+        "of a stopped machine is the runtime's start of a prepared container.",
     ])
     print(body)
     if not args.no_write:

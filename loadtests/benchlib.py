@@ -115,6 +115,19 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reaped_cpu_s(pid: int) -> float:
+    """cutime + cstime of `pid`: the CPU of the children it has waited for (an agent's
+    runtime calls, for one), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_s(times: list[int]) -> float:
+    """The CPU seconds, every core, in a `cpu_times()` reading: all but idle, iowait and
+    steal."""
+    return (sum(times[:8]) - times[3] - times[4] - times[7]) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_s(pid: int) -> float:
     """`cpu_s` of `pid` and every live descendant (nginx's workers under its master)."""
     total = cpu_s(pid)

@@ -4,7 +4,7 @@ the placement, one agent and the edge for the burst, and the services' debug log
 each wake's phases (edge sent -> placement planned -> placed -> answered).
 
     .venv/bin/pip install py-spy     # once (not a test dependency)
-    .venv/bin/python loadtests/profile_herd.py [--apps 200] [--seconds 3]
+    .venv/bin/python loadtests/profile_herd.py [--apps 200] [--seconds 3] [--stopped]
 
 Prints the phases' p10/p50/p90, the Server-Timing parts, and each process's top
 functions by self time (raw samples in /tmp/herd-profile-<service>.txt). Loopback
@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.bench_wakes import create, get_all, herd_platform, known, timing
+from loadtests.bench_wakes import create, get_all, herd_platform, known, stop_all, timing
 from loadtests.tinyapp import build_tiny_image
 from tests.support.agent_process import wait_until
 from tests.support.redis_server import start_redis_server
@@ -89,6 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--apps", type=int, default=200)
     parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--stopped", action="store_true",
+                        help="wake machines started and stopped before (prepared containers)")
     args = parser.parse_args()
     if not PY_SPY.exists():
         raise SystemExit(f"{PY_SPY} not found: .venv/bin/pip install py-spy")
@@ -102,6 +104,8 @@ def main() -> None:
                 for name in names:
                     create(services, 0, name, image)
                 wait_until(lambda: all(known(services, 0, n) for n in names[-5:]), 20, 0.1)
+                if args.stopped:
+                    stop_all(services, names)
                 spies = [subprocess.Popen(
                     [str(PY_SPY), "record", "-p", str(services.procs[name].pid), "-d",
                      str(args.seconds), "-r", "200", "-f", "raw", "--nonblocking", "-o",

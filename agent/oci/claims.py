@@ -35,20 +35,26 @@ class Claims:
     def claim(self, owner: Path, wanted: int | None = None) -> int:
         """A slot for `owner`: `wanted` (its recorded slot) if that is free or already
         its own, else the first free one on its probe path. NoSlot if none is left."""
-        span = self.slots - self.first
-        start = int.from_bytes(hashlib.sha256(str(owner).encode()).digest()[:8], "big") % span
-        order = [self.first + (start + step) % span for step in range(span)]
-        if wanted is not None and self.first <= wanted < self.slots:
-            order.insert(0, wanted)
         with self._locked():
-            for slot in order:
+            for slot in self._probe(owner, wanted):
                 holder = self._owner(slot)
                 if holder == str(owner):
                     return slot
                 if holder is None or not Path(holder).is_dir():
                     self._write(slot, owner)
                     return slot
-        raise NoSlot(f"all {span} slots under {self.directory} are claimed")
+        raise NoSlot(f"all {self.slots - self.first} slots under {self.directory} are "
+                     "claimed")
+
+    def _probe(self, owner: Path, wanted: int | None) -> Iterator[int]:
+        """`wanted` (when in the pool), then every slot from the one `owner` hashes to:
+        made as tried (the id pool has ~65,000 slots; the first free one is near)."""
+        if wanted is not None and self.first <= wanted < self.slots:
+            yield wanted
+        span = self.slots - self.first
+        start = int.from_bytes(hashlib.sha256(str(owner).encode()).digest()[:8], "big") % span
+        for step in range(span):
+            yield self.first + (start + step) % span
 
     def release(self, slot: int, owner: Path) -> None:
         with self._locked():

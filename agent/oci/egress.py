@@ -17,10 +17,12 @@ import subprocess
 from pathlib import Path
 
 from agent.core.machinenet import FAMILY, TABLE, Egress, admit, forget, ruleset
+from ground import spawn
 from ground.statefiles import file_lock
 
 log = logging.getLogger("thaw.agent")
 NFT = "nft"
+CALL_TIMEOUT_S = 30.0  # one `nft -f`
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 
 
@@ -67,12 +69,13 @@ async def drop(address: str) -> None:
 
 
 async def _nft_script(script: str, quiet_missing: bool = False) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        NFT, "-f", "-", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate(script.encode())
-    if proc.returncode != 0:
-        text = err.decode(errors="replace").strip()
+    try:
+        done = await spawn.run([NFT, "-f", "-"], input=script.encode(), keep_out=False,
+                               timeout_s=CALL_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise EgressError(f"nft: {exc}") from None
+    if done.returncode != 0:
+        text = done.err.decode(errors="replace").strip()
         if quiet_missing and "No such file or directory" in text:
             return
         raise EgressError(f"nft: {text[:500]}")

@@ -13,13 +13,15 @@ policy's business). The distribution's `ip` does it, in two batches.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ground import spawn
+
 IP = "ip"
+CALL_TIMEOUT_S = 30.0  # one `ip -batch`
 NETNS_DIR = Path("/run/netns")
 DEFAULT_CIDR = "10.213.0.0/16"
 
@@ -110,9 +112,10 @@ async def _ip_batch(commands: list[str], force: bool = False, netns: str = "") -
     """One `ip` for the commands (in namespace `netns` if given)."""
     argv = [IP, *(["-n", netns] if netns else []), *(["-force"] if force else []), "-batch",
             "-"]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate("\n".join(commands).encode() + b"\n")
-    if proc.returncode != 0:
-        raise NetworkError(f"ip: {err.decode(errors='replace').strip()[:500]}")
+    try:
+        done = await spawn.run(argv, input="\n".join(commands).encode() + b"\n",
+                               keep_out=False, timeout_s=CALL_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise NetworkError(f"ip: {exc}") from None
+    if done.returncode != 0:
+        raise NetworkError(f"ip: {done.err.decode(errors='replace').strip()[:500]}")

@@ -4,12 +4,13 @@ RuntimeFailure carrying the runtime's own last error line, never a traceback."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ground import spawn
 
 CALL_TIMEOUT_S = 30.0
 DEFAULT_RUNTIME = "runc"
@@ -90,19 +91,14 @@ class Runtime:
         argv = [self.binary, "--root", str(self.root)]
         if log is not None:
             argv += ["--log", str(log), "--log-format", "json"]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, *args, stdin=asyncio.subprocess.DEVNULL,
-            stdout=output_fd if output_fd is not None else asyncio.subprocess.PIPE,
-            stderr=output_fd if output_fd is not None else asyncio.subprocess.PIPE)
         try:
-            async with asyncio.timeout(CALL_TIMEOUT_S):
-                out, err = await proc.communicate()
+            done = await spawn.run([*argv, *args], timeout_s=CALL_TIMEOUT_S,
+                                   output_fd=output_fd)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
             raise RuntimeFailure(f"{self.name} {args[0]}: no answer in {CALL_TIMEOUT_S:g} s") \
                 from None
-        if proc.returncode != 0:
+        out, err = done.out, done.err
+        if done.returncode != 0:
             detail = (err or b"").decode(errors="replace").strip()
             if log is not None:
                 detail = last_error(log) or detail

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from edge.core import kernelwall
 from edge.core.forwarding import Network
 from edge.core.kernelwall import NotAnAddress
+from ground import spawn
 
 log = logging.getLogger("thaw.edge")
 NFT = "nft"
@@ -83,15 +84,10 @@ class NftWall:
 
 
 async def _nft(script: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        NFT, "-f", "-", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE)
     try:
-        async with asyncio.timeout(NFT_TIMEOUT_S):
-            _, err = await proc.communicate(script.encode())
+        done = await spawn.run([NFT, "-f", "-"], input=script.encode(), keep_out=False,
+                               timeout_s=NFT_TIMEOUT_S)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         raise WallError(f"nft did not answer within {NFT_TIMEOUT_S:g}s") from None
-    if proc.returncode != 0:
-        raise WallError(f"nft: {err.decode(errors='replace').strip()[:500]}")
+    if done.returncode != 0:
+        raise WallError(f"nft: {done.err.decode(errors='replace').strip()[:500]}")

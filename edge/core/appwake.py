@@ -18,7 +18,10 @@ an edge counts machines other edges' wakes started as its own. `elsewhere` (othe
 edges' requests at the app's machines, from the load share) makes an edge ask when
 the machines are full of others' requests too: with only its own counted, two edges
 whose first wakes were sized from a burst's first requests would each find the
-machines enough for their half and never ask again. A wake that adds
+machines enough for their half and never ask again. And since two edges admit on
+each other's load as last shared, together they can put more than `hard_limit` on a
+machine and hold nothing: requests past the hard limit (`Shape.over`, everyone's)
+call for a wake as held ones do (one edge alone would have held them). A wake that adds
 no machine, or fails, backs off `backoff_s` before the next (a machine appearing
 ends the backoff); a failure other than `deadline` with no machine started
 answers every held request with its code.
@@ -73,6 +76,11 @@ class Shape:
     # other edges' requests at these machines (the load share): counted in whether the
     # machines are enough, never in the demand this edge reports (placement sums those)
     elsewhere: int = 0
+    # everyone's requests past hard_limit at these machines: edges that admitted on a
+    # stale count of each other's load (within one share interval) can together pass
+    # it; those are requests one edge alone would have held, so they call for a wake
+    # as held ones do
+    over: int = 0
 
 
 def machines_to_start(demand: int, started: int, soft_limit: int, max_machines: int) -> int:
@@ -165,8 +173,9 @@ class AppWakes(Generic[T]):
     def on_capacity(self, app: str, now: float, shape: Shape) -> list[Effect[T]]:
         """The app's machines may have room again (a request ended, a machine stopped
         draining) or carry more of other edges' requests: what fits is released, and what
-        is still held may call for a wake."""
-        if not self.holds.held(app):
+        is still held may call for a wake (or, with none held, the machines past their hard
+        limit with every edge's requests: `Shape.over`)."""
+        if not self.holds.held(app) and shape.over <= 0:
             return []
         effects: list[Effect[T]] = []
         state = self._state(app)
@@ -322,8 +331,8 @@ class AppWakes(Generic[T]):
     def _maybe_wake(self, app: str, state: _AppState, now: float, shape: Shape,
                     effects: list[Effect[T]]) -> None:
         held = self.holds.held(app)
-        if (not shape.auto_start or held == 0 or state.wake is not None
-                or now < state.backoff_until):
+        if (not shape.auto_start or (held == 0 and shape.over <= 0)
+                or state.wake is not None or now < state.backoff_until):
             return
         demand = shape.in_flight + held
         count = machines_to_start(demand + shape.elsewhere, shape.started, shape.soft_limit,

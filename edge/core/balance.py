@@ -87,3 +87,8 @@ def pick_tunnel(machines: Sequence[T], limit: int, hard_limit: int) -> T | None:
 def free_slots(machines: Sequence[Loaded], hard_limit: int) -> int:
     """Requests the machines can still take before every one is at `hard_limit`."""
     return sum(max(0, hard_limit - m.in_flight) for m in machines)
+
+
+def over_limit(machines: Sequence[Loaded], hard_limit: int) -> int:
+    """Requests past `hard_limit` at the machines (edges' shares of load crossing)."""
+    return sum(max(0, m.in_flight - hard_limit) for m in machines)

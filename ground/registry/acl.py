@@ -122,7 +122,7 @@ def _placement() -> list[Grant]:
         Grant(keys.lease(ANY), True, ("get", "set", "del", "pttl", "pexpire")),
         Grant(keys.lease_tokens(), True, ("get", "set")),
         Grant(keys.wake_claims(ANY), True, EXPIRING),
-        Grant(keys.wake_demand(ANY), True, EXPIRING),
+        Grant(keys.wake_demand(ANY), True, (*EXPIRING, "hget")),  # hget: a wake's lapse
         Grant(_reports(), True, (*EXPIRING, "hkeys")),
         Grant(keys.worker_failures(), True, EXPIRING),
         Grant(keys.placements(), True, EXPIRING),

@@ -101,6 +101,20 @@ for _, entry in ipairs(unexpired(KEYS[1])) do total = total + (tonumber(entry[2]
 return total
 """
 
+# KEYS: the app's demand. ARGV: edge id, demand, ttl ms. The edge's entry lapses in ttl
+# if it is still that demand (one written since is newer)
+_LAPSE = UNEXPIRED + """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then
+  local _, demand = string.match(current, '^(%d+) (.*)$')
+  if demand == ARGV[2] then
+    local until_ms = now_ms + tonumber(ARGV[3])
+    redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', until_ms) .. ARGV[2])
+  end
+end
+return 1
+"""
+
 # KEYS: the worker's reports. ARGV: JSON [reporter, machine], window ms, most kept.
 # -> the pairs reported within the window
 _SUSPECT = UNEXPIRED + """
@@ -164,6 +178,7 @@ class RedisCoordination:
         self._publish = self._r.register_script(_PUBLISH)
         self._others = self._r.register_script(_OTHERS)
         self._report = self._r.register_script(_REPORT)
+        self._lapse = self._r.register_script(_LAPSE)
         self._suspect = self._r.register_script(_SUSPECT)
         self._mark = self._r.register_script(_MARK)
         self._marks = self._r.register_script(_MARKS)
@@ -251,6 +266,10 @@ class RedisCoordination:
     async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
         return int(await self._call(self._report(
             keys=[keys.wake_demand(app)], args=[edge, max(0, demand), max(1, int(ttl_s * 1000))])))
+
+    async def lapse(self, app: str, edge: str, demand: int, ttl_s: float) -> None:
+        await self._call(self._lapse(keys=[keys.wake_demand(app)],
+                                     args=[edge, demand, max(1, int(ttl_s * 1000))]))
 
     # -- worker failures -----------------------------------------------------------------
 

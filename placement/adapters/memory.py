@@ -105,6 +105,11 @@ class MemoryClaimBook:
             del self.demands[app]
         return sum(d for d, _ in entries.values())
 
+    async def lapse(self, app: str, edge: str, demand: int, ttl_s: float) -> None:
+        entries = self.demands.get(app, {})
+        if edge in entries and entries[edge][0] == demand:
+            entries[edge] = (demand, self.clock() + ttl_s)
+
 
 @dataclass
 class MemoryFailureBook:

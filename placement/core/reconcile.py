@@ -293,11 +293,14 @@ def _to_spares(declared: Declared, standby: Sequence[Seen], old: Sequence[Seen],
     """New standbys up to `spares` (within the `room` left), or the never-started ones
     made for it beyond it, unless `hold` (see `_trim_spares`). `standby`: the idle
     standbys of the current release left after the starts."""
-    spares = len(standby) + sum(1 for m in old if m.state in STANDBY) + busy.creating_standby
+    seen = len(standby) + sum(1 for m in old if m.state in STANDBY)
+    spares = seen + busy.creating_standby
     actions: list[Create | Destroy] = [
         Create(False, f"spares={declared.spares}: {spares} standing by", holding)
         for _ in range(min(room, max(0, declared.spares - spares)))]
-    return actions + _trim_spares(declared, standby, spares, hold)
+    # Only standbys seen make a surplus (as in `_over_max`): one being created may already
+    # be among them (its agent reports it before the create answers its creator)
+    return actions + _trim_spares(declared, standby, seen, hold)
 
 
 def _over_max(declared: Declared, current: Sequence[Seen], old: Sequence[Seen], busy: Busy,
@@ -333,7 +336,7 @@ def _trim_spares(declared: Declared, standby: Sequence[Seen], spares: int,
                  hold: bool) -> list[Destroy]:
     """Never-started standbys made for `spares` beyond it (it was lowered), unless `hold`:
     the app is short of running machines (a standby may be about to be started for
-    that), or a rollout is under way.
+    that), or a rollout is under way. `spares`: the standbys seen (none being created).
     `standby`: the idle standbys of the current release left after the starts."""
     extra = spares - declared.spares
     if extra <= 0 or hold:

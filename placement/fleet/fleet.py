@@ -24,6 +24,7 @@ from ground.appconfig import AppConfig, InvalidConfig
 from ground.auth.tickets import RecordCheck, RouteKeys
 from ground.periodic import Periodic
 from ground.registry import MachineRecord, Registry, WorkerStatus
+from ground.tasks import cancel_and_wait
 from imagecache.errors import ImageError
 from imagecache.resolver import ImageResolver
 from placement.core.failures import WorkerFailures
@@ -100,6 +101,7 @@ class Fleet:
         self.statuses: dict[str, WorkerStatus] = {}  # every known worker, as last read
         self._answers: dict[str, tuple[int, float]] = {}  # worker -> (epoch, at) of probes
         self._watch = Periodic("registry not answering", self._look, freshness_s / 6, log)
+        self._reading: asyncio.Task[list[WorkerStatus]] | None = None  # the read under way
 
     def watch(self) -> None:
         """Read the workers' heartbeats every half heartbeat: the registry's run of
@@ -108,12 +110,29 @@ class Fleet:
 
     async def close(self) -> None:
         await self._watch.close()
+        if self._reading is not None:
+            await cancel_and_wait(self._reading, errors=False)
 
     async def _look(self) -> None:
         await self.workers()
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]:
-        """The workers in the registry now (a read timed for `liveness`)."""
+        """The workers in the registry now (a read timed for `liveness`). Callers that ask
+        while a read is under way share it: a herd of wakes and the passes after them
+        asked ~3 times a wake, each a round trip and its decoding (docs/placement.md)."""
+        if self._reading is None:
+            self._reading = asyncio.create_task(self._read_workers())
+            self._reading.add_done_callback(self._read_done)
+        found = await asyncio.shield(self._reading)
+        return [w for w in found if region is None or w.region == region]
+
+    def _read_done(self, task: asyncio.Task[list[WorkerStatus]]) -> None:
+        if self._reading is task:
+            self._reading = None
+        if not task.cancelled():
+            task.exception()  # retrieved: each caller sharing it has it raised
+
+    async def _read_workers(self) -> list[WorkerStatus]:
         started = time.monotonic()
         try:
             found = await self.registry.workers()
@@ -123,7 +142,7 @@ class Fleet:
         self.liveness.answered((Beat(w.id, w.epoch, w.updated_at) for w in found),
                                started, time.monotonic())
         self.statuses.update((w.id, w) for w in found)
-        return [w for w in found if region is None or w.region == region]
+        return found
 
     async def judged(self) -> Judgement:
         """Every known worker live, in doubt or failed (core/liveness), read now."""

@@ -24,3 +24,9 @@ class ClaimBook(Protocol):
         withdraw it) for `ttl_s`; the sum of every edge's unexpired demand, this one's
         included."""
         ...
+
+    async def lapse(self, app: str, edge: str, demand: int, ttl_s: float) -> None:
+        """`edge`'s demand for `app` lapses `ttl_s` from now if it is still `demand` (what a
+        wake of the edge's said); a value written since (by the edge's load share, as of
+        now, or by a later wake) is left as it is, and so is no value."""
+        ...

@@ -2,7 +2,8 @@
 
 Passes over an app are asked for (`poke`, or `pass_now` to wait for one) by change:
 app changes and deploys, the registry's change feed (an app's or a machine's change:
-that app, whichever placement made it; a new worker: every app), the end of an
+that app, whichever placement made it; a new worker: every app; a machine's change
+while a wake of its app runs here: one pass when that wake ends), the end of an
 action, a worker gone silent (the apps that had machines on it), and the look again
 an unsettled app asks for. Idle costs what changes, not apps x time: besides, one
 slow sweep looks at every app at a bounded rate (placement/core/sweep.py), in case
@@ -63,6 +64,7 @@ class Passes:
         forget: Callable[[str], None],
         gone_workers: Callable[[], Awaitable[list[str]]] | None = None,
         busy: Callable[[str], bool] = lambda _: False,
+        waking: Callable[[str], bool] = lambda _: False,
         give_back_after_s: float = GIVE_BACK_AFTER_S,
     ) -> None:
         """`run(app, lease)`: one pass, True when the app is not settled (something was
@@ -71,13 +73,17 @@ class Passes:
         pass; `forget(app)`: the app is gone (a pass found no such app);
         `gone_workers()`, asked every `period_s`: the apps that had machines on a
         worker that stopped being live since the last call; `busy(app)`: work of the
-        app's is under way (its lease is kept)."""
+        app's is under way (its lease is kept); `waking(app)`: a wake of the app runs
+        here now (its machines' changes in the feed ask for one pass when a wake of it
+        ends, `woken`)."""
         self.run, self.apps, self.registry, self.keeper = run, apps, registry, keeper
         self.period_s = period_s
         self.new_worker = new_worker
         self.forget_app = forget
         self.gone_workers = gone_workers
         self.busy = busy
+        self.waking = waking
+        self.deferred: set[str] = set()  # machine changes seen while a wake ran here
         self.give_back_after_s = give_back_after_s
         self.state: dict[str, AppPasses] = {}
         self.taken: set[str] = set()  # apps whose lease another placement holds
@@ -89,6 +95,7 @@ class Passes:
         # run 10,000 passes together: they would drain the store's and Redis's pools
         self._slots = asyncio.Semaphore(PASSES_AT_ONCE)
         self._loops: list[asyncio.Task[None]] = []
+        self._closed = False  # no pass is asked for once closing (a wake may end later)
 
     def start(self) -> None:
         self._loops = [asyncio.create_task(loop()) for loop in (
@@ -96,6 +103,8 @@ class Passes:
             self._workers)]
 
     async def close(self) -> None:
+        self._closed = True
+        self.deferred.clear()
         for state in self.state.values():
             for timer in (state.retry, state.give_back):
                 if timer is not None:
@@ -104,6 +113,8 @@ class Passes:
         await self.keeper.close()
 
     def poke(self, app: str) -> None:
+        if self._closed:
+            return
         state = self.state.setdefault(app, AppPasses())
         if state.passing:
             state.again = True
@@ -127,6 +138,7 @@ class Passes:
         """`app` is deleted: no more passes, and its lease goes back at once."""
         state = self.state.pop(app, None)
         self.taken.discard(app)
+        self.deferred.discard(app)
         if state is not None:
             for timer in (state.retry, state.give_back):
                 if timer is not None:
@@ -266,9 +278,26 @@ class Passes:
         await follow(self.registry, self.workers_position, self._seen, self._missed,
                      "reconciler (workers)", feed=WORKERS)
 
+    def woken(self, app: str) -> None:
+        """A wake of `app` here ended: one pass if its machines changed while it ran (so a
+        change waits at most for the wake it came during: a wake answers by its
+        deadline)."""
+        if app in self.deferred:
+            self.deferred.discard(app)
+            self.poke(app)
+
     async def _seen(self, change: Change) -> None:
         if change.kind == "machine":
-            self.poke(change.key.split("/", 1)[0])
+            app = change.key.split("/", 1)[0]
+            if self.waking(app):
+                # A wake here is starting the app's machines: a pass now would find them
+                # claimed (busy) and do nothing, at the price of its reads (a herd of 200
+                # wakes made ~2.7 passes each); one pass when the wake ends sees where it
+                # ended. Any machine of the app waits so (a crash beside a wake is seen
+                # once it answers).
+                self.deferred.add(app)
+            else:
+                self.poke(app)
         elif change.kind == "app":  # changed or deployed, maybe through another placement
             self.poke(change.key)
         elif change.kind == "worker" and self.new_worker(change.key):

@@ -76,7 +76,9 @@ class Reconciler:
         self.passes = Passes(self._pass, self._app_names, registry, self.keeper,
                              period_s=period_s, forget=self.forget,
                              new_worker=lambda w: w not in self._workers_seen,
-                             gone_workers=self._apps_on_gone_workers, busy=self._busy)
+                             gone_workers=self._apps_on_gone_workers, busy=self._busy,
+                             waking=waker.waking)
+        waker.woken = self.passes.woken
 
     # -- triggers (placement/reconciling/passes.py) ------------------------------------------------
 

@@ -142,10 +142,14 @@ class WakeClaims:
         return await self.book.report(app, edge, demand, ttl_s)
 
     async def report_after(self, app: str, edge: str, demand: int) -> None:
-        """`edge`'s wake is answered: its demand stands `DEMAND_AFTER_S` more (a burst on
-        another edge just after is sized with it), then lapses unless a wake renews it."""
+        """`edge`'s wake is answered: the `demand` it said stands `DEMAND_AFTER_S` more (a
+        burst on another edge just after is sized with it), then lapses unless a wake or
+        the edge's load share renews it. Only if it is still the edge's: its load share
+        writes the demand as of now every round, and the wake's, as of its start, would
+        replace that (a 200-request burst over two edges found one edge's 100 gone back
+        to the 1 its first wake said, and started 6 machines, not 8)."""
         try:
-            await self.book.report(app, edge, demand, DEMAND_AFTER_S)
+            await self.book.lapse(app, edge, demand, DEMAND_AFTER_S)
         except Exception as exc:  # it lapses at its first expiry instead
             log.warning("demand of %s at edge %s could not be refreshed: %s", app, edge, exc)
 

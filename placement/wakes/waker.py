@@ -97,6 +97,14 @@ class Waker:
         # Waits (until a loop time) for the registry's view to be whole again after a
         # loss; whether it is (placement/fleet/republish.py). None: it is always taken as is.
         self.view_whole: Callable[[float], Awaitable[bool]] | None = None
+        self.running: Counter[str] = Counter()  # the wakes of each app under way here
+        # Told an app's name whenever a wake of it here ends (the reconciler's passes
+        # over it wait for that: placement/reconciling/passes.py)
+        self.woken: Callable[[str], None] = lambda _app: None
+
+    def waking(self, app: str) -> bool:
+        """Whether a wake of `app` runs here now."""
+        return app in self.running
 
     async def close(self) -> None:
         for task in list(self.background):
@@ -107,6 +115,18 @@ class Waker:
         await self.claims.close()
 
     async def wake(self, config: AppConfig, request: WakeRequest) -> WakeResponse:
+        self.running[config.name] += 1
+        try:
+            return await self._wake(config, request)
+        finally:
+            self.running[config.name] -= 1
+            if not self.running[config.name]:
+                del self.running[config.name]
+            # each wake's end, not only the last's: wakes of a busy app that overlap
+            # would otherwise hold its passes back for as long as they keep coming
+            self.woken(config.name)
+
+    async def _wake(self, config: AppConfig, request: WakeRequest) -> WakeResponse:
         loop = asyncio.get_running_loop()
         received = loop.time()
         answer_by = received + request.deadline_ms / 1000 - self.margin_s

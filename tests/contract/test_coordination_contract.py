@@ -128,6 +128,21 @@ async def test_demand_is_kept_per_edge_summed_and_expires(backend: Backend) -> N
     assert await book.report("app", "e3", 0, 5) == 0
 
 
+async def test_a_wakes_demand_lapses_only_if_no_newer_value_replaced_it(
+    backend: Backend,
+) -> None:
+    book = backend.book
+    await book.report("app", "e1", 1, 30)  # e1's wake says 1
+    await book.report("app", "e2", 1, 30)  # e2's wake says 1...
+    await book.report("app", "e2", 100, 30)  # ...and its load share 100 since
+    await book.lapse("app", "e1", 1, 0.3)  # still 1: lapses soon
+    await book.lapse("app", "e2", 1, 0.3)  # 100 now: left as it is
+    await book.lapse("app", "e3", 5, 0.3)  # none: none
+    assert await book.report("other", "e9", 0, 5) == 0
+    await asyncio.sleep(0.4)
+    assert await book.report("app", "e4", 0, 5) == 100  # e2's 100 only
+
+
 async def test_a_herd_of_concurrent_calls_waits_for_connections_rather_than_failing(
     backend: Backend,
 ) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from ground.appconfig import parse
-from ground.registry import WorkerStatus
+from ground.registry import MachineRecord, WorkerStatus
 from ground.registry.memory import MemoryRegistry
 from placement.adapters.memory import MemoryLeaseStore
 from placement.leases import LeaseKeeper
@@ -53,7 +53,8 @@ class Reconcile:
 def passes_of(run: Reconcile, store: MemoryLeaseStore | None = None,
               registry: MemoryRegistry | None = None, period_s: float = 60.0,
               busy: set[str] | None = None, give_back_after_s: float = 60.0,
-              new_worker: Callable[[str], bool] = lambda _: False) -> Passes:
+              new_worker: Callable[[str], bool] = lambda _: False,
+              waking: set[str] | None = None) -> Passes:
     async def apps() -> list[str]:
         return list(APPS)
 
@@ -61,7 +62,8 @@ def passes_of(run: Reconcile, store: MemoryLeaseStore | None = None,
     return Passes(run, apps, registry or MemoryRegistry(),
                   LeaseKeeper(store or MemoryLeaseStore(), 5.0), period_s=period_s,
                   new_worker=new_worker, forget=lambda _: None,
-                  busy=lambda app: app in working, give_back_after_s=give_back_after_s)
+                  busy=lambda app: app in working, give_back_after_s=give_back_after_s,
+                  waking=lambda app: app in (waking or set()))
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -180,6 +182,56 @@ async def test_a_new_workers_heartbeat_on_the_workers_feed_passes_over_every_app
         await until(lambda: set(run.runs[before:]) >= set(APPS))
 
     await closing(passes, body)
+
+
+def machine(app: str, state: str) -> MachineRecord:
+    return MachineRecord(id=f"{app}-m", app=app, worker="w1", region="local", state=state,
+                         image_digest="sha256:x", created_at=0.0, updated_at=0.0)
+
+
+async def test_machine_changes_during_a_wake_here_ask_for_one_pass_when_it_ends() -> None:
+    registry = MemoryRegistry()
+    run = Reconcile()
+    waking = {"app03"}
+    passes = passes_of(run, registry=registry, waking=waking)
+
+    async def body() -> None:
+        passes.start()
+        await until(lambda: len(run.runs) == len(APPS))
+        before = len(run.runs)
+        for state in ("starting", "started"):  # a wake's machine, as its agent reports it
+            await registry.put_machine(machine("app03", state))
+        await registry.put_machine(machine("app04", "started"))  # no wake of app04 here
+        await until(lambda: "app04" in run.runs[before:])
+        await asyncio.sleep(0.2)
+        assert "app03" not in run.runs[before:]
+        waking.clear()
+        passes.woken("app03")
+        await until(lambda: "app03" in run.runs[before:])
+        await asyncio.sleep(0.2)
+        assert run.runs[before:].count("app03") == 1
+        passes.woken("app03")  # a wake with no change meanwhile: no pass
+        await asyncio.sleep(0.2)
+        assert run.runs[before:].count("app03") == 1
+
+    await closing(passes, body)
+
+
+async def test_a_wake_ending_after_the_passes_closed_asks_for_none() -> None:
+    registry = MemoryRegistry()
+    run = Reconcile()
+    waking = {"app05"}
+    passes = passes_of(run, registry=registry, waking=waking)
+    passes.start()
+    await until(lambda: len(run.runs) == len(APPS))
+    await registry.put_machine(machine("app05", "starting"))
+    await until(lambda: "app05" in passes.deferred)
+    await passes.close()
+    before = len(run.runs)
+    passes.woken("app05")  # a wake that outlived the reconciler (shutdown)
+    passes.poke("app06")
+    await asyncio.sleep(0.2)
+    assert len(run.runs) == before and not passes.tasks
 
 
 async def test_an_app_whose_pass_found_something_to_do_is_looked_at_again_unasked() -> None:

@@ -207,6 +207,24 @@ def test_others_load_growing_on_full_machines_asks_for_a_wake_for_what_is_held()
                 CallPlacement) == []  # one wake in flight at a time
 
 
+def test_requests_the_edges_together_put_past_the_hard_limit_ask_for_a_wake_unheld() -> None:
+    # Two edges, 100 each, 5 machines (hard_limit 30: 150 slots): each admitted its 100 on
+    # a stale count of the other's, nothing is held, and the machines carry 200. The load
+    # share shows the other's 100: 50 past the hard limit, as one edge would have held.
+    core: AppWakes[str] = AppWakes(10_000)
+    crowded = replace(COLD, started=5, in_flight=100, free=0, soft_limit=25,
+                      elsewhere=100, over=50)
+    calls = only(core.on_capacity("app", 0.25, crowded), CallPlacement)
+    assert [(c.count, c.demand) for c in calls] == [(3, 100)]  # ceil(200/25) - 5; its own
+    assert only(core.on_capacity("app", 0.5, crowded), CallPlacement) == []  # in flight
+    core.on_wake_answer(calls[0].wake, 1.0, crowded, added=0, place_ms=0, pull_ms=0,
+                        boot_ms=0)
+    assert only(core.on_capacity("app", 1.5, crowded), CallPlacement) == []  # backing off
+    # within the hard limit (above the soft one), nothing held: no wake, as with one edge
+    fits = replace(crowded, elsewhere=40, over=0)
+    assert core.on_capacity("other", 0.25, fits) == []
+
+
 def test_a_machine_appearing_ends_the_backoff_of_an_app_with_requests_held() -> None:
     core: AppWakes[str] = AppWakes(100, backoff_s=1.0)
     wake = only(core.hold("app", "r1", 0.0, COLD), CallPlacement)[0].wake

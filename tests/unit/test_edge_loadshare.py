@@ -172,3 +172,28 @@ def test_only_a_quiet_unused_edge_that_read_the_news_throughout_the_round_rests(
     assert share.rest(listened=3) == REST_MAX_S
     share.listening = 0  # the news cannot be read: rounds again
     assert share.rest(listened=3) is None
+
+
+def test_machines_past_their_hard_limit_with_every_edges_requests_are_named_held_or_not(
+) -> None:
+    # Each edge admitted its own within hard_limit (25) on a stale count of the other's:
+    # once shared, web-m1 carries 20 + 10. Nothing is held here, yet the cold path is
+    # told (its requests past the limit call for a wake, edge/core/appwake.py); api's
+    # machine, busier elsewhere but within the limit, is not.
+    told: list[str] = []
+    board = MemoryLoadBoard()
+    view = View("localhost", clock=Clock())
+    for app in ("web", "api"):
+        view.set_app(app, parse({"name": app, "image": "img"}))
+        view.add_started(app, f"{app}-m1", "127.0.0.1:9001")
+    share = LoadShare(view, board, "e1", lambda app: 0, lambda: [],
+                      lambda entry: told.append(entry.name))
+    view.apps["web"].machines["web-m1"].in_flight = 20
+    view.apps["web"].in_flight = 20
+
+    async def rounds() -> None:
+        await board.share("e2", {"web": {"web-m1": 10}, "api": {"api-m1": 24}}, {}, 10.0)
+        await share.once()
+
+    asyncio.run(rounds())
+    assert told == ["web"]

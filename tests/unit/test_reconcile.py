@@ -138,6 +138,15 @@ def test_a_rollouts_replacement_standby_is_not_trimmed_as_a_surplus_of_spares() 
     assert not [a for a in actions if isinstance(a, Destroy) and a.machine == "n"]
 
 
+def test_a_spare_reported_before_its_create_returned_is_not_counted_twice() -> None:
+    # The agent reports the new standby (the feed's pass) before the create that made it
+    # has answered the reconciler: counted as seen and as creating it was a surplus, and
+    # destroyed; the next pass made another, and so on (spares churned under load).
+    spare = replace(m("n", "w2", "created"), for_spares=True)
+    d = Declared(release=1, min_running=1, spares=1, max_machines=3)
+    assert reconcile(d, [m("a"), spare], Busy(creating_standby=1), workers=W) == []
+
+
 def test_a_busy_spare_is_not_trimmed() -> None:
     spare = replace(m("s", "w2", "created"), for_spares=True)
     d = Declared(release=1, min_running=1, spares=0, max_machines=3)
