@@ -73,7 +73,7 @@ async def _nft_script(script: str, quiet_missing: bool = False) -> None:
         done = await spawn.run([NFT, "-f", "-"], input=script.encode(), keep_out=False,
                                timeout_s=CALL_TIMEOUT_S)
     except TimeoutError as exc:
-        raise EgressError(f"nft: {exc}") from None
+        raise EgressError(str(exc)) from None  # (it names the command)
     if done.returncode != 0:
         text = done.err.decode(errors="replace").strip()
         if quiet_missing and "No such file or directory" in text:

@@ -116,6 +116,6 @@ async def _ip_batch(commands: list[str], force: bool = False, netns: str = "") -
         done = await spawn.run(argv, input="\n".join(commands).encode() + b"\n",
                                keep_out=False, timeout_s=CALL_TIMEOUT_S)
     except TimeoutError as exc:
-        raise NetworkError(f"ip: {exc}") from None
+        raise NetworkError(str(exc)) from None  # (it names the command)
     if done.returncode != 0:
         raise NetworkError(f"ip: {done.err.decode(errors='replace').strip()[:500]}")

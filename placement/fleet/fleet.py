@@ -123,7 +123,16 @@ class Fleet:
         if self._reading is None:
             self._reading = asyncio.create_task(self._read_workers())
             self._reading.add_done_callback(self._read_done)
-        found = await asyncio.shield(self._reading)
+        reading = self._reading
+        try:
+            found = await asyncio.shield(reading)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if reading.cancelled() and me is not None and not me.cancelling():
+                # close() ended a read this caller shared; the caller was not cancelled
+                raise Unavailable("placement is shutting down: the workers were not read"
+                                  ) from None
+            raise
         return [w for w in found if region is None or w.region == region]
 
     def _read_done(self, task: asyncio.Task[list[WorkerStatus]]) -> None:
