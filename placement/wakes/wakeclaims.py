@@ -60,7 +60,8 @@ class WakeClaims:
         self.ledger = ClaimLedger()
         self._locks: dict[str, asyncio.Lock] = {}
         self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
-        self._dirty: set[str] = set()
+        self._dirty: set[str] = set()  # apps whose claims changed since last published
+        self._published_at: dict[str, float] = {}  # loop time each app's were last sent
         self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
 
@@ -102,6 +103,9 @@ class WakeClaims:
                 token = await self._take_wake_lease(app, until)
                 try:
                     yield self.mine(app).plus(await self._others(app))
+                    # the plan, published before the next wake may plan: the change it
+                    # made needs no second publish (a change after this one is dirty again)
+                    self._dirty.discard(app)
                     await self._publish(app)
                 finally:
                     with contextlib.suppress(Exception):
@@ -162,19 +166,35 @@ class WakeClaims:
             self._publisher = asyncio.create_task(self._publish_dirty())
 
     async def _publish_dirty(self) -> None:
+        """Publish each change at once, and refresh the claims that stand every
+        `CLAIM_TTL_S / 3` from their last publish: not every app's at each change (a herd
+        of 100 wakes republished every claimed app at each one's step)."""
+        loop = asyncio.get_running_loop()
+        every = CLAIM_TTL_S / 3
         while self._dirty or self.ledger.apps():
-            apps = self._dirty | self.ledger.apps()
+            now = loop.time()
+            standing = self.ledger.apps()
+            apps = self._dirty | {a for a in standing
+                                  if now - self._published_at.get(a, -every) >= every}
             self._dirty = set()
-            for app in apps:
+            for app in sorted(apps):
                 await self._publish(app)
-            if not self._dirty:  # refresh what stands, or publish a change at once
+            if not self._dirty:  # a change at once, else the next refresh due
                 self._changed.clear()
+                now = loop.time()
+                wait = min((self._published_at.get(a, now) + every - now
+                            for a in self.ledger.apps()), default=every)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), CLAIM_TTL_S / 3)
+                    await asyncio.wait_for(self._changed.wait(), max(0.0, wait))
 
     async def _publish(self, app: str) -> None:
+        sent = self.mine(app)
+        if sent == Claims():
+            self._published_at.pop(app, None)
+        else:
+            self._published_at[app] = asyncio.get_running_loop().time()
         try:
-            await self.book.publish(app, self.me, self.mine(app), CLAIM_TTL_S)
+            await self.book.publish(app, self.me, sent, CLAIM_TTL_S)
         except Exception as exc:  # others plan without ours until the next refresh
             log.warning("wake claims of %s could not be published: %s", app, exc)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from placement.fleet.failuresync import FailureSync
 from placement.leases import LeaseKeeper
 from placement.ports.failures import MAX_REPORTS
 from placement.ports.leases import Taken
+from placement.wakes import wakeclaims
 from placement.wakes.wakeclaims import WakeClaims
 from tests.support.lease_watch import released_heard
 
@@ -190,6 +192,47 @@ async def test_a_change_outside_planning_is_published_at_once_not_at_the_refresh
         await asyncio.sleep(0.05)
         assert machine in (await b.everyone("app")).starting
     assert await b.everyone("app") == Claims(0, frozenset({"m1", "m2"}))
+    await a.close()
+    await b.close()
+
+
+class CountedBook:
+    """A backend's claim book whose publishes are counted per app."""
+
+    def __init__(self, book: Any) -> None:
+        self.book, self.sent = book, Counter[str]()
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        self.sent[app] += 1
+        await self.book.publish(app, me, claims, ttl_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.book, name)
+
+
+async def test_claims_that_stand_are_refreshed_on_their_own_time_not_at_each_change(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An app's standing claims outlive their TTL (refreshed every third of it), and other
+    apps' changes meanwhile do not send them again (a herd's wakes each republished every
+    claimed app)."""
+    monkeypatch.setattr(wakeclaims, "CLAIM_TTL_S", 1.5)  # refreshed every 0.5 s
+    book = CountedBook(backend.book)
+    a = WakeClaims(book, backend.leases, "pa")  # type: ignore[arg-type]
+    b = WakeClaims(backend.book, backend.leases, "pb")
+    loop = asyncio.get_running_loop()
+    async with a.planning("held", loop.time() + 2):
+        a.planned("held", [], 1)
+    for n in range(10):  # other apps' wakes, each planned and placed within 0.1 s
+        async with a.planning(f"app{n}", loop.time() + 2):
+            a.planned(f"app{n}", [], 1)
+        a.placed(f"app{n}", f"m{n}")
+        a.unclaim(f"app{n}", f"m{n}")
+    await asyncio.sleep(0)
+    assert book.sent["held"] <= 2  # its plan (and a refresh, on a slow machine)
+    await asyncio.sleep(3.0)  # two TTLs: seen only if refreshed
+    assert (await b.everyone("held")).placing == 1
+    assert book.sent["held"] <= 12  # ~6 refreshes in 3 s, never one per change
     await a.close()
     await b.close()
 
