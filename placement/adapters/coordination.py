@@ -106,10 +106,11 @@ return total
 _LAPSE = UNEXPIRED + """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current then
-  local _, demand = string.match(current, '^(%d+) (.*)$')
-  if demand == ARGV[2] then
-    local until_ms = now_ms + tonumber(ARGV[3])
-    redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', until_ms) .. ARGV[2])
+  local until_ms, demand = string.match(current, '^(%d+) (.*)$')
+  if demand == ARGV[2] and tonumber(until_ms) > now_ms then  -- (an expired one is none)
+    local ttl = tonumber(ARGV[3])
+    redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + ttl) .. ARGV[2])
+    if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   end
 end
 return 1

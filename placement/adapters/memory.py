@@ -106,9 +106,9 @@ class MemoryClaimBook:
         return sum(d for d, _ in entries.values())
 
     async def lapse(self, app: str, edge: str, demand: int, ttl_s: float) -> None:
-        entries = self.demands.get(app, {})
-        if edge in entries and entries[edge][0] == demand:
-            entries[edge] = (demand, self.clock() + ttl_s)
+        entries, now = self.demands.get(app, {}), self.clock()
+        if edge in entries and entries[edge][0] == demand and entries[edge][1] > now:
+            entries[edge] = (demand, now + ttl_s)
 
 
 @dataclass

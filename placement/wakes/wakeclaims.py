@@ -62,6 +62,8 @@ class WakeClaims:
         self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
         self._dirty: set[str] = set()  # apps whose claims changed since last published
         self._published_at: dict[str, float] = {}  # loop time each app's were last sent
+        self._send_locks: dict[str, asyncio.Lock] = {}  # one send of an app's at a time
+        self._sending: Counter[str] = Counter()  # sends of each app under way or waiting
         self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
 
@@ -105,8 +107,14 @@ class WakeClaims:
                     yield self.mine(app).plus(await self._others(app))
                     # the plan, published before the next wake may plan: the change it
                     # made needs no second publish (a change after this one is dirty again)
+                    # unless this one does not get there (failed, or its wake cancelled)
                     self._dirty.discard(app)
-                    await self._publish(app)
+                    sent = False
+                    try:
+                        sent = await self._publish(app)
+                    finally:
+                        if not sent:
+                            self._mark(app)
                 finally:
                     with contextlib.suppress(Exception):
                         await self.leases.release(f"wake:{app}", self.me, token)
@@ -160,7 +168,10 @@ class WakeClaims:
     def _follow(self, changed: Changed) -> None:
         """The app's claims changed: published soon (in order, coalesced), and refreshed
         while not empty."""
-        self._dirty.add(changed.app)
+        self._mark(changed.app)
+
+    def _mark(self, app: str) -> None:
+        self._dirty.add(app)
         self._changed.set()
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.create_task(self._publish_dirty())
@@ -187,16 +198,30 @@ class WakeClaims:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), max(0.0, wait))
 
-    async def _publish(self, app: str) -> None:
-        sent = self.mine(app)
-        if sent == Claims():
-            self._published_at.pop(app, None)
-        else:
-            self._published_at[app] = asyncio.get_running_loop().time()
+    async def _publish(self, app: str) -> bool:
+        """Send the app's claims as of now; False if they did not get there. One send of an
+        app at a time, each with the claims as of its turn: an older send still on its
+        way (a slow connection, a retry) never lands after a newer one."""
+        self._sending[app] += 1
+        lock = self._send_locks.setdefault(app, asyncio.Lock())
         try:
-            await self.book.publish(app, self.me, sent, CLAIM_TTL_S)
-        except Exception as exc:  # others plan without ours until the next refresh
-            log.warning("wake claims of %s could not be published: %s", app, exc)
+            async with lock:
+                sent = self.mine(app)
+                if sent == Claims():
+                    self._published_at.pop(app, None)
+                else:
+                    self._published_at[app] = asyncio.get_running_loop().time()
+                try:
+                    await self.book.publish(app, self.me, sent, CLAIM_TTL_S)
+                    return True
+                except Exception as exc:  # others plan without ours until the next send
+                    log.warning("wake claims of %s could not be published: %s", app, exc)
+                    return False
+        finally:
+            self._sending[app] -= 1
+            if not self._sending[app]:
+                del self._sending[app]
+                del self._send_locks[app]
 
     async def close(self) -> None:
         await cancel_and_wait(self._publisher)

@@ -143,6 +143,10 @@ async def test_a_wakes_demand_lapses_only_if_no_newer_value_replaced_it(
     assert await book.report("other", "e9", 0, 5) == 0
     await asyncio.sleep(0.4)
     assert await book.report("app", "e4", 0, 5) == 100  # e2's 100 only
+    await book.report("app", "e5", 7, 0.2)  # an edge's, and the edge gone: it expires
+    await asyncio.sleep(0.3)
+    await book.lapse("app", "e5", 7, 5)  # its wake's end finds none: none
+    assert await book.report("app", "e4", 0, 5) == 100
 
 
 async def test_a_herd_of_concurrent_calls_waits_for_connections_rather_than_failing(
@@ -233,6 +237,41 @@ async def test_claims_that_stand_are_refreshed_on_their_own_time_not_at_each_cha
     await asyncio.sleep(3.0)  # two TTLs: seen only if refreshed
     assert (await b.everyone("held")).placing == 1
     assert book.sent["held"] <= 12  # ~6 refreshes in 3 s, never one per change
+    await a.close()
+    await b.close()
+
+
+class SlowOnce(CountedBook):
+    """A claim book whose publish takes 0.1 s once `slow` is set (a new connection, a
+    retry), then the rest at once."""
+
+    slow = False
+
+    async def publish(self, app: str, me: str, claims: Claims, ttl_s: float) -> None:
+        if self.slow:
+            self.slow = False
+            await asyncio.sleep(0.1)
+        await super().publish(app, me, claims, ttl_s)
+
+
+async def test_an_older_send_of_an_apps_claims_never_lands_after_a_newer_one(
+    backend: Backend,
+) -> None:
+    """A machine placed is being sent slowly when the next wake's plan is sent under the
+    lease: the plan must be what another placement reads after, not the older send."""
+    book = SlowOnce(backend.book)
+    a = WakeClaims(book, backend.leases, "pa")  # type: ignore[arg-type]
+    b = WakeClaims(backend.book, backend.leases, "pb")
+    loop = asyncio.get_running_loop()
+    async with a.planning("app", loop.time() + 2):
+        a.planned("app", [], 1)
+    book.slow = True
+    a.placed("app", "m1")  # sent by the publisher: slowly
+    await asyncio.sleep(0.01)
+    async with a.planning("app", loop.time() + 2):
+        a.planned("app", [], 3)
+    await asyncio.sleep(0.2)
+    assert await b.everyone("app") == Claims(3, frozenset({"m1"}))
     await a.close()
     await b.close()
 

@@ -83,6 +83,7 @@ async def placement_works(url: str) -> None:
         await book.publish("web", "p1", book_claims(), 5)
         await book.others("web", "p2")
         assert await book.report("web", "e1", 2, 5) == 2
+        await book.lapse("web", "e1", 2, 5)  # (HGET: only a wake's own value is lapsed)
         await book.suspect("w1", 1, "e1", "m-web", 5)
         await book.mark_failed("w1", 1, "unreachable", 5)
         assert [m.worker for m in await book.failed_workers()] == ["w1"]
