@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from edge.core import balance
 from edge.view import AppEntry, MachineSlot, View
 from ground.periodic import Periodic
 from ground.tasks import cancel_and_wait
@@ -141,8 +142,7 @@ class MemoryLoadBoard:
 
 def crowded(entry: AppEntry) -> bool:
     """Whether a machine of the app has more requests than its hard limit, every edge's."""
-    hard = entry.config.concurrency.hard_limit
-    return any(m.in_flight > hard for m in entry.routable)
+    return balance.over_limit(entry.routable, entry.config.concurrency.hard_limit) > 0
 
 
 def summed(boards: Iterable[Loads]) -> Loads:

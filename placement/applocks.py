@@ -26,14 +26,15 @@ class TooMany(PlacementError):
 
 
 class AppLocks:
-    def __init__(self, max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, max_queued: int | None = MAX_QUEUED) -> None:
+        """`max_queued`: changes of one app that may wait (None: no bound)."""
         self.max_queued = max_queued
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: Counter[str] = Counter()
 
     @asynccontextmanager
     async def hold(self, app: str) -> AsyncIterator[None]:
-        if self._users[app] > self.max_queued:
+        if self.max_queued is not None and self._users[app] > self.max_queued:
             raise TooMany(f"too many changes of app {app} at once; retry")
         self._users[app] += 1
         lock = self._locks.setdefault(app, asyncio.Lock())

@@ -27,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 
 from ground.tasks import cancel_and_wait
 from placement.adapters.memory import MemoryClaimBook, MemoryLeaseStore
+from placement.applocks import AppLocks
 from placement.core.claims import Changed, ClaimLedger, Claims
 from placement.errors import PlacementError
 from placement.ports.claims import ClaimBook
@@ -58,12 +58,10 @@ class WakeClaims:
         self.leases: LeaseStore = leases or MemoryLeaseStore()
         self.me = me
         self.ledger = ClaimLedger()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._planners: Counter[str] = Counter()  # wakes planning or waiting to, by app
+        self._plans = AppLocks(max_queued=None)  # one wake of an app planning here at a time
         self._dirty: set[str] = set()  # apps whose claims changed since last published
         self._published_at: dict[str, float] = {}  # loop time each app's were last sent
-        self._send_locks: dict[str, asyncio.Lock] = {}  # one send of an app's at a time
-        self._sending: Counter[str] = Counter()  # sends of each app under way or waiting
+        self._sends = AppLocks(max_queued=None)  # one send of an app's claims at a time
         self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
 
@@ -98,31 +96,23 @@ class WakeClaims:
         """Plan a wake of `app`: yields what other wakes (here and elsewhere) are starting;
         the caller says its plan (`planned`) before leaving, which publishes it before
         the next wake may plan. `until`: loop time to give up (504)."""
-        self._planners[app] += 1
-        lock = self._locks.setdefault(app, asyncio.Lock())
-        try:
-            async with lock:
-                token = await self._take_wake_lease(app, until)
+        async with self._plans.hold(app):
+            token = await self._take_wake_lease(app, until)
+            try:
+                yield self.mine(app).plus(await self._others(app))
+                # the plan, published before the next wake may plan: the change it
+                # made needs no second publish (a change after this one is dirty again)
+                # unless this one does not get there (failed, or its wake cancelled)
+                self._dirty.discard(app)
+                sent = False
                 try:
-                    yield self.mine(app).plus(await self._others(app))
-                    # the plan, published before the next wake may plan: the change it
-                    # made needs no second publish (a change after this one is dirty again)
-                    # unless this one does not get there (failed, or its wake cancelled)
-                    self._dirty.discard(app)
-                    sent = False
-                    try:
-                        sent = await self._publish(app)
-                    finally:
-                        if not sent:
-                            self._mark(app)
+                    sent = await self._publish(app)
                 finally:
-                    with contextlib.suppress(Exception):
-                        await self.leases.release(f"wake:{app}", self.me, token)
-        finally:
-            self._planners[app] -= 1
-            if not self._planners[app]:
-                del self._planners[app]
-                del self._locks[app]
+                    if not sent:
+                        self._mark(app)
+            finally:
+                with contextlib.suppress(Exception):
+                    await self.leases.release(f"wake:{app}", self.me, token)
 
     async def _take_wake_lease(self, app: str, until: float) -> int:
         """The app's wake lease, waiting (until `until`) for another placement's planning
@@ -202,26 +192,18 @@ class WakeClaims:
         """Send the app's claims as of now; False if they did not get there. One send of an
         app at a time, each with the claims as of its turn: an older send still on its
         way (a slow connection, a retry) never lands after a newer one."""
-        self._sending[app] += 1
-        lock = self._send_locks.setdefault(app, asyncio.Lock())
-        try:
-            async with lock:
-                sent = self.mine(app)
-                if sent == Claims():
-                    self._published_at.pop(app, None)
-                else:
-                    self._published_at[app] = asyncio.get_running_loop().time()
-                try:
-                    await self.book.publish(app, self.me, sent, CLAIM_TTL_S)
-                    return True
-                except Exception as exc:  # others plan without ours until the next send
-                    log.warning("wake claims of %s could not be published: %s", app, exc)
-                    return False
-        finally:
-            self._sending[app] -= 1
-            if not self._sending[app]:
-                del self._sending[app]
-                del self._send_locks[app]
+        async with self._sends.hold(app):
+            sent = self.mine(app)
+            if sent == Claims():
+                self._published_at.pop(app, None)
+            else:
+                self._published_at[app] = asyncio.get_running_loop().time()
+            try:
+                await self.book.publish(app, self.me, sent, CLAIM_TTL_S)
+                return True
+            except Exception as exc:  # others plan without ours until the next send
+                log.warning("wake claims of %s could not be published: %s", app, exc)
+                return False
 
     async def close(self) -> None:
         await cancel_and_wait(self._publisher)
