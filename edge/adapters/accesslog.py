@@ -1,12 +1,13 @@
 """The access log's writer: lines in batches, written off the event loop.
 
 `record` turns an exchange that ended into a line (edge/core/accesslog.py says
-which are logged and what they say) and keeps it in memory. The kept lines go
-out in one write every `flush_every_s`, or as soon as `batch_bytes` are waiting,
-from a thread of their own, so a slow disk or a stdout nobody reads never stops
-the loop; while a write is under way new lines wait for the next one. Memory is
-bounded: past `max_pending_bytes` waiting, lines are dropped and counted
-(`dropped`, exported as thaw_edge_access_log_dropped_lines_total).
+which are logged and what they say) and keeps it in memory, not yet encoded. The
+kept lines are encoded together and go out in one write every `flush_every_s`, or
+as soon as `batch_lines` are waiting, from a thread of their own, so a slow disk or
+a stdout nobody reads never stops the loop; while a write is under way new lines
+wait for the next one. Memory is bounded: past `max_pending_lines` waiting (about
+half a kilobyte each), lines are dropped and counted (`dropped`, exported as
+thaw_edge_access_log_dropped_lines_total).
 
 The target is stdout ("stdout" or "-") or a file, opened in append mode and
 opened again when the path stops naming it (moved away by logrotate), so
@@ -26,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from edge.adapters.h2stream import H2Stream
-from edge.core.accesslog import CLIENT_GONE, line, logged, path_of
+from edge.core.accessline import Line
+from edge.core.accesslog import CLIENT_GONE, encode, line, logged, path_of
 from edge.core.bucket import TokenBucket
 from edge.exchange import Exchange
 from ground.statefiles import FILE_MODE
@@ -35,8 +37,8 @@ log = logging.getLogger("thaw.edge")
 
 STDOUT = ("stdout", "-")
 FLUSH_EVERY_S = 0.5
-BATCH_BYTES = 64 * 1024
-MAX_PENDING_BYTES = 8 * 1024 * 1024
+BATCH_LINES = 256  # about 80 KB a write
+MAX_PENDING_LINES = 16 * 1024  # about 8 MB
 
 
 class LogFile:
@@ -77,20 +79,19 @@ GONE_LINES_PER_S = 10.0  # 499 lines a second (bursts of twice that); the rest c
 
 class AccessLog:
     def __init__(self, target: str, sample_rate: float, loop: asyncio.AbstractEventLoop, *,
-                 flush_every_s: float = FLUSH_EVERY_S, batch_bytes: int = BATCH_BYTES,
-                 max_pending_bytes: int = MAX_PENDING_BYTES,
+                 flush_every_s: float = FLUSH_EVERY_S, batch_lines: int = BATCH_LINES,
+                 max_pending_lines: int = MAX_PENDING_LINES,
                  draw: Callable[[], float] = random.random,
                  wall: Callable[[], float] = time.time) -> None:
         self.sample_rate = sample_rate
         self.loop = loop
         self.flush_every_s = flush_every_s
-        self.batch_bytes = batch_bytes
-        self.max_pending_bytes = max_pending_bytes
+        self.batch_lines = batch_lines
+        self.max_pending_lines = max_pending_lines
         self._draw = draw
         self._wall = wall
         self._file = LogFile(target)
-        self._lines: list[bytes] = []
-        self._bytes = 0
+        self._lines: list[Line] = []
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Future[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="thaw-access-log")
@@ -101,6 +102,8 @@ class AccessLog:
         # flood of reset streams must not become a flood of lines; the rest are counted
         self._gone = TokenBucket(GONE_LINES_PER_S, loop.time())
         self.gone_unlogged = 0
+        self._peer = b""  # the last line's client address, and as text
+        self._client = ""
 
     def record(self, exchange: Exchange, answered: bool, seconds: float) -> None:
         """An exchange ended (`answered`, or its client went away first) after `seconds`."""
@@ -110,17 +113,21 @@ class AccessLog:
             self.gone_unlogged += 1
             return
         if logged(status, cold, self.sample_rate, self._draw):
-            self.write(line_of(exchange, status, cold, seconds, self._wall(), self.loop))
+            peer = exchange.client.peer
+            if peer is not self._peer:  # (a keep-alive connection's answers: one decode)
+                self._peer, self._client = peer, peer.decode("latin-1")
+            self.write(line_of(exchange, status, cold, seconds, self._wall(), self.loop,
+                               self._client))
 
-    def write(self, line: bytes) -> None:
+    def write(self, line: Line) -> None:
         if self._closed:  # (an exchange cut after the edge stopped)
             return
-        if self._bytes + len(line) > self.max_pending_bytes:
+        lines = self._lines
+        if len(lines) >= self.max_pending_lines:
             self.dropped += 1
             return
-        self._lines.append(line)
-        self._bytes += len(line)
-        if self._bytes >= self.batch_bytes:
+        lines.append(line)
+        if len(lines) >= self.batch_lines:
             self.flush()
         elif self._timer is None:
             self._timer = self.loop.call_later(self.flush_every_s, self.flush)
@@ -133,8 +140,8 @@ class AccessLog:
             self._timer = None
         if self._writing is not None or not self._lines:
             return
-        data, count = b"".join(self._lines), len(self._lines)
-        self._lines, self._bytes = [], 0
+        data, count = encode(self._lines), len(self._lines)
+        self._lines = []
         self._writing = self.loop.run_in_executor(self._executor, self._file.write, data)
         self._writing.add_done_callback(partial(self._written, count))
 
@@ -147,7 +154,7 @@ class AccessLog:
             self.dropped += count
         else:
             self.written += count
-        if self._bytes >= self.batch_bytes:
+        if len(self._lines) >= self.batch_lines:
             self.flush()
         elif self._lines and self._timer is None:
             self._timer = self.loop.call_later(self.flush_every_s, self.flush)
@@ -174,9 +181,10 @@ class AccessLog:
 
 
 def line_of(exchange: Exchange, status: int, cold: bool, seconds: float, wall: float,
-            loop: asyncio.AbstractEventLoop) -> bytes:
+            loop: asyncio.AbstractEventLoop, client: str) -> Line:
     """The line of an exchange that ended with `status` after `seconds` (`wall`: now, s
-    since the epoch; `loop`: for a request that ended while still held)."""
+    since the epoch; `loop`: for a request that ended while still held; `client`: its
+    client's address as text)."""
     slot = exchange.slot
     app = exchange.app
     head = exchange.head
@@ -199,5 +207,5 @@ def line_of(exchange: Exchange, status: int, cold: bool, seconds: float, wall: f
         method=exchange.method.decode("latin-1"), host=head.host, path=path_of(head.target),
         proto=proto, status=status, code=exchange.code, bytes_in=exchange.received,
         bytes_out=exchange.sent, duration_s=seconds,
-        client=exchange.client.peer.decode("latin-1"), cold=phases,
+        client=client, cold=phases,
     )

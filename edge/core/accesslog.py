@@ -7,7 +7,8 @@ none of them). A request whose client went away before its answer is logged
 with status 499, as nginx does. Times are milliseconds rounded to the
 microsecond; `path` is the request target without its query string (queries
 carry tokens too often to be written to disk by default). A line is a msgspec Struct
-(edge/core/accessline.py), whose keys are encoded once, with its class.
+(edge/core/accessline.py), whose keys are encoded once, with its class; the lines kept
+are encoded together (`encode`), one buffer a batch rather than one bytes object a line.
 
 Pure: the caller gives every value, the wall time and the random draw included.
 (Compiled with the edge's hot modules: a logged answer pays for its line.)
@@ -15,7 +16,7 @@ Pure: the caller gives every value, the wall time and the random draw included.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from edge.core.accessline import ENCODER, Line
 
@@ -32,8 +33,9 @@ def logged(status: int, cold: bool, sample_rate: float, draw: Callable[[], float
 
 def path_of(target: bytes) -> str:
     """The request target without its query string, as text."""
-    end = target.find(b"?")
-    return (target[:end] if end >= 0 else target).decode("latin-1")
+    text = target.decode("latin-1")  # (str's find is the compiled code's own, bytes' a call)
+    end = text.find("?")
+    return text[:end] if end >= 0 else text
 
 
 def thousandths(value: float) -> float:
@@ -45,10 +47,10 @@ def thousandths(value: float) -> float:
 def line(*, ts: float, request_id: str, app: str, machine: str, worker: str, method: str,
          host: str, path: str, proto: str, status: int, code: str, bytes_in: int,
          bytes_out: int, duration_s: float, client: str,
-         cold: tuple[float, float, float, float] | None) -> bytes:
-    """One line. `ts`: wall time the exchange ended (s since the epoch); `app`,
-    `machine`, `worker`: "" where there is none (routed to no app; answered by the edge
-    itself); `proto`: http/1.1, http/1.0 or h2; `code`: the edge's own answer
+         cold: tuple[float, float, float, float] | None) -> Line:
+    """One line (`encode` writes it). `ts`: wall time the exchange ended (s since the
+    epoch); `app`, `machine`, `worker`: "" where there is none (routed to no app;
+    answered by the edge itself); `proto`: http/1.1, http/1.0 or h2; `code`: the edge's own answer
     (hold_timeout, no_capacity, …) or ""; `bytes_in`/`bytes_out`: request and response
     body bytes (a tunnel's bytes each way); `duration_s`: from the request's head to
     the end of its answer; `cold`: for a request that was held, its hold (s) and the
@@ -62,4 +64,9 @@ def line(*, ts: float, request_id: str, app: str, machine: str, worker: str, met
         entry.place_ms = thousandths(place_ms)
         entry.pull_ms = thousandths(pull_ms)
         entry.boot_ms = thousandths(boot_ms)
-    return ENCODER.encode(entry) + b"\n"
+    return entry
+
+
+def encode(lines: Sequence[Line]) -> bytes:
+    """`lines` as JSON, each on a line of its own ending in a newline."""
+    return ENCODER.encode_lines(lines)

@@ -41,7 +41,8 @@ def address_of(item: bytes) -> Address | None:
     `v4:port` (as some proxies write it); IPv4-mapped IPv6 as IPv4; None if none."""
     text = item.strip()
     if text.startswith(b"["):
-        text = text[1:text.find(b"]")] if b"]" in text else b""
+        end = text.find(b"]")
+        text = text[1:end] if end >= 0 else b""
     elif text.count(b":") == 1:
         text = text.split(b":", 1)[0]
     try:

@@ -12,6 +12,8 @@ client gets them where gRPC reads them however the edge frames the answer.
 
 from __future__ import annotations
 
+from typing import Final
+
 from edge.core.framing import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, CRLF, ResponseHead
 
 Fields = list[tuple[bytes, bytes]]
@@ -21,6 +23,12 @@ CONNECTION_FIELDS = frozenset({b"connection", b"keep-alive", b"proxy-connection"
                                b"transfer-encoding", b"upgrade", b"te", b"host"})
 TE_TRAILERS = (b"te", b"trailers")
 _TOKEN_LOWER = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+# A byte is looked for by its value: `b"\r" in value` costs CPython a TypeError raised
+# and cleared inside (it tries the operand as an integer first), ten times the search.
+_CR: Final = 13
+_LF: Final = 10
+_NUL: Final = 0
+_SPACES: Final = (32, 9)
 
 
 def request_fields(upstream_head: bytes) -> Fields:
@@ -85,8 +93,8 @@ def bad_field(name: bytes, value: bytes) -> bool:
     lower-case token, or a value with CR, LF or NUL (which would split the HTTP/1.1
     head a client reads) or white space at either end."""
     return (not name or bool(name.translate(None, _TOKEN_LOWER))
-            or b"\r" in value or b"\n" in value or b"\0" in value
-            or (value != b"" and (value[:1] in b" \t" or value[-1:] in b" \t")))
+            or _CR in value or _LF in value or _NUL in value  # (bytes by value: cheaper)
+            or (value != b"" and (value[0] in _SPACES or value[-1] in _SPACES)))
 
 
 def response_malformed(fields: Fields) -> str | None:

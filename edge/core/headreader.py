@@ -17,6 +17,8 @@ knows nothing of sockets or parsers beyond the callbacks' signatures.
 
 from __future__ import annotations
 
+from typing import Final
+
 from edge.core.framing import (
     BODY_CHUNKED,
     BODY_LENGTH,
@@ -65,13 +67,14 @@ _RESPONSE_ROLES: dict[bytes, int] = {
 # Roles by the name as received (any case), filled as names are seen. Bounded: names are
 # the client's to choose; past the bound a name is classified every time it is seen.
 _ROLE_CACHE_MAX = 2048
+_UNDERSCORE_BYTE: Final = 95  # "_", a byte looked for by its value (see edge/core/h2map.py)
 _request_role_cache: dict[bytes, int] = {}
 _response_role_cache: dict[bytes, int] = {}
 
 
 def _request_role(name: bytes) -> int:
     lname = name.lower()
-    role = _UNDERSCORE if b"_" in lname else _REQUEST_ROLES.get(lname)
+    role = _UNDERSCORE if _UNDERSCORE_BYTE in lname else _REQUEST_ROLES.get(lname)
     if role is None:
         if not lname.startswith(INTERNAL_PREFIX):
             role = _PASS

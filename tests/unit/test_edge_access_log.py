@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from edge.adapters.accesslog import GONE_LINES_PER_S, AccessLog
 from edge.config import EdgeConfig
-from edge.core.accesslog import line, logged, path_of
+from edge.core.accessline import Line
+from edge.core.accesslog import encode, line, logged, path_of
 from edge.view import View
 from ground.appconfig import parse
 from tests.support.credentials import RING
@@ -21,6 +22,18 @@ if TYPE_CHECKING:
 REQUEST = (b"GET /items/7?token=secret HTTP/1.1\r\nHost: web.localhost\r\n"
            b"X-Request-Id: req-1\r\n\r\n")
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+
+def text(**fields: Any) -> bytes:
+    """One line as the log writes it."""
+    return encode([line(**fields)])
+
+
+def entry(n: int) -> Line:
+    """A line numbered `n` (in its request_id)."""
+    return line(ts=1.0, request_id=str(n), app="", machine="", worker="", method="GET",
+                host="h", path="/", proto="h2", status=200, code="", bytes_in=0,
+                bytes_out=0, duration_s=0.0, client="::1", cold=None)
 
 
 def never() -> float:
@@ -36,6 +49,7 @@ def test_cold_requests_and_5xx_are_always_logged_others_by_the_sample_rate() -> 
 
 def test_the_path_leaves_the_query_string_out() -> None:
     assert path_of(b"/a/b?token=x&y=1") == "/a/b" and path_of(b"/") == "/"
+    assert path_of(b"/?") == "/" and path_of(b"/\xe9?x") == "/\xe9"
 
 
 def test_a_warm_line_has_no_wake_phases_and_a_cold_one_has_them_all() -> None:
@@ -43,57 +57,58 @@ def test_a_warm_line_has_no_wake_phases_and_a_cold_one_has_them_all() -> None:
         ts=1.5, request_id="r", app="web", machine="m1", worker="w1", method="GET",
         host="web.localhost", path="/", proto="http/1.1", status=200, code="", bytes_in=0,
         bytes_out=5, duration_s=0.00025, client="127.0.0.1")
-    text = line(**base, cold=None)
-    assert text.endswith(b"}\n") and text.count(b"\n") == 1
-    warm = json.loads(text)
+    warm_text = text(**base, cold=None)
+    assert warm_text.endswith(b"}\n") and warm_text.count(b"\n") == 1
+    warm = json.loads(warm_text)
     assert list(warm) == ["ts", "request_id", "app", "machine", "worker", "method", "host",
                           "path", "proto", "status", "code", "bytes_in", "bytes_out",
                           "duration_ms", "client", "cold"]
     assert warm["cold"] is False and warm["duration_ms"] == 0.25
-    cold = json.loads(line(**base, cold=(0.12, 10.0, 0.0, 100.0)))
+    cold = json.loads(text(**base, cold=(0.12, 10.0, 0.0, 100.0)))
     assert cold["cold"] is True
     assert [cold[k] for k in ("hold_ms", "place_ms", "pull_ms", "boot_ms")] == [
         120.0, 10.0, 0.0, 100.0]
 
 
 def test_a_line_escapes_what_a_client_sent() -> None:
-    text = line(ts=1.0, request_id='a"b\\c\x01', app="", machine="", worker="",
-                method="GET", host="h", path='/"x', proto="h2", status=404,
-                code="unknown_app", bytes_in=0, bytes_out=0, duration_s=0.0, client="::1",
-                cold=None)
-    entry = json.loads(text)
-    assert entry["request_id"] == 'a"b\\c\x01' and entry["path"] == '/"x'
+    found = json.loads(text(ts=1.0, request_id='a"b\\c\x01', app="", machine="", worker="",
+                            method="GET", host="h", path='/"x', proto="h2", status=404,
+                            code="unknown_app", bytes_in=0, bytes_out=0, duration_s=0.0,
+                            client="::1", cold=None))
+    assert found["request_id"] == 'a"b\\c\x01' and found["path"] == '/"x'
 
 
 async def test_lines_are_written_in_order_in_batches_and_the_file_is_reopened_when_moved(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "access.log"
-    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=10)
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_lines=2)
     for i in range(5):
-        log.write(b'{"n": %d}\n' % i)
+        log.write(entry(i))
     await log.close()
-    assert [json.loads(line)["n"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
+    assert [json.loads(text)["request_id"] for text in path.read_text().splitlines()] == [
+        "0", "1", "2", "3", "4"]
     assert (log.written, log.dropped) == (5, 0)
 
-    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=1)
-    log.write(b"before\n")
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_lines=1)
+    log.write(entry(7))
     await log.drain()
     path.rename(tmp_path / "access.log.1")  # logrotate moves it away
-    log.write(b"after\n")
+    log.write(entry(8))
     await log.close()
-    assert (tmp_path / "access.log.1").read_text().endswith("before\n")
-    assert path.read_text() == "after\n"
+    assert json.loads((tmp_path / "access.log.1").read_text().splitlines()[-1]) == json.loads(
+        encode([entry(7)]))
+    assert path.read_text().encode() == encode([entry(8)])
 
 
 async def test_lines_past_the_memory_bound_are_dropped_and_counted(tmp_path: Path) -> None:
     log = AccessLog(str(tmp_path / "access.log"), 1.0, asyncio.get_running_loop(),
-                    batch_bytes=1 << 20, max_pending_bytes=20)
-    for _ in range(5):
-        log.write(b"0123456789\n")  # 11 bytes: the first fits, each other would pass 20
-    assert log.dropped == 4
+                    batch_lines=100, max_pending_lines=2)
+    for i in range(5):
+        log.write(entry(i))  # the first two fit, the other three would pass 2
+    assert log.dropped == 3
     await log.close()
-    assert (tmp_path / "access.log").read_text() == "0123456789\n"
+    assert (tmp_path / "access.log").read_bytes() == encode([entry(0), entry(1)])
 
 
 class MemoryTransport:
@@ -192,6 +207,7 @@ async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_count
     await edge.close()
     lines = [json.loads(text) for text in path.read_text().splitlines()]
     assert 20 <= len(lines) <= 21 + refilled and {entry["status"] for entry in lines} == {499}
+    assert [entry["client"] for entry in lines] == [f"10.1.0.{n}" for n in range(len(lines))]
     assert unlogged == 100 - len(lines)
 
 
@@ -202,9 +218,9 @@ def test_any_text_a_client_sends_reads_back_from_the_line_as_sent() -> None:
     alphabet = 'ab/"\\\x00\x01\x1f\x7f é€😀\u2028'
     for _ in range(500):
         value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
-        entry = json.loads(line(ts=1.0, request_id=value, app="", machine="", worker="",
+        found = json.loads(text(ts=1.0, request_id=value, app="", machine="", worker="",
                                 method="GET", host=value, path=value, proto="h2",
                                 status=200, code="", bytes_in=0, bytes_out=0,
                                 duration_s=0.001, client="::1", cold=None))
-        assert entry["request_id"] == entry["host"] == entry["path"] == value
-        assert entry["duration_ms"] == 1.0
+        assert found["request_id"] == found["host"] == found["path"] == value
+        assert found["duration_ms"] == 1.0
