@@ -167,13 +167,18 @@ class MachineTasks:
         return mid in self._ops
 
     async def start_task(self, mid: str, delay_s: float = 0.0) -> None:
-        """Launch (or resume) the machine and wait until it is ready."""
+        """Launch (or resume) the machine and wait until it is ready. A launch waits for
+        the start to be on disk before anything runs; a resume does not (nothing new runs:
+        an agent that died before its Started was durable finds the machine suspended or
+        starting in its log, and freezes it again or finishes the start at recovery), and
+        its answer still waits for Started to be on disk (`Agent.wait`)."""
         if delay_s:
             await asyncio.sleep(delay_s)
-        await self.durable()  # the start is on disk before anything runs
         machine = self.machine(mid)
         began = time.monotonic()
         if machine.process is None or not self.driver.alive(self.run_of(machine)):
+            await self.durable()  # the start is on disk before anything runs
+            machine = self.machine(mid)
             failure = await self._launch(machine)
             if failure:
                 await self.journal.eventually(lambda: self.transition(machine, E.FAIL, failure))

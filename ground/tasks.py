@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 log = logging.getLogger("thaw")
 
@@ -42,3 +46,16 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None, errors: bool = True)
     first = next((exc for exc in failed if exc is not None), None)
     if errors and first is not None:
         raise first
+
+
+async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """`first` and `second` at once (two independent round trips in the time of one); the
+    first to fail has the other cancelled and waited for, and its exception raised as
+    awaiting it alone would (not grouped)."""
+    tasks = (asyncio.ensure_future(first), asyncio.ensure_future(second))
+    try:
+        a, b = await asyncio.gather(*tasks)
+    except BaseException:
+        await cancel_and_wait(*tasks, errors=False)
+        raise
+    return a, b

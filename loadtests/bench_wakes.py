@@ -185,21 +185,32 @@ def stop_all(services: Services, names: list[str]) -> None:
 
     def stop(name: str) -> None:
         started: list[dict[str, Any]] = []
-        wait_until(lambda: bool(started.extend(m for m in live(services, name)
-                                                 if m["state"] == "started") or started), 20)
-        machine = started[0]
-        base = f"{services.api}/v1/apps/{name}/machines/{machine['id']}"
-        status, body = call("POST", f"{base}/stop", token=ADMIN_TOKEN)
-        if status != 200:
-            raise SystemExit(f"stop {name}: {status} {body}")
-        status, body = call("GET", f"{base}/wait?state=stopped&timeout_s=30", timeout_s=40,
-                            token=ADMIN_TOKEN)
-        if status != 200:
-            raise SystemExit(f"stop {name}: {status} {body}")
+
+        def found() -> bool:
+            started[:] = [m for m in live(services, name) if m["state"] == "started"]
+            return bool(started)
+
+        wait_until(found, 20)
+        act(services, name, started[0]["id"], "stop", "stopped")
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(stop, names))
     time.sleep(3)  # a stopped OCI machine is created again after its stop; the edges hear
+
+
+def act(services: Services, app: str, mid: str, action: str, state: str,
+        *, ask: bool = True) -> None:
+    """`action` (stop, suspend, start) machine `mid` of `app` through the API (unless not
+    `ask`) and wait until it is in `state`."""
+    base = f"{services.api}/v1/apps/{app}/machines/{mid}"
+    if ask:
+        status, body = call("POST", f"{base}/{action}", token=ADMIN_TOKEN)
+        if status != 200:
+            raise SystemExit(f"{action} {app}: {status} {body}")
+    status, body = call("GET", f"{base}/wait?state={state}&timeout_s=30", timeout_s=40,
+                        token=ADMIN_TOKEN)
+    if status != 200:
+        raise SystemExit(f"{action} {app}: {status} {body}")
 
 
 def redis_calls(url: str) -> Counter[str]:

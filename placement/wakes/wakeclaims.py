@@ -64,6 +64,7 @@ class WakeClaims:
         self._sends = AppLocks(max_queued=None)  # one send of an app's claims at a time
         self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
+        self._lapses: set[asyncio.Task[None]] = set()  # `report_after`'s, under way
 
     def mine(self, app: str) -> Claims:
         return self.ledger.of(app)
@@ -143,13 +144,19 @@ class WakeClaims:
         while planning it, standing `ttl_s`): every edge's demand, summed."""
         return await self.book.report(app, edge, demand, ttl_s)
 
-    async def report_after(self, app: str, edge: str, demand: int) -> None:
+    def report_after(self, app: str, edge: str, demand: int) -> None:
         """`edge`'s wake is answered: the `demand` it said stands `DEMAND_AFTER_S` more (a
         burst on another edge just after is sized with it), then lapses unless a wake or
         the edge's load share renews it. Only if it is still the edge's: its load share
         writes the demand as of now every round, and the wake's, as of its start, would
         replace that (a 200-request burst over two edges found one edge's 100 gone back
-        to the 1 its first wake said, and started 6 machines, not 8)."""
+        to the 1 its first wake said, and started 6 machines, not 8). Sent beside the
+        answer, not before it (a round trip of a resume's ~10 ms)."""
+        task = asyncio.create_task(self._lapse(app, edge, demand))
+        self._lapses.add(task)
+        task.add_done_callback(self._lapses.discard)
+
+    async def _lapse(self, app: str, edge: str, demand: int) -> None:
         try:
             await self.book.lapse(app, edge, demand, DEMAND_AFTER_S)
         except Exception as exc:  # it lapses at its first expiry instead
@@ -206,6 +213,8 @@ class WakeClaims:
                 return False
 
     async def close(self) -> None:
+        if self._lapses:  # (each one script: let them land)
+            await asyncio.wait(set(self._lapses), timeout=1.0)
         await cancel_and_wait(self._publisher)
         for app in self.ledger.withdraw():
             with contextlib.suppress(Exception):

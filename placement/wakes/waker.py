@@ -32,6 +32,7 @@ from agent.api import MachineView
 from ground.appconfig import AppConfig
 from ground.logs import event
 from ground.registry import MachineRecord, WorkerStatus
+from ground.tasks import both
 from placement.api import (
     WAKE_ERRORS,
     WakeRequest,
@@ -136,8 +137,9 @@ class Waker:
         # one app (from two edges, maybe through two placements) start what both asked for.
         # Sized from every edge's demand when the edge tells its own (see wakeclaims).
         async with self.claims.planning(config.name, answer_by) as claims:
-            demand = await self._demand(config.name, request, answer_by - loop.time())
-            everywhere, views = await self._observe(config, answer_by)
+            demand, (everywhere, views) = await both(
+                self._demand(config.name, request, answer_by - loop.time()),
+                self._observe(config, answer_by))
             here = {wid for wid, w in everywhere.items() if w.region == region}
             plan = plan_wake(config, states_of(views, config), everywhere.keys(),
                              request.count, claims.starting, claims.placing,
@@ -160,7 +162,7 @@ class Waker:
             for machine in new.claimed:
                 self.claims.unclaim(config.name, machine)
             if request.demand is not None and request.edge is not None:
-                await self.claims.report_after(config.name, request.edge, request.demand)
+                self.claims.report_after(config.name, request.edge, request.demand)
 
     async def _view_whole(self, app: str, answer_by: float) -> None:
         """Hold the wake while the registry is being filled again after a loss: the view
@@ -191,7 +193,7 @@ class Waker:
         for slot, machine in zip(slots, plan.reuse, strict=False):  # workers known now
             slot.decided(reuse_kind(machine.state), machine.worker)
         work: list[Coroutine[Any, Any, Outcome]] = [
-            self._restart(config.name, m, answer_by, new, slot)
+            self._restart(config.name, m, answer_by, new, slot, everywhere.get(m.worker))
             for m, slot in zip(plan.reuse, slots, strict=False)
         ]
         work += [self._start_new(config.name, new, answer_by, slot)
@@ -210,8 +212,8 @@ class Waker:
         failed start at most."""
         try:
             async with asyncio.timeout_at(answer_by):
-                return (await self.fleet.live_workers(),
-                        await self.fleet.registered_machines(config))
+                return await both(self.fleet.live_workers(),
+                                  self.fleet.registered_machines(config))
         except TimeoutError:
             raise PlacementError("no answer from the workers before the deadline",
                                  code="deadline", status=WAKE_ERRORS["deadline"]) from None
@@ -267,14 +269,17 @@ class Waker:
                              code="no_capacity", status=WAKE_ERRORS["no_capacity"])
 
     async def _restart(self, app: str, machine: MachineState, answer_by: float,
-                       new: NewMachines, slot: Slot) -> Outcome:
+                       new: NewMachines, slot: Slot, worker: WorkerStatus | None) -> Outcome:
         """Start a stopped/suspended machine again (its image is already on the worker).
         A worker without room for it now declines: a new machine is placed elsewhere
         instead, if `max_machines` allows it while the declined one, left as it is (for
-        the reconciler to replace), still counts."""
+        the reconciler to replace), still counts. `worker`: the machine's, as this wake
+        read it (its address without reading the workers again: two round trips of a
+        resume's ~10 ms), None if it was not among the live ones."""
         began = time.perf_counter()
         try:
-            url = await self.fleet.worker_url(machine.worker)
+            url = worker.url if worker is not None else await self.fleet.worker_url(
+                machine.worker)
             outcome = await self._start_and_wait(url, machine.id, answer_by, began, 0.0)
         except PlacementError as exc:
             outcome = Failed("start_failed", f"{machine.id}: {exc.message}")

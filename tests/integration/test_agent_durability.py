@@ -28,7 +28,7 @@ from tests.support.agent_process import (
     wait_until,
 )
 from tests.support.disks import fill, tmpfs
-from tests.support.machines import oci_driver_runs
+from tests.support.machines import frozen, oci_driver_runs
 from thaw.imagebuild import build_image
 
 pytestmark = pytest.mark.integration
@@ -286,6 +286,39 @@ def test_a_damaged_log_stops_the_agent_and_repair_keeps_the_prefix_and_kills_the
         agent.cleanup()
         for pid in find_machine_processes(set(ids)):
             kill_group(pid)
+
+
+def test_an_agent_killed_as_it_resumes_a_machine_recovers_it_as_its_log_says(
+    tmp_path: Path, hello: str
+) -> None:
+    """A resume does not wait for the op log's fsync before it thaws the machine (nothing
+    new runs; its answer still waits for Started on disk). Killed -9 just after the start
+    was taken, the agent finds the same process at recovery, and its state and the
+    process agree: started and running (or suspended and frozen), never started and
+    frozen or suspended and running."""
+    agent = AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024).start()
+    try:
+        status, made = offer(agent, "k", hello, start=True)
+        assert status == 201, made
+        machine = agent.wait_state(made["id"], "started")
+        url = f"{agent.url}/v1/machines/{machine['id']}"
+        assert call("POST", f"{url}/suspend")[0] == 200 and frozen(machine["pid"])
+        assert call("POST", f"{url}/start")[0] == 200  # taken (written, not yet on disk)
+        agent.kill9()
+        agent.start()
+
+        def settled() -> dict[str, Any] | None:
+            found = call("GET", url)[1]
+            return found if found["state"] in ("started", "suspended") else None
+
+        wait_until(lambda: settled() is not None, 20)
+        after = settled()
+        assert after is not None and after["pid"] == machine["pid"]  # re-adopted, not rerun
+        assert frozen(machine["pid"]) == (after["state"] == "suspended")
+        if after["state"] == "started":
+            assert call("GET", f"http://{after['address']}/")[0] == 200
+    finally:
+        agent.cleanup()
 
 
 # -- kill -9 in a storm, and an orphan --------------------------------------------------------

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from ground import tasks as ground_tasks
-from ground.tasks import cancel_and_wait
+from ground.tasks import both, cancel_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +74,34 @@ async def test_a_periodic_round_rests_as_long_as_it_asks_unless_stirred_and_no_s
         assert len(rounds) == 3  # ...so round 3 follows at once, then it rests again
     finally:
         await periodic.close()
+
+
+async def test_both_runs_two_awaitables_at_once_and_answers_in_order() -> None:
+    """Each waits for the other to have started: one after the other, they never end."""
+    started = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def one(name: str, other: str) -> str:
+        started[name].set()
+        await started[other].wait()
+        return name
+
+    async with asyncio.timeout(10):
+        assert await both(one("a", "b"), one("b", "a")) == ("a", "b")
+
+
+async def test_both_raises_the_first_failure_as_is_and_cancels_the_other() -> None:
+    ended: list[str] = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            ended.append("slow")
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise KeyError("no such thing")
+
+    with pytest.raises(KeyError, match="no such thing"):
+        await both(slow(), fails())
+    assert ended == ["slow"]  # cancelled and waited for before the error is raised
