@@ -3,11 +3,12 @@
 `record` turns an exchange that ended into a line (edge/core/accesslog.py says
 which are logged and what they say) and keeps it in memory, not yet encoded. The
 kept lines are encoded together and go out in one write every `flush_every_s`, or
-as soon as `batch_lines` are waiting, from a thread of their own, so a slow disk or
-a stdout nobody reads never stops the loop; while a write is under way new lines
-wait for the next one. Memory is bounded: past `max_pending_lines` waiting (about
-half a kilobyte each), lines are dropped and counted (`dropped`, exported as
-thaw_edge_access_log_dropped_lines_total).
+as soon as about `batch_bytes` are waiting, from a thread of their own, so a slow
+disk or a stdout nobody reads never stops the loop; while a write is under way new
+lines wait for the next one. Memory is bounded: past about `max_pending_bytes`
+waiting (a line counted as its fixed part and the lengths of the texts a client
+chose: path, host, request id), lines are dropped and counted (`dropped`, exported
+as thaw_edge_access_log_dropped_lines_total).
 
 The target is stdout ("stdout" or "-") or a file, opened in append mode and
 opened again when the path stops naming it (moved away by logrotate), so
@@ -37,8 +38,9 @@ log = logging.getLogger("thaw.edge")
 
 STDOUT = ("stdout", "-")
 FLUSH_EVERY_S = 0.5
-BATCH_LINES = 256  # about 80 KB a write
-MAX_PENDING_LINES = 16 * 1024  # about 8 MB
+BATCH_BYTES = 128 * 1024  # counted as a line's size is (more than it takes): ~100 KB
+MAX_PENDING_BYTES = 8 * 1024 * 1024
+LINE_BYTES = 400  # a line kept, without the path, host and request id a client sent
 
 
 class LogFile:
@@ -79,19 +81,20 @@ GONE_LINES_PER_S = 10.0  # 499 lines a second (bursts of twice that); the rest c
 
 class AccessLog:
     def __init__(self, target: str, sample_rate: float, loop: asyncio.AbstractEventLoop, *,
-                 flush_every_s: float = FLUSH_EVERY_S, batch_lines: int = BATCH_LINES,
-                 max_pending_lines: int = MAX_PENDING_LINES,
+                 flush_every_s: float = FLUSH_EVERY_S, batch_bytes: int = BATCH_BYTES,
+                 max_pending_bytes: int = MAX_PENDING_BYTES,
                  draw: Callable[[], float] = random.random,
                  wall: Callable[[], float] = time.time) -> None:
         self.sample_rate = sample_rate
         self.loop = loop
         self.flush_every_s = flush_every_s
-        self.batch_lines = batch_lines
-        self.max_pending_lines = max_pending_lines
+        self.batch_bytes = batch_bytes
+        self.max_pending_bytes = max_pending_bytes
         self._draw = draw
         self._wall = wall
         self._file = LogFile(target)
         self._lines: list[Line] = []
+        self._bytes = 0  # the lines kept, about
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Future[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="thaw-access-log")
@@ -116,18 +119,22 @@ class AccessLog:
             peer = exchange.client.peer
             if peer is not self._peer:  # (a keep-alive connection's answers: one decode)
                 self._peer, self._client = peer, peer.decode("latin-1")
+            head = exchange.head  # (what a client chose, counted from the head's own fields)
             self.write(line_of(exchange, status, cold, seconds, self._wall(), self.loop,
-                               self._client))
+                               self._client),
+                       LINE_BYTES + len(head.target) + len(head.host)
+                       + len(head.request_id or b""))
 
-    def write(self, line: Line) -> None:
+    def write(self, line: Line, size: int) -> None:
+        """Keep `line`, counted as `size` bytes against the memory bound."""
         if self._closed:  # (an exchange cut after the edge stopped)
             return
-        lines = self._lines
-        if len(lines) >= self.max_pending_lines:
+        if self._bytes + size > self.max_pending_bytes:
             self.dropped += 1
             return
-        lines.append(line)
-        if len(lines) >= self.batch_lines:
+        self._lines.append(line)
+        self._bytes += size
+        if self._bytes >= self.batch_bytes:
             self.flush()
         elif self._timer is None:
             self._timer = self.loop.call_later(self.flush_every_s, self.flush)
@@ -140,8 +147,14 @@ class AccessLog:
             self._timer = None
         if self._writing is not None or not self._lines:
             return
-        data, count = encode(self._lines), len(self._lines)
-        self._lines = []
+        lines, count = self._lines, len(self._lines)
+        self._lines, self._bytes = [], 0
+        try:
+            data = encode(lines)
+        except Exception as exc:  # (no field can fail today: a bug must not wedge the log)
+            log.warning("access log: %d lines could not be encoded: %r", count, exc)
+            self.dropped += count
+            return
         self._writing = self.loop.run_in_executor(self._executor, self._file.write, data)
         self._writing.add_done_callback(partial(self._written, count))
 
@@ -154,7 +167,7 @@ class AccessLog:
             self.dropped += count
         else:
             self.written += count
-        if len(self._lines) >= self.batch_lines:
+        if self._bytes >= self.batch_bytes:
             self.flush()
         elif self._lines and self._timer is None:
             self._timer = self.loop.call_later(self.flush_every_s, self.flush)

@@ -64,7 +64,9 @@ class WakeClaims:
         self._sends = AppLocks(max_queued=None)  # one send of an app's claims at a time
         self._changed = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
-        self._lapses: set[asyncio.Task[None]] = set()  # `report_after`'s, under way
+        # `report_after`'s lapse under way, by (app, edge): that edge's next report waits
+        # for it, as it waited for the wake's answer when the lapse was sent before it
+        self._lapses: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def mine(self, app: str) -> Claims:
         return self.ledger.of(app)
@@ -141,7 +143,12 @@ class WakeClaims:
 
     async def report(self, app: str, edge: str, demand: int, ttl_s: float) -> int:
         """`edge` holds or forwards `demand` requests of `app` (said by its wake, reported
-        while planning it, standing `ttl_s`): every edge's demand, summed."""
+        while planning it, standing `ttl_s`): every edge's demand, summed. After the lapse
+        of this edge's last wake of `app`, if one is still under way (it checks only the
+        demand's value: landing after this report, it would cut this wake's entry short)."""
+        pending = self._lapses.get((app, edge))
+        if pending is not None:
+            await asyncio.wait([pending])
         return await self.book.report(app, edge, demand, ttl_s)
 
     def report_after(self, app: str, edge: str, demand: int) -> None:
@@ -151,12 +158,21 @@ class WakeClaims:
         writes the demand as of now every round, and the wake's, as of its start, would
         replace that (a 200-request burst over two edges found one edge's 100 gone back
         to the 1 its first wake said, and started 6 machines, not 8). Sent beside the
-        answer, not before it (a round trip of a resume's ~10 ms)."""
-        task = asyncio.create_task(self._lapse(app, edge, demand))
-        self._lapses.add(task)
-        task.add_done_callback(self._lapses.discard)
+        answer, not before it (a round trip of a resume's ~10 ms); after the one before it
+        for the same app and edge, if that is still under way."""
+        key = (app, edge)
+        task = asyncio.create_task(self._lapse(app, edge, demand, self._lapses.get(key)))
+        self._lapses[key] = task
+        task.add_done_callback(lambda done: self._lapse_done(key, done))
 
-    async def _lapse(self, app: str, edge: str, demand: int) -> None:
+    def _lapse_done(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._lapses.get(key) is task:
+            del self._lapses[key]
+
+    async def _lapse(self, app: str, edge: str, demand: int,
+                     after: asyncio.Task[None] | None) -> None:
+        if after is not None:
+            await asyncio.wait([after])
         try:
             await self.book.lapse(app, edge, demand, DEMAND_AFTER_S)
         except Exception as exc:  # it lapses at its first expiry instead
@@ -213,8 +229,9 @@ class WakeClaims:
                 return False
 
     async def close(self) -> None:
-        if self._lapses:  # (each one script: let them land)
-            await asyncio.wait(set(self._lapses), timeout=1.0)
+        if self._lapses:  # (each one script: let them land, then end what has not)
+            await asyncio.wait(list(self._lapses.values()), timeout=1.0)
+            await cancel_and_wait(*self._lapses.values(), errors=False)
         await cancel_and_wait(self._publisher)
         for app in self.ledger.withdraw():
             with contextlib.suppress(Exception):

@@ -149,6 +149,22 @@ async def test_a_wakes_demand_lapses_only_if_no_newer_value_replaced_it(
     assert await book.report("app", "e4", 0, 5) == 100
 
 
+async def test_a_wakes_lapse_sent_beside_its_answer_lands_before_that_edges_next_report(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lapse of a wake's demand is sent after its answer; the same edge's next wake
+    of the app (a retry, the same demand) reports at once. The lapse checks only the
+    value, so landing second it would cut the new wake's entry to the lapse's term."""
+    monkeypatch.setattr(wakeclaims, "DEMAND_AFTER_S", 0.2)
+    claims = WakeClaims(backend.book, backend.leases, "pa")
+    assert await claims.report("app", "e1", 1, 30) == 1  # the first wake's
+    claims.report_after("app", "e1", 1)  # its answer sent; its lapse on its way
+    assert await claims.report("app", "e1", 1, 30) == 1  # the retry's, for 30 s
+    await asyncio.sleep(0.4)  # past the lapse's term
+    assert await backend.book.report("app", "e2", 0, 5) == 1  # e1's retry still counts
+    await claims.close()
+
+
 async def test_a_herd_of_concurrent_calls_waits_for_connections_rather_than_failing(
     backend: Backend,
 ) -> None:

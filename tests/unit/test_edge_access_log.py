@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge.adapters.accesslog import GONE_LINES_PER_S, AccessLog
+from edge.adapters.accesslog import GONE_LINES_PER_S, LINE_BYTES, AccessLog
 from edge.config import EdgeConfig
 from edge.core.accessline import Line
 from edge.core.accesslog import encode, line, logged, path_of
@@ -34,6 +34,11 @@ def entry(n: int) -> Line:
     return line(ts=1.0, request_id=str(n), app="", machine="", worker="", method="GET",
                 host="h", path="/", proto="h2", status=200, code="", bytes_in=0,
                 bytes_out=0, duration_s=0.0, client="::1", cold=None)
+
+
+def sized(n: int) -> tuple[Line, int]:
+    """Line `n`, and its size as the log counts it (its texts: "/", "h", no request id)."""
+    return entry(n), LINE_BYTES + 2
 
 
 def never() -> float:
@@ -82,19 +87,19 @@ async def test_lines_are_written_in_order_in_batches_and_the_file_is_reopened_wh
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "access.log"
-    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_lines=2)
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=10)
     for i in range(5):
-        log.write(entry(i))
+        log.write(*sized(i))
     await log.close()
     assert [json.loads(text)["request_id"] for text in path.read_text().splitlines()] == [
         "0", "1", "2", "3", "4"]
     assert (log.written, log.dropped) == (5, 0)
 
-    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_lines=1)
-    log.write(entry(7))
+    log = AccessLog(str(path), 1.0, asyncio.get_running_loop(), batch_bytes=1)
+    log.write(*sized(7))
     await log.drain()
     path.rename(tmp_path / "access.log.1")  # logrotate moves it away
-    log.write(entry(8))
+    log.write(*sized(8))
     await log.close()
     assert json.loads((tmp_path / "access.log.1").read_text().splitlines()[-1]) == json.loads(
         encode([entry(7)]))
@@ -103,10 +108,20 @@ async def test_lines_are_written_in_order_in_batches_and_the_file_is_reopened_wh
 
 async def test_lines_past_the_memory_bound_are_dropped_and_counted(tmp_path: Path) -> None:
     log = AccessLog(str(tmp_path / "access.log"), 1.0, asyncio.get_running_loop(),
-                    batch_lines=100, max_pending_lines=2)
+                    batch_bytes=1 << 20, max_pending_bytes=2 * LINE_BYTES + 100)
     for i in range(5):
-        log.write(entry(i))  # the first two fit, the other three would pass 2
+        log.write(*sized(i))  # LINE_BYTES and 3 each: the first two fit, no other
     assert log.dropped == 3
+    roomy = AccessLog(str(tmp_path / "other.log"), 1.0, asyncio.get_running_loop(),
+                      batch_bytes=1 << 20, max_pending_bytes=10 * LINE_BYTES)
+    huge = line(ts=1.0, request_id="", app="", machine="", worker="", method="GET",
+                host="h", path="/" + "x" * 60_000, proto="h2", status=200, code="",
+                bytes_in=0, bytes_out=0, duration_s=0.0, client="::1", cold=None)
+    roomy.write(huge, LINE_BYTES + 60_001 + 1)  # counted by what its client sent: too much
+    roomy.write(*sized(9))
+    assert roomy.dropped == 1
+    await roomy.close()
+    assert (tmp_path / "other.log").read_bytes() == encode([entry(9)])
     await log.close()
     assert (tmp_path / "access.log").read_bytes() == encode([entry(0), entry(1)])
 
@@ -182,6 +197,34 @@ async def test_a_warm_request_through_the_edge_is_logged_with_its_machine_and_by
     assert (line["status"], line["code"], line["proto"]) == (200, "", "http/1.1")
     assert (line["bytes_in"], line["bytes_out"], line["client"]) == (0, 5, "10.1.2.3")
     assert line["cold"] is False and "hold_ms" not in line and line["duration_ms"] >= 0
+
+
+async def test_a_line_is_counted_against_the_memory_bound_with_the_target_its_client_sent(
+    tmp_path: Path,
+) -> None:
+    """Lines wait in memory as Structs; each is counted with the target, host and request
+    id its client chose, so 64 KiB targets cannot fill memory a count of lines allows."""
+    from edge.adapters.http1 import ClientConnection
+    from edge.adapters.upstream import UpstreamConnection
+
+    path = tmp_path / "access.log"
+    edge = logging_edge(path)
+    log = edge.access_log
+    assert log is not None
+    log.max_pending_bytes = 2 * LINE_BYTES + 4000  # room for two short lines, not a long one
+    log.batch_bytes = 1 << 20
+    client = ClientConnection(edge)
+    client.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    for target in (b"/" + b"a" * 5000, b"/short"):
+        upstream = UpstreamConnection(edge.pool, edge.view.apps["web"].machines["m1"].pool_key)
+        upstream.connection_made(MemoryTransport())  # type: ignore[arg-type]
+        edge.pool.release(upstream, True)
+        client.data_received(REQUEST.replace(b"/items/7?token=secret", target))
+        upstream.data_received(RESPONSE)
+    assert log.dropped == 1  # the long one: past the bound by its target alone
+    await edge.close()
+    [kept] = [json.loads(text) for text in path.read_text().splitlines()]
+    assert kept["path"] == "/short"
 
 
 async def test_requests_whose_client_went_away_are_logged_ten_a_second_and_counted(
