@@ -24,7 +24,7 @@ from agent.core.records import Gone, ImageResolved, Launched, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
 from agent.core.runplan import NothingToRun, stop_signal
-from agent.core.state import AgentState, Machine, transition_record
+from agent.core.state import AgentState, Machine, thaws, transition_record
 from agent.driverport import Driver, LaunchSpec, Running
 from agent.errors import AgentError, NotFound
 from agent.journal import Journal, record_ids
@@ -171,7 +171,9 @@ class MachineTasks:
         the start to be on disk before anything runs; a resume does not (nothing new runs:
         an agent that died before its Started was durable finds the machine suspended or
         starting in its log, and freezes it again or finishes the start at recovery), and
-        its answer still waits for Started to be on disk (`Agent.wait`)."""
+        its answer still waits for Started to be on disk (`Agent.wait`). A live process is
+        taken as ready without a probe only when this start is a resume (`thaws`); one
+        launched and never seen ready (an agent that died during its probe) is probed."""
         if delay_s:
             await asyncio.sleep(delay_s)
         machine = self.machine(mid)
@@ -183,13 +185,13 @@ class MachineTasks:
             if failure:
                 await self.journal.eventually(lambda: self.transition(machine, E.FAIL, failure))
                 return
-        elif await self.driver.resume(self.run_of(machine)):
+        elif thaws(machine) and await self.driver.resume(self.run_of(machine)):
             # A thawed process was ready when frozen and its listening socket never
             # closed (connects wait in the backlog): it is ready again now, no probe.
             await self.journal.eventually(lambda: self.transition(machine, E.READY, "resumed"))
             self.metrics.ready_seconds.observe(time.monotonic() - began)
             return
-        await self._await_ready(machine, began)
+        await self._await_ready(machine, began)  # (a live process never ready: probed)
 
     async def _launch(self, machine: Machine) -> str:
         """Launch a new process for the machine: "" once its Launched record is written,

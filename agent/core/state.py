@@ -193,6 +193,17 @@ def stale_fence(state: AgentState, app: str, token: int | None) -> str:
     return ""
 
 
+def thaws(machine: Machine) -> bool:
+    """Whether the machine's start under way thaws a process a suspend froze (its state
+    before its last start was `suspended`): that process was ready when frozen and needs
+    no readiness probe. Any other start with a live process — found by recovery after
+    the agent died while it waited for a process it had launched to listen — must probe
+    it: that process was never ready."""
+    events = machine.events
+    return (len(events) >= 2 and events[-1].event == "start"
+            and events[-2].state is MachineState.SUSPENDED)
+
+
 def snapshot(state: AgentState) -> list[Record]:
     """Records that replay to `state` (for compaction): per machine, its creation,
     its last transition, its image and its process."""

@@ -315,6 +315,40 @@ def test_an_agent_killed_as_it_resumes_a_machine_recovers_it_as_its_log_says(
         agent.cleanup()
 
 
+@pytest.fixture(scope="module")
+def slow_hello(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """examples/hello, listening only 4 s after it starts."""
+    src = tmp_path_factory.mktemp("slow-src")
+    shutil.copytree(HELLO, src, dirs_exist_ok=True)
+    app = src / "app.py"
+    listen = '    port = int(os.environ.get("PORT", "8080"))'
+    text = app.read_text()
+    assert listen in text
+    app.write_text(text.replace(listen, f"    __import__('time').sleep(4)\n{listen}"))
+    layout = tmp_path_factory.mktemp("slow-layout")
+    build_image(src, "slow:v1", layout=layout)
+    return f"oci:{layout}:v1"
+
+
+def test_an_agent_killed_while_a_launched_machine_is_not_yet_listening_probes_it_again(
+    tmp_path: Path, slow_hello: str
+) -> None:
+    """Recovery finds the machine starting with a live process that was never ready: it
+    is probed until it listens, not taken for a thawed one (started at once)."""
+    agent = AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024).start()
+    try:
+        status, made = offer(agent, "k", slow_hello, start=True)
+        assert status == 201, made
+        url = f"{agent.url}/v1/machines/{made['id']}"
+        wait_until(lambda: bool(call("GET", url)[1].get("pid")), 20)  # launched, probing
+        agent.kill9()
+        agent.start()
+        after = agent.wait_state(made["id"], "started")
+        assert call("GET", f"http://{after['address']}/")[0] == 200  # listening once started
+    finally:
+        agent.cleanup()
+
+
 # -- kill -9 in a storm, and an orphan --------------------------------------------------------
 
 

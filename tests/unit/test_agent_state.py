@@ -27,7 +27,7 @@ from agent.core.records import (
     Transition,
 )
 from agent.core.restart import GiveUp, Restart, RestartPolicy, after_crash
-from agent.core.state import AgentState, replay, snapshot, stale_fence
+from agent.core.state import AgentState, replay, snapshot, stale_fence, thaws
 
 SPEC = MachineSpec(app="hello", image="img", guest=Guest(cpus=1, memory_mb=256))
 
@@ -247,3 +247,23 @@ def test_a_call_under_an_older_token_is_refused_and_one_without_is_not_fenced() 
     assert stale_fence(state, "a", 201) == ""  # a newer holder
     assert stale_fence(state, "a", None) == ""  # a wake: no lease claimed
     assert stale_fence(state, "other", 1) == ""
+
+
+def test_only_a_start_of_a_suspended_machine_thaws_it_unprobed() -> None:
+    """A live process found by a start is ready without a probe only if a suspend froze
+    it; one launched and not yet ready (the agent died during its probe) is probed."""
+    frozen = [*running("m1", "k1"), Transition("m1", "suspend", "suspending", 4.0),
+              Transition("m1", "suspended", "suspended", 5.0)]
+    resumed = replay([*frozen, Transition("m1", "start", "starting", 6.0)])
+    assert thaws(resumed.machines["m1"])
+    assert thaws(replay(snapshot(resumed)).machines["m1"])  # compaction keeps the events
+    assert not thaws(replay(frozen).machines["m1"])  # not being started
+    launched = replay([Created("m2", SPEC, "k2", 1.0), Transition("m2", "start", "starting", 2.0),
+                       Launched("m2", 42, 7, 8080, 2.5)])
+    assert not thaws(launched.machines["m2"])
+    restarted = replay([*running("m3", "k3"), Transition("m3", "crash", "starting", 4.0)])
+    assert not thaws(restarted.machines["m3"])
+    stopped = replay([*running("m4", "k4"), Transition("m4", "stop", "stopping", 4.0),
+                      Transition("m4", "exited", "stopped", 5.0),
+                      Transition("m4", "start", "starting", 6.0)])
+    assert not thaws(stopped.machines["m4"])
