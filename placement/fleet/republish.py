@@ -30,7 +30,7 @@ from ground.registry.generation import GenerationWatch
 from ground.tasks import cancel_and_wait
 from placement.applocks import AppLocks
 from placement.core import refill as rule
-from placement.errors import NotFound
+from placement.errors import NotFound, Unavailable
 from placement.store import AppStore
 
 log = logging.getLogger("thaw.placement")
@@ -76,33 +76,56 @@ class Republisher:
         self.whole = asyncio.Event()  # set while no refill is under way
         self.whole.set()
         self.owed: set[str] = set()  # apps stored whose copy could not be published yet
-        self._lock = asyncio.Lock()
+        self._checking: asyncio.Task[int] | None = None  # the check under way, shared
         self._task: asyncio.Task[None] | None = None
 
     async def check(self) -> int:
-        """Read the generation; under a new one, publish every app again (how many)."""
-        async with self._lock:
-            token = await self.registry.generation()
-            if token == self.watch.known:
-                return 0
-            if self.watch.lost(token):
-                live_before = self.live_before()
-                log.warning("the registry was lost (new generation): publishing every app "
-                            "again; the reconciler waits for %d workers (at most %.0f s)",
-                            len(live_before), self.bound_s)
-                self.refill = rule.begin(token, self.clock(), live_before)
-                self.refills += 1
-                self.whole.clear()
-                self._sign.set()  # (seen by a pass or a wake: the loop now follows the refill)
-            began = time.perf_counter()
-            published = await self._publish_all()
-            if self.refill is None:  # (a failed mark publishes again at the next check)
-                await self.registry.mark_republished(token)
-            self.watch.published(token)
-            if self.refill is not None:
-                log.warning("%d apps published again in %.2f s", published,
-                            time.perf_counter() - began)
-            return published
+        """Read the generation; under a new one, publish every app again (how many).
+        Callers that ask while a check is under way share it: each wake asks, and a
+        herd of 200 read the generation 200 times one after another (`Fleet.workers`
+        shares its read so too)."""
+        if self._checking is None:
+            self._checking = asyncio.ensure_future(self._check())
+            self._checking.add_done_callback(self._check_done)
+        checking = self._checking
+        try:
+            return await asyncio.shield(checking)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if checking.cancelled() and me is not None and not me.cancelling():
+                # close() ended a check this caller shared; the caller was not cancelled
+                raise Unavailable("placement is shutting down: the registry's generation "
+                                  "was not read") from None
+            raise
+
+    def _check_done(self, task: asyncio.Task[int]) -> None:
+        if self._checking is task:
+            self._checking = None
+        if not task.cancelled():
+            task.exception()  # retrieved: each caller sharing it has it raised
+
+    async def _check(self) -> int:
+        token = await self.registry.generation()
+        if token == self.watch.known:
+            return 0
+        if self.watch.lost(token):
+            live_before = self.live_before()
+            log.warning("the registry was lost (new generation): publishing every app "
+                        "again; the reconciler waits for %d workers (at most %.0f s)",
+                        len(live_before), self.bound_s)
+            self.refill = rule.begin(token, self.clock(), live_before)
+            self.refills += 1
+            self.whole.clear()
+            self._sign.set()  # (seen by a pass or a wake: the loop now follows the refill)
+        began = time.perf_counter()
+        published = await self._publish_all()
+        if self.refill is None:  # (a failed mark publishes again at the next check)
+            await self.registry.mark_republished(token)
+        self.watch.published(token)
+        if self.refill is not None:
+            log.warning("%d apps published again in %.2f s", published,
+                        time.perf_counter() - began)
+        return published
 
     async def trusted(self) -> bool:
         """Whether the registry's view may be acted on now: not lost, or lost and filled
@@ -212,7 +235,7 @@ class Republisher:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        await cancel_and_wait(self._task)
+        await cancel_and_wait(self._task, self._checking, errors=False)
         if self._own_registry:
             await self.registry.close()
 

@@ -138,3 +138,37 @@ async def _republished(registry: RedisRegistry, name: str, within_s: float = 20)
             return copy
         assert asyncio.get_running_loop().time() < deadline, "never republished"
         await asyncio.sleep(0.05)
+
+
+async def test_wakes_asking_at_once_share_one_read_of_the_generation(tmp_path: Path) -> None:
+    """Each wake asks whether the registry's view may be acted on; a herd asking at once
+    shares the check under way rather than reading the generation once each, in turn."""
+    from ground.registry.memory import MemoryRegistry
+
+    class Counted(MemoryRegistry):
+        reads = 0
+
+        async def generation(self) -> str:
+            self.reads += 1
+            await asyncio.sleep(0.01)  # a round trip
+            return await super().generation()
+
+    opened = await open_store("sqlite", tmp_path)
+    registry = Counted()
+    republisher = Republisher(registry, opened.apps, AppLocks(), 1.0)
+    try:
+        assert await republisher.check() == 0  # the first: nothing stored to publish
+        registry.reads = 0
+        loop = asyncio.get_running_loop()
+        answers = await asyncio.gather(*(republisher.wait_trusted(loop.time() + 5)
+                                         for _ in range(50)))
+        assert answers == [True] * 50 and registry.reads == 1
+        # one caller cancelled (its deadline) leaves the shared check to the others
+        slow = asyncio.ensure_future(republisher.check())
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.001):
+                await republisher.check()
+        assert await slow == 0
+    finally:
+        await republisher.close()
+        await opened.close()
