@@ -30,7 +30,7 @@ from ground.registry.generation import GenerationWatch
 from ground.tasks import cancel_and_wait
 from placement.applocks import AppLocks
 from placement.core import refill as rule
-from placement.errors import NotFound, Unavailable
+from placement.errors import NotFound
 from placement.store import AppStore
 
 log = logging.getLogger("thaw.placement")
@@ -76,33 +76,27 @@ class Republisher:
         self.whole = asyncio.Event()  # set while no refill is under way
         self.whole.set()
         self.owed: set[str] = set()  # apps stored whose copy could not be published yet
-        self._checking: asyncio.Task[int] | None = None  # the check under way, shared
+        self._lock = asyncio.Lock()
+        # calls of `check` so far, and how many of them the last check that ended covers
+        # (every call made before its read began), with its answer
+        self._asked = self._covered = self._answer = 0
         self._task: asyncio.Task[None] | None = None
 
     async def check(self) -> int:
         """Read the generation; under a new one, publish every app again (how many).
-        Callers that ask while a check is under way share it: each wake asks, and a
-        herd of 200 read the generation 200 times one after another (`Fleet.workers`
-        shares its read so too)."""
-        if self._checking is None:
-            self._checking = asyncio.ensure_future(self._check())
-            self._checking.add_done_callback(self._check_done)
-        checking = self._checking
-        try:
-            return await asyncio.shield(checking)
-        except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if checking.cancelled() and me is not None and not me.cancelling():
-                # close() ended a check this caller shared; the caller was not cancelled
-                raise Unavailable("placement is shutting down: the registry's generation "
-                                  "was not read") from None
-            raise
-
-    def _check_done(self, task: asyncio.Task[int]) -> None:
-        if self._checking is task:
-            self._checking = None
-        if not task.cancelled():
-            task.exception()  # retrieved: each caller sharing it has it raised
+        One check at a time, each read made after the calls it answers: callers that
+        asked while one ran are answered together by the next one (each wake asks: a
+        herd of 200 read the generation 200 times one after another), never by one
+        whose read may predate their call (it could have missed a loss)."""
+        self._asked += 1
+        mine = self._asked
+        async with self._lock:
+            if self._covered >= mine:  # a check that began after this call has ended
+                return self._answer
+            covers = self._asked
+            self._answer = await self._check()
+            self._covered = covers
+            return self._answer
 
     async def _check(self) -> int:
         token = await self.registry.generation()
@@ -235,7 +229,7 @@ class Republisher:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        await cancel_and_wait(self._task, self._checking, errors=False)
+        await cancel_and_wait(self._task)
         if self._own_registry:
             await self.registry.close()
 

@@ -142,7 +142,8 @@ async def _republished(registry: RedisRegistry, name: str, within_s: float = 20)
 
 async def test_wakes_asking_at_once_share_one_read_of_the_generation(tmp_path: Path) -> None:
     """Each wake asks whether the registry's view may be acted on; a herd asking at once
-    shares the check under way rather than reading the generation once each, in turn."""
+    is answered by the check under way and one more, whose read follows every call it
+    answers (one that may predate a call could have missed a loss), not once each."""
     from ground.registry.memory import MemoryRegistry
 
     class Counted(MemoryRegistry):
@@ -162,13 +163,43 @@ async def test_wakes_asking_at_once_share_one_read_of_the_generation(tmp_path: P
         loop = asyncio.get_running_loop()
         answers = await asyncio.gather(*(republisher.wait_trusted(loop.time() + 5)
                                          for _ in range(50)))
-        assert answers == [True] * 50 and registry.reads == 1
-        # one caller cancelled (its deadline) leaves the shared check to the others
+        assert answers == [True] * 50 and registry.reads == 2
+        # a caller given up (its deadline) while waiting leaves the check to the others
         slow = asyncio.ensure_future(republisher.check())
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.001):
                 await republisher.check()
         assert await slow == 0
+    finally:
+        await republisher.close()
+        await opened.close()
+
+
+async def test_a_check_asked_while_one_runs_reads_the_generation_after_it_was_asked(
+    tmp_path: Path,
+) -> None:
+    """A loss between the read of a check under way and a later call is seen by that
+    call: it is not answered by the check that read before it."""
+    from ground.registry.memory import MemoryRegistry
+
+    class Slow(MemoryRegistry):
+        async def generation(self) -> str:
+            now = self._generation  # read at the call, answered a round trip later
+            await asyncio.sleep(0.05)
+            return now
+
+    opened = await open_store("sqlite", tmp_path)
+    registry = Slow()
+    republisher = Republisher(registry, opened.apps, AppLocks(), 1.0)
+    try:
+        await republisher.check()
+        before = republisher.watch.known
+        running = asyncio.ensure_future(republisher.check())
+        await asyncio.sleep(0.01)  # its read is made
+        registry._generation = "lost-and-made-again"
+        await republisher.check()
+        await running
+        assert republisher.watch.known == "lost-and-made-again" != before
     finally:
         await republisher.close()
         await opened.close()
