@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.bench_cold import ttfb
 from loadtests.bench_wakes import (
     act,
     cpu_rows,
@@ -57,25 +57,6 @@ from loadtests.tinyapp import build_tiny_image
 from tests.support.agent_process import wait_until
 from tests.support.redis_server import start_redis_server
 from tests.support.services import Services
-
-
-def ttfb(port: int, app: str) -> tuple[float, int, str]:
-    """(ms to the first byte, status, Server-Timing) of one GET through the edge."""
-    request = f"GET / HTTP/1.1\r\nHost: {app}.localhost\r\nConnection: close\r\n\r\n".encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        began = time.perf_counter()
-        sock.sendall(request)
-        data = sock.recv(65536)
-        elapsed = (time.perf_counter() - began) * 1000
-        while chunk := sock.recv(65536):
-            data += chunk
-    head = data.split(b"\r\n\r\n", 1)[0].decode()
-    timing = ""
-    for line in head.split("\r\n")[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "server-timing":
-            timing = value.strip()
-    return elapsed, int(head.split()[1]), timing
 
 
 def settle(services: Services, app: str, action: str, state: str) -> None:
