@@ -62,6 +62,9 @@ class Machine:
     events: list[StateChange] = field(default_factory=list)
     crashes: list[float] = field(default_factory=list)  # times of unasked exits (restart policy)
     last_exit: str = ""  # how its last process ended (Gone.reason), "" if not known
+    # its process was launched after its last transition: a start that launched it (not
+    # one that thaws a process a suspend froze), or an older process's adoption by a log
+    fresh: bool = False
 
 
 @dataclass
@@ -94,10 +97,12 @@ class AgentState:
                           runtime_id=runtime_id, host=host):
                 machine = self.machines[mid]
                 machine.process = ProcessRef(pid, start_time, port, runtime_id, host)
+                machine.fresh = True
                 machine.updated_at = at
             case Gone(id=mid, at=at, reason=reason):
                 machine = self.machines[mid]
                 machine.process = None
+                machine.fresh = False
                 machine.last_exit = reason or machine.last_exit
                 machine.updated_at = at
 
@@ -121,6 +126,7 @@ class AgentState:
         elif record.event in ("start", "stop"):
             machine.crashes.clear()  # asked for: a fresh crash budget
         machine.state = state
+        machine.fresh = False
         machine.updated_at = record.at
         machine.events.append(StateChange(state, record.event, record.at, record.reason))
         del machine.events[:-EVENTS_KEPT]
@@ -195,13 +201,14 @@ def stale_fence(state: AgentState, app: str, token: int | None) -> str:
 
 def thaws(machine: Machine) -> bool:
     """Whether the machine's start under way thaws a process a suspend froze (its state
-    before its last start was `suspended`): that process was ready when frozen and needs
-    no readiness probe. Any other start with a live process — found by recovery after
-    the agent died while it waited for a process it had launched to listen — must probe
-    it: that process was never ready."""
+    before its last start was `suspended`, and no process was launched since): that
+    process was ready when frozen and needs no readiness probe. Any other start with a
+    live process — found by recovery after the agent died while it waited for a process
+    it had launched to listen, the frozen one having died — must probe it: that process
+    was never ready."""
     events = machine.events
     return (len(events) >= 2 and events[-1].event == "start"
-            and events[-2].state is MachineState.SUSPENDED)
+            and events[-2].state is MachineState.SUSPENDED and not machine.fresh)
 
 
 def snapshot(state: AgentState) -> list[Record]:
@@ -211,6 +218,11 @@ def snapshot(state: AgentState) -> list[Record]:
     records += [Fenced(app, token, 0.0) for app, token in state.fences.items()]
     for machine in state.machines.values():
         records.append(Created(machine.id, machine.spec, machine.offer_key, machine.created_at))
+        launched = None if machine.process is None else Launched(
+            machine.id, machine.process.pid, machine.process.start_time, machine.process.port,
+            machine.updated_at, machine.process.runtime_id, machine.process.host)
+        if launched is not None and not machine.fresh:  # launched before its last change
+            records.append(launched)
         for change in machine.events:
             if change.event == "create":
                 continue
@@ -221,10 +233,6 @@ def snapshot(state: AgentState) -> list[Record]:
             records.append(ImageResolved(machine.id, machine.image_digest, machine.updated_at))
         if machine.process is None and machine.last_exit:
             records.append(Gone(machine.id, machine.updated_at, machine.last_exit))
-        if machine.process is not None:
-            proc = machine.process
-            records.append(
-                Launched(machine.id, proc.pid, proc.start_time, proc.port, machine.updated_at,
-                         proc.runtime_id, proc.host)
-            )
+        if launched is not None and machine.fresh:
+            records.append(launched)
     return records

@@ -87,12 +87,14 @@ def legal_history(choices: list[int]) -> list[Record]:
     for choice in choices:
         event = EVENTS[choice % len(EVENTS)]
         try:
-            state = next_state(state, event)
+            next_state(state, event)
         except IllegalTransition:
             continue
         at += 1
+        before, state = state, next_state(state, event)
         records.append(Transition("m1", event.value, state.value, at))
-        if state is MachineState.STARTING:
+        if state is MachineState.STARTING and (before is not MachineState.SUSPENDED
+                                               or choice % 2):  # a thaw launches nothing
             records.append(Launched("m1", int(at), int(at), 5000, at))
         if state is MachineState.DESTROYED:
             break
@@ -106,8 +108,10 @@ def test_a_snapshot_replays_to_the_same_state(choices: list[int]) -> None:
     again = replay(snapshot(state))
     assert again.epoch == state.epoch
     assert again.offers == state.offers
-    assert {k: (m.state, m.process, m.image_digest) for k, m in again.machines.items()} == {
-        k: (m.state, m.process, m.image_digest) for k, m in state.machines.items()
+    assert {k: (m.state, m.process, m.image_digest, m.fresh, thaws(m))
+            for k, m in again.machines.items()} == {
+        k: (m.state, m.process, m.image_digest, m.fresh, thaws(m))
+        for k, m in state.machines.items()
     }
 
 
@@ -267,3 +271,9 @@ def test_only_a_start_of_a_suspended_machine_thaws_it_unprobed() -> None:
                       Transition("m4", "exited", "stopped", 5.0),
                       Transition("m4", "start", "starting", 6.0)])
     assert not thaws(stopped.machines["m4"])
+    # the frozen process died and the start launched another (its agent then died during
+    # that one's probe): the events still end suspended, start — the new one is probed
+    relaunched = replay([*frozen, Transition("m1", "start", "starting", 6.0),
+                         Gone("m1", 6.5, "killed"), Launched("m1", 43, 9, 8080, 6.6)])
+    assert not thaws(relaunched.machines["m1"])
+    assert not thaws(replay(snapshot(relaunched)).machines["m1"])
