@@ -66,6 +66,10 @@ class MachineView(MachineFacts, frozen=True, kw_only=True):
     guest: Guest
     events: list[EventView]
     for_spares: bool = False  # made to keep the app's spares (see Offer)
+    # its route seal over these facts, as its registry record carries it ("": unsealed):
+    # an edge that asked this agent to thaw the machine routes by the answer only if it
+    # verifies (ground/auth/tickets.py), as it would the record
+    seal: str = ""
 
 
 class PullRequest(msgspec.Struct, frozen=True):

@@ -24,7 +24,7 @@ from agent.core.records import Gone, ImageResolved, Launched, Record
 from agent.core.records import Transition as TransitionRecord
 from agent.core.restart import GiveUp, after_crash
 from agent.core.runplan import NothingToRun, stop_signal
-from agent.core.state import AgentState, Machine, thaws, transition_record
+from agent.core.state import RESUMED, AgentState, Machine, thaws, transition_record
 from agent.driverport import Driver, LaunchSpec, Running
 from agent.errors import AgentError, NotFound
 from agent.journal import Journal, record_ids
@@ -74,6 +74,7 @@ class MachineTasks:
         self.stopping = False  # the agent stops: waits end (ground/serving.py)
         self.on_change: Callable[[str], None] = lambda machine_id: None
         self._ops: dict[str, asyncio.Task[object]] = {}
+        self._syncs: set[asyncio.Future[None]] = set()  # sync_soon's, under way
         self._changed = asyncio.Event()
         self.outputs = Outputs(config.log_max_bytes, config.log_rate_bytes_s)
 
@@ -106,6 +107,17 @@ class MachineTasks:
 
     async def durable(self) -> None:
         await self.journal.durable()
+
+    def sync_soon(self) -> None:
+        """What is written so far reaches the disk with no caller waiting for it."""
+        task = asyncio.ensure_future(self.journal.durable())
+        self._syncs.add(task)
+        task.add_done_callback(self._synced)
+
+    def _synced(self, task: asyncio.Future[None]) -> None:
+        self._syncs.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("op log sync failed: %s", task.exception())
 
     def machine(self, mid: str) -> Machine:
         machine = self.state.machines.get(mid)
@@ -188,7 +200,7 @@ class MachineTasks:
         elif thaws(machine) and await self.driver.resume(self.run_of(machine)):
             # A thawed process was ready when frozen and its listening socket never
             # closed (connects wait in the backlog): it is ready again now, no probe.
-            await self.journal.eventually(lambda: self.transition(machine, E.READY, "resumed"))
+            await self.journal.eventually(lambda: self.transition(machine, E.READY, RESUMED))
             self.metrics.ready_seconds.observe(time.monotonic() - began)
             return
         await self._await_ready(machine, began)  # (a live process never ready: probed)

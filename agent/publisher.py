@@ -205,11 +205,14 @@ def machine_facts(agent: Agent, machine: Machine) -> MachineFacts:
 
 
 def machine_view(agent: Agent, machine: Machine) -> MachineView:
+    facts = machine_facts(agent, machine)
     return MachineView(
-        **facts_of(machine_facts(agent, machine)), image=machine.spec.image,
+        **facts_of(facts), image=machine.spec.image,
         pid=machine.process.pid if machine.process else 0, guest=machine.spec.guest,
         events=[EventView(e.state.value, e.event, e.at, e.reason) for e in machine.events],
         for_spares=machine.spec.for_spares,
+        seal=tickets.seal(machine.spec.ticket, facts.state, facts.address, facts.updated_at)
+        if machine.spec.ticket else "",
     )
 
 

@@ -136,13 +136,14 @@ class Agent(MachineTasks):
         self.run_op(mid, self.destroy_task(mid))
         return machine
 
-    async def wait(self, mid: str, target: MachineState, timeout_s: float) -> Machine | None:
-        """Return when the machine is in `target` and that is durable (None: destroyed, as
-        asked); 409 if it fails or vanishes first; 408 after `timeout_s`."""
+    async def wait(self, mid: str, target: MachineState, timeout_s: float,
+                   durable: bool = True) -> Machine | None:
+        """Return when the machine is in `target` and (`durable`) that is on disk (None:
+        destroyed, as asked); 409 if it fails or vanishes first; 408 after `timeout_s`."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                return await self._reached(mid, target)
+                return await self._reached(mid, target, durable)
         except TimeoutError:
             machine = self.state.machines.get(mid)
             current = machine.state.value if machine is not None else "gone"
@@ -156,7 +157,8 @@ class Agent(MachineTasks):
             return ""
         return "; " + self._with_output(machine.id, f"it crashed ({machine.events[-1].reason})")
 
-    async def _reached(self, mid: str, target: MachineState) -> Machine | None:
+    async def _reached(self, mid: str, target: MachineState,
+                       durable: bool = True) -> Machine | None:
         while True:
             machine = self.state.machines.get(mid)
             if machine is None:
@@ -165,7 +167,8 @@ class Agent(MachineTasks):
                     return None
                 raise Conflict(f"machine {mid} was destroyed", code="destroyed")
             if machine.state is target:
-                await self.durable()
+                if durable:
+                    await self.durable()
                 return machine
             if machine.state is S.FAILED and target is not S.FAILED:
                 reason = machine.events[-1].reason if machine.events else ""

@@ -9,6 +9,7 @@ and this is the only place its effects (`CallPlacement`, `Release`, `Fail`, `She
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import Counter
@@ -16,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from edge.adapters.placement import PlacementClient
+from edge.adapters.thaw import AgentThaw
 from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
@@ -29,6 +31,8 @@ from edge.errors import EdgeError
 from edge.exchange import Exchange
 from edge.view import LOST, AppEntry, MachineSlot, View
 from ground.logs import event
+from ground.registry import MachineRecord
+from ground.registry.types import boot_span_ms
 from placement.api import MAX_DEMAND, WakePrediction, WakeRequest
 
 log = logging.getLogger("thaw.edge")
@@ -38,6 +42,11 @@ Forward = Callable[[Exchange, AppEntry, MachineSlot], None]
 PickTunnel = Callable[[AppEntry], MachineSlot | None]
 FailWith = Callable[[Exchange, str, str], None]
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+THAW_WAIT_S = 10.0  # the longest the edge's own thaw waits for its machine (the wake goes on)
+# The wake beside an edge's own thaw is sent once the thaw is answered, or after this
+# long: on a small host the two at once share its cores with the agent at the moment the
+# thaw needs them, and a wake sent after the machine is up finds it so and starts no other.
+THAW_HEAD_START_S = 0.05
 
 
 class ColdPath:
@@ -64,6 +73,10 @@ class ColdPath:
         self.spawn = spawn
         self.shed: Counter[tuple[str, str]] = Counter()  # (app, reason) -> requests shed
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        # thaws suspended machines through their agents beside a wake (None: only wakes)
+        self.thaw: AgentThaw | None = None
+        # apps with a thaw of the edge's own under way: set when it ends
+        self._thawing: dict[str, asyncio.Event] = {}
 
     def shape(self, app: AppEntry) -> Shape:
         config = app.config
@@ -141,6 +154,7 @@ class ColdPath:
             elif isinstance(effect, Shed):
                 self._shed(effect)
             elif isinstance(effect, CallPlacement):
+                self._thaw_beside(effect)
                 self.spawn(self._wake(effect))
             elif isinstance(effect, ArmTimer):
                 timer = self._timers.pop(effect.token, None)
@@ -201,23 +215,66 @@ class ColdPath:
         self.run(self.wakes.on_wake_predicted(call.wake, self.loop.time(),
                                               prediction.predicted_ms))
 
+    def region_of(self, entry: AppEntry | None) -> str:
+        """The region a wake asks for: the edge's, if the app runs there ("": primary)."""
+        region = self.config.region
+        return region if entry is None or region in entry.config.regions else ""
+
+    def _thaw_beside(self, call: CallPlacement) -> None:
+        """Beside the wake, the edge's own thaw of the suspended machine the wake would
+        resume (edge/adapters/thaw.py), if there is one and none is under way."""
+        entry = self.view.apps.get(call.app)
+        if self.thaw is None or entry is None or call.app in self._thawing:
+            return
+        record = entry.to_thaw(self.region_of(entry))
+        if record is not None:
+            self._thawing[call.app] = asyncio.Event()
+            self.spawn(self._thaw(call, record))
+
+    async def _thaw(self, call: CallPlacement, record: MachineRecord) -> None:
+        """Its machine, once its agent answers started, taken as any machine that appears:
+        what it can take of the held requests is released (the wake's answer, later, finds
+        it there)."""
+        assert self.thaw is not None
+        try:
+            view = await self.thaw.thaw(call.app, record,
+                                        max(0.05, min(call.deadline_ms / 1000, THAW_WAIT_S)))
+        finally:
+            self._thawing.pop(call.app).set()
+        entry = self.view.apps.get(call.app)
+        if view is None or entry is None or entry.config.uid != record.app_uid:
+            return
+        before = entry.machines.get(view.id)
+        if before is not None and before.routable:
+            return  # the feed or the wake's answer brought it first
+        slot = self.view.add_started(call.app, view.id, view.address, view.worker)
+        if slot is not None and slot.routable:
+            self.machine_added(slot, boot_span_ms((e.state, e.at) for e in view.events))
+
     async def _wake(self, call: CallPlacement) -> None:
         """Placement's answer to one wake, fed back to AppWakes."""
         name = call.app
-        region = self.config.region
         entry = self.view.apps.get(name)
-        if entry is not None and region not in entry.config.regions:
-            region = ""
-        request = WakeRequest(count=call.count, deadline_ms=call.deadline_ms, region=region,
-                              demand=min(call.demand, MAX_DEMAND), edge=self.instance_id)
-        # Judge "did this wake add anything" against what was routable when it was sent:
-        # the registry feed may report the woken machines before the answer arrives.
+        # Judge "did this wake add anything" against what was routable when it was asked
+        # for: the registry feed (or the edge's own thaw) may bring the woken machines
+        # before the answer arrives.
         before = {slot.id for slot in entry.routable} if entry is not None else set()
+        deadline_ms = call.deadline_ms
+        thawing = self._thawing.get(name)
+        if thawing is not None:  # the edge's own thaw first (THAW_HEAD_START_S)
+            began = self.loop.time()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(thawing.wait(), THAW_HEAD_START_S)
+            deadline_ms = max(1, deadline_ms - int((self.loop.time() - began) * 1000))
+            entry = self.view.apps.get(name)
+        region = self.region_of(entry)
+        request = WakeRequest(count=call.count, deadline_ms=deadline_ms, region=region,
+                              demand=min(call.demand, MAX_DEMAND), edge=self.instance_id)
         stats = entry.stats if entry is not None else AppStats()
         started = self.loop.time()
         try:
             answer = await self.placement.wake(
-                name, request, call.deadline_ms / 1000 + self.config.wake_grace_s,
+                name, request, deadline_ms / 1000 + self.config.wake_grace_s,
                 lambda prediction: self._predicted(call, prediction))
         except EdgeError as exc:
             took = self.loop.time() - started

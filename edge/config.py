@@ -54,6 +54,9 @@ class EdgeConfig:
     # also ask the placements that publish themselves in the registry (sealed with the
     # route key: route_keys required, see docs/scaling-out.md)
     discover_placements: bool = True
+    # thaw a suspended machine through its agent beside the wake that would resume it
+    # (edge/adapters/thaw.py); off: only placement's wake does
+    direct_thaw: bool = True
     domain: str = "localhost"  # Host "{app}.{domain}" routes to app
     host: str = "127.0.0.1"
     port: int = 8080  # proxy port; 0: any free port

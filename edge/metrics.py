@@ -50,9 +50,17 @@ class Rounds(Protocol):
     def failed_rounds(self) -> int: ...
 
 
+class Thawing(Protocol):
+    @property
+    def results(self) -> Mapping[str, int]: ...
+
+
 class Shedding(Protocol):
     @property
     def shed(self) -> Mapping[tuple[str, str], int]: ...
+
+    @property
+    def thaw(self) -> Thawing | None: ...
 
 
 class Observed(Protocol):
@@ -188,6 +196,16 @@ class EdgeCollector(Collector):
         for reason, count in sorted(edge.route_guard.refused.items()):
             refused.add_metric([reason], count)
         yield refused
+        thaws = CounterMetricFamily(
+            "thaw_edge_direct_thaws",
+            "Suspended machines the edge asked their agents to start beside a wake, by "
+            "result: thawed (answered started and sealed: held requests released), "
+            "no_worker, unreachable, refused (not started), unsealed (not routed by)",
+            labels=["result"])
+        if edge.cold.thaw is not None:
+            for result, count in sorted(edge.cold.thaw.results.items()):
+                thaws.add_metric([result], count)
+        yield thaws
         clients = edge.clients
         over = CounterMetricFamily(
             "thaw_edge_client_connections_refused",

@@ -17,6 +17,7 @@ from edge.adapters.admin import build_admin_app
 from edge.adapters.http1 import ClientConnection
 from edge.adapters.nftwall import NftWall, WallError
 from edge.adapters.registry_feed import RegistryFeed
+from edge.adapters.thaw import AgentThaw
 from edge.adapters.tls import TlsDoor
 from edge.config import EdgeConfig
 from edge.core.forwarding import parse_networks
@@ -76,6 +77,10 @@ class EdgeRuntime:
         loop = asyncio.get_running_loop()
         view = View(config.domain, loop.time)
         edge = Edge(config, view)
+        if config.direct_thaw:
+            assert config.cluster_keys is not None  # checked by the config
+            edge.cold.thaw = AgentThaw(config.cluster_keys, self.registry.worker,
+                                       edge.route_guard)
         if config.route_keys is None:
             log.warning("no route key: machine records are not verified (any agent's Redis "
                         "user can route any app); docs/security.md")

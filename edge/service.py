@@ -455,6 +455,8 @@ class Edge(Shell):
             self.park_sweep = None
         await self.autostop.stop()
         await self.placement.close()
+        if self.cold.thaw is not None:
+            await self.cold.thaw.close()
         if self.access_log is not None:
             await self.access_log.close()
 

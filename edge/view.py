@@ -18,6 +18,8 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from edge.core.stats import AppStats
 from ground.appconfig import AppConfig
 from ground.registry import MachineRecord
@@ -26,6 +28,8 @@ from ground.registry.types import boot_span_ms
 log = logging.getLogger("thaw.edge.view")
 
 STARTED = "started"
+SUSPENDED = "suspended"
+RESTING = frozenset({SUSPENDED, "starting"})  # records kept for the edge's own thaw
 LOST = "lost"  # its worker is failed (placement says so): no answer will come from it
 MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
 
@@ -74,6 +78,9 @@ class AppEntry:
         self.name = config.name  # read on every request: an attribute, not a property
         self.machines: dict[str, MachineSlot] = {}
         self.routable: list[MachineSlot] = []
+        # its machines the registry says are suspended or starting (records admitted by
+        # the route guard, this incarnation's): what `to_thaw` chooses from
+        self.resting: dict[str, MachineRecord] = {}
         self.in_flight = 0
         self.stats = AppStats()
         self.h2c = config.protocol == "h2c"  # its machines are spoken to in HTTP/2
@@ -84,6 +91,24 @@ class AppEntry:
 
     def rebuild(self) -> None:
         self.routable = [m for m in self.machines.values() if m.routable]
+
+    def to_thaw(self, region: str) -> MachineRecord | None:
+        """The suspended machine a wake of this app in `region` ("": its primary) would
+        resume first — placement's choice (placement/core/wake.py: a starting machine
+        before a suspended one, then the lowest id, of the app's release, in the region)
+        — when the app has no machine up here and none is starting; else None. The edge
+        thaws it through its agent beside the wake, which then finds it starting."""
+        if self.machines or not self.resting:
+            return None
+        region = region or self.config.regions[0]
+        chosen: MachineRecord | None = None
+        for record in self.resting.values():
+            if record.state != SUSPENDED:
+                return None  # one is starting: the wake waits for it, so does the edge
+            if (record.release == self.config.release and record.region == region
+                    and (chosen is None or record.id < chosen.id)):
+                chosen = record
+        return chosen
 
 
 class View:
@@ -226,11 +251,14 @@ class View:
             if record is not None and record.updated_at < died:
                 return
             del self.tombstones[(app, machine_id)]  # a newer word from its worker
+        entry.resting.pop(machine_id, None)
         if record is not None and record.app_uid != entry.config.uid:
             # a machine of another incarnation of this name (an earlier app's leftover):
             # never this app's, whatever its state
             self._drop(entry, machine_id, "foreign")
             return
+        if record is not None and record.state in RESTING:
+            entry.resting[machine_id] = msgspec.structs.replace(record, events=[])
         if record is None or record.state != STARTED or not record.address:
             if slot is not None and record is None and not slot.seen:
                 return  # woken machines may reach the registry after the wake answer
@@ -259,6 +287,7 @@ class View:
         if slot is None or slot.address != address:
             slot = MachineSlot(app, machine_id, address, STARTED, self.clock(), worker)
             entry.machines[machine_id] = slot
+        entry.resting.pop(machine_id, None)
         slot.state = STARTED
         slot.draining = False
         slot.last_start = self.clock()

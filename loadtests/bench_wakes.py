@@ -128,13 +128,14 @@ def two_edges(services: Services, image: str, rounds: int, burst: int) -> list[s
 
 
 @contextlib.contextmanager
-def herd_platform(tmp: Path, redis_url: str) -> Iterator[Services]:
+def herd_platform(tmp: Path, redis_url: str,
+                  edge_args: tuple[str, ...] = ()) -> Iterator[Services]:
     """One edge, one placement, three agents (8 cpus each) on `redis_url`, started and
     stopped. The agents' default heartbeat (1 s), not the tests' 0.5 s: a burst of ~70
     launches per agent on this machine's 2 cores delays an agent's loop past a 1.5 s
     TTL, and its worker is then taken for dead (its machines fenced)."""
     services = Services(tmp, redis_url, agents=3, agent_cpus=8, agent_memory_mb=8192,
-                        heartbeat_s=1.0)
+                        heartbeat_s=1.0, edge_args=edge_args)
     try:
         services.start()
         wait_until(lambda: len(call("GET", f"{services.api}/v1/workers",

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -149,6 +150,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spy", action="store_true")
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--no-direct-thaw", action="store_true",
+                        help="the edge leaves each resume to placement's wake alone")
     args = parser.parse_args()
     if args.spy and not PY_SPY.exists():
         raise SystemExit(f"{PY_SPY} not found: .venv/bin/pip install py-spy")
@@ -158,7 +161,9 @@ def main() -> None:
     parts: dict[str, list[float]] = {}
     try:
         image = build_tiny_image(work / "herd" / "layout")
-        with start_redis_server() as server, herd_platform(work / "herd", server.url) as services:
+        with start_redis_server() as server, herd_platform(
+                work / "herd", server.url,
+                ("--no-direct-thaw",) if args.no_direct_thaw else ()) as services:
             names = [f"res{i}" for i in range(args.apps)]
             for name in names:
                 create(services, 0, name, image, auto_stop="suspend")
@@ -204,6 +209,11 @@ def main() -> None:
             print("CPU per resume, less an idle window as long:")
             print("\n".join(cpu_rows(dict.fromkeys(total, 0.0), total,
                                      args.apps * args.rounds)))
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{services.admin_ports[0]}/metrics", timeout=10) as answer:
+                thaws = [line for line in answer.read().decode().splitlines()
+                         if line.startswith("thaw_edge_direct_thaws_total")]
+            print("the edge's own thaws:", ", ".join(thaws) or "none")
             if args.spy:
                 for name in services.procs:
                     inclusive(name)

@@ -218,6 +218,9 @@ def edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="ask only the --placement URLs, not those placements publish in the "
                         "registry (discovered ones are trusted only when sealed with the "
                         "route key)")
+    p.add_argument("--no-direct-thaw", dest="direct_thaw", action="store_false",
+                   help="leave a suspended machine's resume to placement's wake alone (by "
+                        "default the edge also asks the machine's agent itself)")
     p.add_argument("--cacert", default=e("CACERT", ""), metavar="PATH",
                    help="the CA (PEM) an https --placement's certificate is checked against "
                         "(default $THAW_CACERT, else the system's CAs)")
@@ -368,6 +371,7 @@ async def run_edge(args: argparse.Namespace) -> int:
                                                           "http://127.0.0.1:4280")])
     config = EdgeConfig(placement_url=placements, placement_cafile=args.cacert,
                         discover_placements=args.discover_placements,
+                        direct_thaw=args.direct_thaw,
                         domain=args.domain, host=args.host,
                         port=args.port, admin_port=args.admin_port, region=args.region,
                         max_held_total=args.max_held_total, max_held_share=args.max_held_share,

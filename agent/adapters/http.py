@@ -18,6 +18,7 @@ from aiohttp.typedefs import Middleware
 from agent.api import HealthView, OfferRequest, PullRequest
 from agent.core.machine import IllegalTransition, MachineState
 from agent.core.records import MachineSpec
+from agent.core.state import thawed
 from agent.errors import AgentError, BadRequest
 from agent.launch import machine_dir
 from agent.machinelog import read_log_from
@@ -162,7 +163,14 @@ class AgentRoutes:
         """Start; with `?wait_s=` answer only once started (one round trip for callers
         that would start and then wait): 408 / 409 as for /wait. With `wait_s`, a machine
         already starting or started is waited for, not refused: the caller (placement,
-        planning from the registry's view) wants it started, whoever started it."""
+        planning from the registry's view) wants it started, whoever started it.
+
+        Every answer comes once the start is on disk — without `wait_s` at once, with it
+        once `started` is (a later record: one fsync covers both), or, when the wait
+        fails, before its error — except a resume's `started` (`thawed`): nothing new
+        runs, and recovery takes a thawed process as started whatever the log kept, so it
+        is answered as soon as the machine runs again and its records reach the disk
+        behind the answer (an fsync here is longer than the thaw itself)."""
         mid = self._machine_fenced(request)
         wait_s = wait_timeout(request, "wait_s", default="0")
         current = self.agent.machine(mid)
@@ -170,10 +178,19 @@ class AgentRoutes:
             machine = current  # "make sure it is started": a caller with a stale view is fine
         else:
             machine = self.agent.start(mid)
-        await self.agent.durable()
-        if wait_s > 0:
-            waited = await self.agent.wait(mid, MachineState.STARTED, wait_s)
-            machine = waited if waited is not None else machine
+        if wait_s <= 0:
+            await self.agent.durable()
+            return json_response(machine_view(self.agent, machine))
+        try:
+            waited = await self.agent.wait(mid, MachineState.STARTED, wait_s, durable=False)
+        except AgentError:
+            await self.agent.durable()
+            raise
+        machine = waited if waited is not None else machine
+        if thawed(machine):
+            self.agent.sync_soon()
+        else:
+            await self.agent.durable()
         return json_response(machine_view(self.agent, machine))
 
     async def stop(self, request: web.Request) -> web.Response:

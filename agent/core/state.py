@@ -199,6 +199,18 @@ def stale_fence(state: AgentState, app: str, token: int | None) -> str:
     return ""
 
 
+RESUMED = "resumed"  # the reason of a `ready` that thawed a frozen process (no probe)
+
+
+def thawed(machine: Machine) -> bool:
+    """Whether the machine is started by thawing the process a suspend froze (its last
+    event a `ready` of a resume): nothing new runs, so its start need not be on disk
+    before it is answered — recovery takes a process found running as started whatever
+    the log kept (agent/supervisor.py)."""
+    events = machine.events
+    return bool(events) and events[-1].event == "ready" and events[-1].reason == RESUMED
+
+
 def thaws(machine: Machine) -> bool:
     """Whether the machine's start under way thaws a process a suspend froze (its state
     before its last start was `suspended`, and no process was launched since): that

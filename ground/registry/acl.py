@@ -90,6 +90,9 @@ def _edge() -> list[Grant]:
         Grant(keys.machine_load_news(), True, ("xadd", *FEED_READ)),
         Grant(keys.wake_demand(ANY), True, EXPIRING),
         Grant(keys.placements(), False, ("hgetall",)),
+        # one worker's heartbeat by id: its agent's URL, for the edge's own thaw of a
+        # suspended machine (edge/adapters/thaw.py); never the list, never a write
+        Grant(keys.worker(ANY), False, ("get",)),
     ]
 
 

@@ -90,6 +90,10 @@ class MemoryRegistry:
             if region is None or status.region == region
         ]
 
+    async def worker(self, worker_id: str) -> WorkerStatus | None:
+        held = self._workers.get(worker_id)
+        return held[0] if held is not None and held[1] > self._clock() else None
+
     async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
         for digest in self._layers.get(worker_id, {}):
             holders = self._holders.get(digest, {})

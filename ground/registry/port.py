@@ -30,6 +30,11 @@ class Registry(Protocol):
 
     async def workers(self, region: str | None = None) -> list[WorkerStatus]: ...
 
+    async def worker(self, worker_id: str) -> WorkerStatus | None:
+        """One worker's live heartbeat (None: none, or it lapsed): what an edge reads to
+        reach the agent of a machine it thaws itself. Changes nothing."""
+        ...
+
     async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
         """Replace the layer set (digest -> bytes) a worker holds; updates the inverted index."""
         ...

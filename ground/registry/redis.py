@@ -328,6 +328,10 @@ class RedisRegistry:
         found = [msgspec.json.decode(v, type=WorkerStatus) for v in raw if v is not None]
         return [w for w in found if region is None or w.region == region]
 
+    async def worker(self, worker_id: str) -> WorkerStatus | None:
+        raw = await self._call(self._r.get(keys.worker(worker_id)))
+        return None if raw is None else msgspec.json.decode(raw, type=WorkerStatus)
+
     async def set_worker_layers(self, worker_id: str, layers: dict[str, int]) -> None:
         pairs = [item for digest, size in sorted(layers.items()) for item in (digest, size)]
         await self._call(self._set_layers(

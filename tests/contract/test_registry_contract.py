@@ -66,6 +66,16 @@ async def test_a_published_worker_is_listed_by_its_region(backend) -> None:
     assert {w.id for w in await registry.workers()} == {"w1", "w2"}
 
 
+async def test_one_worker_is_read_by_its_id_while_its_heartbeat_lives(backend) -> None:
+    registry = backend.registry
+    await registry.publish_worker(worker("w1"), ttl_s=1.0)
+    found = await registry.worker("w1")
+    assert found is not None and found.id == "w1" and found.url == worker("w1").url
+    assert await registry.worker("w2") is None
+    await backend.advance(1.2)
+    assert await registry.worker("w1") is None
+
+
 async def test_more_calls_at_once_than_connections_all_get_answers(backend) -> None:
     registry = backend.registry
     await registry.publish_worker(worker("w1"), ttl_s=30)

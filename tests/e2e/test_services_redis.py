@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,8 @@ def fresh_marker(url: str) -> bool:
 def test_with_a_user_and_an_acl_per_role_the_services_wake_an_app_and_no_agent_can_reroute_it(
     tmp_path: Path,
 ) -> None:
+    """... and the edge resumes its suspended machine through the machine's agent itself
+    (its user reads that worker's heartbeat; the agent's answer is sealed)."""
     with start_redis_server(locked=True, workers=("w0", "w1")) as locked:
         services = Services(tmp_path, "", locked=locked).start()
         try:
@@ -151,11 +154,27 @@ def test_with_a_user_and_an_acl_per_role_the_services_wake_an_app_and_no_agent_c
             agent.close()
             status, body, _ = edge_get(services, "hello.localhost")
             assert status == 200 and body.split()[-1] == machine_id
+            resumed_by_the_edge(services, "hello", machine_id)
         finally:
             services.stop()
         logs = "".join(log.read_text() for log in tmp_path.glob("*.log"))
         assert "NOPERM" not in logs and "no permissions" not in logs, logs
         assert locked.passwords["edge"] not in logs
+
+
+def resumed_by_the_edge(services: Services, app: str, machine_id: str) -> None:
+    """Suspend `app`'s machine, then one request resumes it — the edge's own thaw, not a
+    second machine."""
+    base = f"{services.api}/v1/apps/{app}/machines/{machine_id}"
+    assert call("POST", f"{base}/suspend", token=ADMIN_TOKEN)[0] == 200
+    admin = f"http://127.0.0.1:{services.admin_ports[0]}"
+    wait_until(lambda: not call("GET", f"{admin}/v1/state")[1]["apps"][app]["machines"], 10)
+    status, body, headers = edge_get(services, f"{app}.localhost")
+    assert status == 200 and body.split()[-1] == machine_id, body
+    assert "hold;dur=" in headers.get("Server-Timing", "")
+    metrics = urllib.request.urlopen(f"{admin}/metrics", timeout=10).read().decode()
+    assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in metrics
+    wait_until(lambda: [m["state"] for m in app_machines(services, app)] == ["started"], 10)
 
 
 def shaped(machines: list[dict[str, Any]], avoid: str = "") -> bool:

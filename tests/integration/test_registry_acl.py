@@ -176,10 +176,13 @@ def test_the_edges_user_reads_routes_but_cannot_write_them(locked: RedisServer) 
     edge = redis.Redis.from_url(locked.url_of("edge"))
     try:
         assert edge.hget("thaw:apps", "none") is None
+        edge.get("thaw:worker:w1")  # allowed: one worker's heartbeat (its agent's URL)
         for call in (lambda: edge.hset("thaw:apps", "web", "{}"),
                      lambda: edge.hset("thaw:machines:web", "m", "{}"),
                      lambda: edge.xadd("thaw:changes", {"kind": "app", "key": "web"}),
-                     lambda: edge.mget(["thaw:worker:w1"]),
+                     lambda: edge.mget(["thaw:worker:w1"]),  # not every worker's at once
+                     lambda: edge.smembers("thaw:workers"),
+                     lambda: edge.set("thaw:worker:w1", "{}"),
                      lambda: edge.hset("thaw:placements", "p1", "1 {}"),
                      lambda: edge.hdel("thaw:placements", "p1")):
             with pytest.raises(NoPermissionError):

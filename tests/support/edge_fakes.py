@@ -224,6 +224,15 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """`app` listening on a free loopback port: its runner (to clean up) and its URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
 @dataclass
 class FakePlacement:
     """Wake: start `count` backends (or fail as told); autostop: stop it (or keep it: 409)."""
@@ -254,11 +263,7 @@ class FakePlacement:
             web.post("/internal/apps/{app}/machines/{id}/autostop", self._autostop),
             web.post("/internal/workers/{worker}/suspect", self._suspect),
         ])
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_app(app)
         return self.url
 
     @web.middleware

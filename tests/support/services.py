@@ -28,7 +28,8 @@ class Services:
                  edges: int = 1, store: str = "", agent_cpus: float = 2,
                  agent_memory_mb: int = 1024, heartbeat_s: float = 0.5,
                  locked: RedisServer | None = None, every_placement: bool = False,
-                 start_timeout_s: float = 20, placement_args: tuple[str, ...] = ()) -> None:
+                 start_timeout_s: float = 20, placement_args: tuple[str, ...] = (),
+                 edge_args: tuple[str, ...] = ()) -> None:
         """`placements` share `store` (a postgresql:// URL; "" is each one's own SQLite);
         edge i asks placement i % placements. The first of each is `placement`/`edge`.
         `heartbeat_s`: the agents' (short in tests, so that a dead one is seen soon).
@@ -36,7 +37,8 @@ class Services:
         role's user, an agent as its worker's own (`agent-w0`…), password from a file.
         `every_placement`: each edge is given every placement's URL (its own first).
         `start_timeout_s`: how long each may take to listen (a placement publishes every
-        stored app first). `placement_args`: more flags for every placement."""
+        stored app first). `placement_args`: more flags for every placement; `edge_args`:
+        for every edge."""
         self.tmp = tmp
         self.redis_url = redis_url
         self.agents = agents
@@ -47,6 +49,7 @@ class Services:
         self.every_placement = every_placement
         self.start_timeout_s = start_timeout_s
         self.placement_args = placement_args
+        self.edge_args = edge_args
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.args: dict[str, tuple[list[str], int]] = {}
         # every port up front, distinct (an agent's, chosen later, could have been one
@@ -114,7 +117,7 @@ class Services:
                        "--admin-port", str(admin), "--placement", ",".join(urls), *routes,
                        "--new-conns-per-s", "1000000", "--max-conns-per-client", "1000000",
                        "--max-held-per-client", "1000000", "--new-conns-burst", "1000000",
-                       "--max-tunnels-per-client", "1000000",
+                       "--max-tunnels-per-client", "1000000", *self.edge_args,
                        port=port)
         return self
 

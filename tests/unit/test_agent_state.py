@@ -27,7 +27,15 @@ from agent.core.records import (
     Transition,
 )
 from agent.core.restart import GiveUp, Restart, RestartPolicy, after_crash
-from agent.core.state import AgentState, replay, snapshot, stale_fence, thaws
+from agent.core.state import (
+    RESUMED,
+    AgentState,
+    replay,
+    snapshot,
+    stale_fence,
+    thawed,
+    thaws,
+)
 
 SPEC = MachineSpec(app="hello", image="img", guest=Guest(cpus=1, memory_mb=256))
 
@@ -276,4 +284,11 @@ def test_only_a_start_of_a_suspended_machine_thaws_it_unprobed() -> None:
     relaunched = replay([*frozen, Transition("m1", "start", "starting", 6.0),
                          Gone("m1", 6.5, "killed"), Launched("m1", 43, 9, 8080, 6.6)])
     assert not thaws(relaunched.machines["m1"])
+    ready = replay([*frozen, Transition("m1", "start", "starting", 6.0),
+                    Transition("m1", "ready", "started", 6.1, RESUMED)])
+    assert thawed(ready.machines["m1"])  # answered before its records are on disk
+    booted = replay([*frozen, Transition("m1", "start", "starting", 6.0),
+                     Gone("m1", 6.5, "killed"), Launched("m1", 43, 9, 8080, 6.6),
+                     Transition("m1", "ready", "started", 7.0)])
+    assert not thawed(booted.machines["m1"]) and not thawed(replay(frozen).machines["m1"])
     assert not thaws(replay(snapshot(relaunched)).machines["m1"])

@@ -62,8 +62,14 @@ class Wakes:
 
 
 @dataclass
+class Thaw:
+    results: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Cold:
     shed: dict[tuple[str, str], int] = field(default_factory=dict)
+    thaw: Thaw | None = field(default_factory=Thaw)
 
 
 @dataclass
@@ -172,6 +178,8 @@ def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
     stats.autostopped("stopped")
     stats.connect_errors += 2
     edge.cold.shed[("web", "predicted_late")] = 3
+    assert edge.cold.thaw is not None
+    edge.cold.thaw.results.update(thawed=4, unreachable=1)
     got = samples(edge)
     web = ("app", "web")
     assert got[("thaw_edge_wakes_total", frozenset({web, ("result", "ok")}))] == 1
@@ -183,6 +191,8 @@ def test_wakes_holds_phases_and_autostops_are_per_app() -> None:
     assert got[("thaw_edge_autostops_total", frozenset({web, ("result", "stopped")}))] == 1
     assert got[("thaw_edge_upstream_connect_errors_total", frozenset({web}))] == 2
     assert got[("thaw_edge_shed_total", frozenset({web, ("reason", "predicted_late")}))] == 3
+    assert got[("thaw_edge_direct_thaws_total", frozenset({("result", "thawed")}))] == 4
+    assert got[("thaw_edge_direct_thaws_total", frozenset({("result", "unreachable")}))] == 1
 
 
 def test_every_series_of_an_app_goes_when_the_view_drops_the_app() -> None:

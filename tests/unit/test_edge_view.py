@@ -10,7 +10,7 @@ import pytest
 
 from edge.view import View
 from ground.appconfig import AppConfig, parse
-from ground.registry.types import MachineRecord
+from ground.registry.types import MachineEvent, MachineRecord
 
 
 class Clock:
@@ -193,3 +193,55 @@ def test_two_records_naming_one_address_never_share_or_cut_each_others_connectio
     evil = MachineSlot("evil", "mmmm", "10.9.0.5:8080", "started", 0.0, worker="W")
     assert victim.pool_key != evil.pool_key
     assert victim.pool_key.endswith("10.9.0.5:8080") and evil.pool_key.startswith("mmmm")
+
+
+def resting(mid: str, state: str = "suspended", **fields: object) -> MachineRecord:
+    return msgspec.structs.replace(record(updated_at=50.0, state=state), id=mid, address="",
+                                   events=[MachineEvent(state, 50.0, "")], **fields)
+
+
+def test_the_machine_to_thaw_is_the_one_a_wake_would_resume() -> None:
+    """Placement's choice (placement/core/wake.py): the lowest id of the app's suspended
+    machines of its release, in the region woken ("": the app's primary)."""
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", parse({"name": "hello", "image": "img", "regions": ["fra", "ams"]}))
+    entry = view.apps["hello"]
+    assert entry.to_thaw("") is None  # none suspended
+    for mid, fields in (("m5", {"region": "fra"}), ("m3", {"region": "fra"}),
+                        ("m1", {"region": "ams"}), ("m2", {"region": "fra", "release": 7})):
+        view.apply_record("hello", mid, resting(mid, **fields))
+    assert set(entry.resting) == {"m5", "m3", "m1", "m2"}
+    assert all(r.events == [] for r in entry.resting.values())  # kept without their history
+    thaw = entry.to_thaw("")
+    assert thaw is not None and thaw.id == "m3"  # primary fra; m2 is another release
+    thaw = entry.to_thaw("ams")
+    assert thaw is not None and thaw.id == "m1"
+    assert entry.to_thaw("lhr") is None
+
+
+def test_no_machine_to_thaw_while_one_is_up_or_starting_and_records_leave_as_they_change(
+) -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", parse({"name": "hello", "image": "img"}))
+    entry = view.apps["hello"]
+    view.apply_record("hello", "m1", resting("m1"))
+    view.apply_record("hello", "m2", resting("m2", state="starting"))
+    assert entry.to_thaw("") is None  # a wake would wait for the starting one
+    view.apply_record("hello", "m2", None)  # deleted
+    assert set(entry.resting) == {"m1"}
+    thaw = entry.to_thaw("")
+    assert thaw is not None and thaw.id == "m1"
+    view.add_started("hello", "m1", "127.0.0.1:9000", "w1")  # thawed: up, not resting
+    assert entry.resting == {} and entry.to_thaw("") is None
+    view.apply_record("hello", "m1", resting("m1", updated_at=200.0))  # suspended again
+    assert set(entry.resting) == {"m1"} and entry.machines == {}
+    view.apply_record("hello", "m1", resting("m1", state="stopped", updated_at=300.0))
+    assert entry.resting == {}  # a stopped machine is placement's to start (a boot)
+
+
+def test_a_resting_machine_of_another_incarnation_is_never_thawed() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", msgspec.structs.replace(parse({"name": "hello", "image": "img"}),
+                                                  uid="0123456789abcdef"))
+    view.apply_record("hello", "m1", resting("m1", app_uid="fedcba9876543210"))
+    assert view.apps["hello"].resting == {} and view.apps["hello"].to_thaw("") is None

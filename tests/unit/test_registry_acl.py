@@ -58,11 +58,14 @@ def test_no_agent_user_may_read_or_write_routes_leases_or_the_edges_keys() -> No
         assert not granted("agent", key, False, worker="w1"), key
 
 
-def test_the_edge_only_reads_routes_and_machines() -> None:
+def test_the_edge_only_reads_routes_machines_and_one_worker_at_a_time() -> None:
     assert granted("edge", keys.apps(), False) == {"hget", "hgetall", "hvals", "hkeys"}
     assert not granted("edge", keys.apps(), True)
     assert not granted("edge", keys.machines("web"), True)
-    assert not granted("edge", keys.worker("w1"), False)
+    # a worker's heartbeat by id (its agent's URL, for the edge's own thaw), never written
+    assert granted("edge", keys.worker("w1"), False) == {"get"}
+    assert not granted("edge", keys.worker("w1"), True)
+    assert not granted("edge", keys.workers(), False)
     # where wakes go: only placements write it, edges read it
     assert granted("edge", keys.placements(), False) == {"hgetall"}
     assert not granted("edge", keys.placements(), True)

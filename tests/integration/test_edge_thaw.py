@@ -1,0 +1,236 @@
+"""The edge's own thaw of a suspended machine (edge/adapters/thaw.py) with real sockets:
+a fake agent answers the edge's signed start, a fake placement's wake runs beside it.
+The thaw's machine serves the held request when its agent answers started (and, with
+route keys, sealed); whatever else happens, the wake is the fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from aiohttp import web
+
+from agent.api import EventView, Guest, MachineView
+from ground.auth import tickets
+from ground.auth.aiohttp_glue import refusal
+from ground.auth.signing import Verifier
+from ground.registry.types import MachineRecord, WorkerStatus
+from tests.support.credentials import RING, ROUTE_KEYS
+from tests.support.edge_fakes import (
+    EdgeHarness,
+    FakePlacement,
+    serve_app,
+    start_backend,
+    start_edge,
+    stop_process,
+    wait_port_async,
+)
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+WORKER = "w-nap"
+MACHINE = "nap-m7"
+
+
+@dataclass
+class FakeAgent:
+    """Answers `POST /v1/machines/{id}/start` as an agent would for a thawed machine at
+    `address` — or, per `mode`: "error" (500), "foreign" (another machine's view),
+    "starting" (not started in time), "unsealed" (no route seal)."""
+
+    address: str
+    mode: str = "ok"
+    seal_with: tickets.RouteKeys | None = None
+    starts: list[tuple[str, str]] = field(default_factory=list)  # (machine id, wait_s)
+    unsigned: int = 0
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.add_routes([web.post("/v1/machines/{id}/start", self._start)])
+        self._runner, self.url = await serve_app(app)
+        return self.url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _start(self, request: web.Request) -> web.Response:
+        if await refusal(Verifier(RING), request) is not None:
+            self.unsigned += 1
+            return web.Response(status=401)
+        mid = request.match_info["id"]
+        self.starts.append((mid, request.query.get("wait_s", "")))
+        if self.mode == "error":
+            return web.json_response({"error": "internal"}, status=500)
+        now = time.time()
+        state = "starting" if self.mode == "starting" else "started"
+        view = MachineView(
+            id="nap-other" if self.mode == "foreign" else mid, app="nap", worker=WORKER,
+            region="local", state=state, image_digest="", created_at=now - 60,
+            updated_at=now, address=self.address if state == "started" else "",
+            image="example/hello:v1", pid=4242, guest=Guest(),
+            events=[EventView("starting", "start", now - 0.001),
+                    EventView(state, "ready", now, "resumed")])
+        if self.seal_with is not None and self.mode != "unsealed":
+            ticket = tickets.ticket(self.seal_with, "", view.id, WORKER)
+            view = msgspec.structs.replace(
+                view, seal=tickets.seal(ticket, view.state, view.address, view.updated_at))
+        return web.Response(body=msgspec.json.encode(view), content_type="application/json")
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+        yield client
+
+
+@pytest.fixture
+async def frozen_backend() -> AsyncIterator[str]:
+    """The suspended machine's process (it runs: the agent's thaw is faked)."""
+    proc, port = start_backend(MACHINE)
+    try:
+        await wait_port_async(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        await asyncio.to_thread(stop_process, proc)
+
+
+async def napping_edge(agent_url: str, state: str = "suspended", wake_delay_s: float = 3.0,
+                       **config: Any) -> EdgeHarness:
+    """An edge whose registry holds app `nap`'s one machine, `state`, on a worker whose
+    agent is at `agent_url`; placement's wakes answer after `wake_delay_s`."""
+    edge = await start_edge([{"name": "nap"}], FakePlacement(wake_delay_s=wake_delay_s),
+                            **config)
+    now = time.time()
+    record = MachineRecord(id=MACHINE, app="nap", worker=WORKER, region="local", state=state,
+                           image_digest="", created_at=now - 60, updated_at=now)
+    if config.get("route_keys") is not None:
+        ticket = tickets.ticket(ROUTE_KEYS, "", MACHINE, WORKER)
+        record = msgspec.structs.replace(record, seal=tickets.seal_record(ticket, record))
+    registry: Any = edge.registry
+    await registry.publish_worker(WorkerStatus(id=WORKER, epoch=1, region="local",
+                                               url=agent_url, cpus=4, memory_mb=4096), 60)
+    await registry.put_machine(record)
+    deadline = time.monotonic() + 5
+    while MACHINE not in edge.shell.view.apps["nap"].resting:
+        assert time.monotonic() < deadline, "the record never reached the edge's view"
+        await asyncio.sleep(0.02)
+    return edge
+
+
+async def get(session: aiohttp.ClientSession, edge: EdgeHarness) -> tuple[int, str]:
+    async with session.get(f"http://127.0.0.1:{edge.port}/",
+                           headers={"Host": "nap.localhost"}) as response:
+        return response.status, await response.text()
+
+
+def results(edge: EdgeHarness) -> dict[str, int]:
+    thaw = edge.shell.cold.thaw
+    assert thaw is not None
+    return dict(thaw.results)
+
+
+async def wakes_sent(edge: EdgeHarness, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(edge.placement.wakes) < count:
+        assert time.monotonic() < deadline, "placement's wake never came"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_the_wake_follows(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    agent = FakeAgent(frozen_backend)
+    edge = await napping_edge(await agent.start())
+    try:
+        status, body = await get(session, edge)
+        assert (status, body) == (200, f"hello from {MACHINE}")  # not the wake's machine
+        assert agent.starts == [(MACHINE, "10.000")] and agent.unsigned == 0
+        assert results(edge) == {"thawed": 1}
+        await wakes_sent(edge, 1)  # sizing and claims are still placement's
+        async with session.get(f"http://127.0.0.1:{edge.admin_port}/metrics") as response:
+            assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in await response.text()
+    finally:
+        await edge.close()
+        await agent.close()
+
+
+@pytest.mark.parametrize(("mode", "result"), [("error", "refused"), ("starting", "refused"),
+                                              ("foreign", "unsealed")])
+async def test_an_agent_answer_the_edge_may_not_route_by_leaves_the_request_to_the_wake(
+    session: aiohttp.ClientSession, frozen_backend: str, mode: str, result: str,
+) -> None:
+    agent = FakeAgent(frozen_backend, mode=mode)
+    edge = await napping_edge(await agent.start(), wake_delay_s=0.2)
+    try:
+        status, body = await get(session, edge)
+        assert (status, body) == (200, "hello from nap-m1")  # the wake's machine
+        assert len(agent.starts) == 1 and results(edge) == {result: 1}
+        assert MACHINE not in edge.shell.view.apps["nap"].machines
+    finally:
+        await edge.close()
+        await agent.close()
+
+
+async def test_an_agent_that_does_not_answer_leaves_the_request_to_the_wake(
+    session: aiohttp.ClientSession,
+) -> None:
+    edge = await napping_edge(f"http://127.0.0.1:{free_port()}", wake_delay_s=0.2)
+    try:
+        assert await get(session, edge) == (200, "hello from nap-m1")
+        assert results(edge) == {"unreachable": 1}
+        assert WORKER not in edge.shell.cold.thaw.urls  # type: ignore[union-attr]
+    finally:
+        await edge.close()
+
+
+async def test_with_route_keys_only_a_sealed_answer_is_routed_by(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    unsealed = FakeAgent(frozen_backend, mode="unsealed", seal_with=ROUTE_KEYS)
+    edge = await napping_edge(await unsealed.start(), wake_delay_s=0.2, route_keys=ROUTE_KEYS)
+    try:
+        assert await get(session, edge) == (200, "hello from nap-m1")
+        assert results(edge) == {"unsealed": 1}
+    finally:
+        await edge.close()
+        await unsealed.close()
+    sealed = FakeAgent(frozen_backend, seal_with=ROUTE_KEYS)
+    edge = await napping_edge(await sealed.start(), route_keys=ROUTE_KEYS)
+    try:
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")
+        assert results(edge) == {"thawed": 1}
+    finally:
+        await edge.close()
+        await sealed.close()
+
+
+async def test_no_thaw_of_its_own_while_a_machine_of_the_app_is_starting_or_when_off(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    agent = FakeAgent(frozen_backend)
+    url = await agent.start()
+    try:
+        edge = await napping_edge(url, state="starting", wake_delay_s=0.2)
+        try:  # a starting machine is the wake's to wait for, as placement would
+            assert await get(session, edge) == (200, "hello from nap-m1")
+            assert agent.starts == [] and results(edge) == {}
+        finally:
+            await edge.close()
+        edge = await napping_edge(url, wake_delay_s=0.2, direct_thaw=False)
+        try:
+            assert await get(session, edge) == (200, "hello from nap-m1")
+            assert agent.starts == [] and edge.shell.cold.thaw is None
+        finally:
+            await edge.close()
+    finally:
+        await agent.close()
