@@ -153,12 +153,6 @@ class ProcessDriver:
         """Freeze every process of the machine (SIGSTOP cannot be caught or ignored)."""
         return self.signal(ident, signals.SIGSTOP)
 
-    def stopped(self, ident: ProcessIdentity) -> bool:
-        """Every live process of the machine is stopped (a SIGSTOP in force; none left
-        counts as stopped)."""
-        return all(m.state in ("T", "t") for m in procfs.group_members(ident.pid)
-                   if not m.zombie)
-
     async def wait_stopped(self, ident: ProcessIdentity,
                            timeout_s: float = SUSPEND_WAIT_S) -> bool:
         """Until every live process of the machine is stopped, at most `timeout_s`: a
@@ -166,7 +160,8 @@ class ProcessDriver:
         and "suspended" must mean it no longer runs."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.stopped(ident):
+            members = [m for m in procfs.group_members(ident.pid) if not m.zombie]
+            if all(m.state in ("T", "t") for m in members):
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -75,11 +75,6 @@ class Driver(Protocol):
     async def resume(self, run: Running) -> bool:
         """Thaw it; False if it is gone."""
 
-    async def frozen(self, run: Running) -> bool:
-        """Whether it is frozen now (a suspend's freeze in force; False if it is gone):
-        what recovery asks of a machine its log says suspended — one found running was
-        thawed by a start the log did not keep."""
-
     async def stop(self, run: Running, kill_signal: int, kill_timeout_s: float) -> None:
         """`kill_signal`, then SIGKILL after `kill_timeout_s`; returns once all is gone."""
 

@@ -180,12 +180,13 @@ class MachineTasks:
 
     async def start_task(self, mid: str, delay_s: float = 0.0) -> None:
         """Launch (or resume) the machine and wait until it is ready. A launch waits for
-        the start to be on disk before anything runs; a resume does not (nothing new runs:
-        an agent that died before its Started was durable finds the machine suspended or
-        starting in its log, and freezes it again or finishes the start at recovery), and
-        its answer still waits for Started to be on disk (`Agent.wait`). A live process is
-        taken as ready without a probe only when this start is a resume (`thaws`); one
-        launched and never seen ready (an agent that died during its probe) is probed."""
+        the start to be on disk before anything runs; a resume does not, nor does its
+        answer (`start?wait_s`, `thawed`): nothing new runs, and the records are in the
+        log's file before the thaw — an agent killed finds them at recovery (starting:
+        the start is finished; started: adopted); a host that loses its page cache loses
+        the process too. A live process is taken as ready without a probe only when this
+        start is a resume (`thaws`); one launched and never seen ready (an agent that died
+        during its probe) is probed."""
         if delay_s:
             await asyncio.sleep(delay_s)
         machine = self.machine(mid)

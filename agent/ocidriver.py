@@ -214,19 +214,6 @@ class OciDriver:
     async def resume(self, run: Running) -> bool:
         return await self._freeze(run, frozen=False)
 
-    async def frozen(self, run: Running) -> bool:
-        if not self.alive(run):
-            return False
-        found = cgroups.freezer_file(run.pid)
-        try:
-            if found is not None:
-                return cgroups.freezer_reads(found[0], found[1])
-            state = await self.runtime.state(run.runtime_id)
-        except (OSError, ValueError, RuntimeFailure) as exc:
-            log.warning("machine %s: freezer not read: %s", run.runtime_id, exc)
-            return True  # not known: taken as the log says (frozen again at recovery)
-        return state is not None and state.status == "paused"
-
     async def _freeze(self, run: Running, frozen: bool) -> bool:
         """Freeze or thaw every process of the machine through its freezer cgroup: what
         the runtime's pause and resume write (its state reads the same file back), without

@@ -70,9 +70,6 @@ class ProcessMachines:
     async def resume(self, run: Running) -> bool:
         return self.processes.resume(_ident(run))
 
-    async def frozen(self, run: Running) -> bool:
-        return self.alive(run) and self.processes.stopped(_ident(run))
-
     async def stop(self, run: Running, kill_signal: int, kill_timeout_s: float) -> None:
         await self.processes.stop(_ident(run), kill_signal, kill_timeout_s)
 

@@ -5,9 +5,7 @@ not record — a machine the log does not know (a truncated or repaired log), or
 second process for one it does — so no machine id ever has two process groups.
 It then re-adopts machine processes that are still alive (pid + start time),
 finishes operations the previous agent left half-done, restarts machines that
-should run and do not, and stops strays; a machine the log says suspended whose
-process runs (thawed by a start the log did not keep) is taken as started. The
-watch notices unasked exits.
+should run and do not, and stops strays. The watch notices unasked exits.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import logging
 
 from agent.core.machine import MachineEvent, MachineState
 from agent.core.records import Gone
-from agent.core.state import RESUMED, Machine
+from agent.core.state import Machine
 from agent.errors import AgentError
 from agent.launch import machine_dir
 from agent.service import Agent
@@ -57,13 +55,6 @@ async def kill_unrecorded(agent: Agent) -> None:
 
 async def _resume(agent: Agent, machine: Machine, alive: bool) -> None:
     mid = machine.id
-    if (machine.state is S.SUSPENDED and alive
-            and not await agent.driver.frozen(agent.run_of(machine))):
-        # Thawed by a start the log did not keep (a resume answers once the machine runs,
-        # before its records are on disk): it runs, and was ready when it was frozen.
-        agent.transition(machine, MachineEvent.START, "thawed before the agent restarted")
-        agent.transition(machine, MachineEvent.READY, RESUMED)
-        return
     match machine.state:
         case S.STARTED:
             if not alive:

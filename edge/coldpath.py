@@ -13,11 +13,11 @@ import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
+from agent.api import MachineView
 from edge.adapters.placement import PlacementClient
-from edge.adapters.thaw import AgentThaw
 from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
@@ -42,6 +42,18 @@ Forward = Callable[[Exchange, AppEntry, MachineSlot], None]
 PickTunnel = Callable[[AppEntry], MachineSlot | None]
 FailWith = Callable[[Exchange, str, str], None]
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+class Thawer(Protocol):
+    """Thaws a suspended machine through its agent (edge/adapters/thaw.py `AgentThaw`)."""
+
+    @property
+    def results(self) -> Mapping[str, int]: ...
+
+    async def thaw(self, app: str, record: MachineRecord,
+                   wait_s: float) -> MachineView | None: ...
+
+    async def close(self) -> None: ...
+
+
 THAW_WAIT_S = 10.0  # the longest the edge's own thaw waits for its machine (the wake goes on)
 # The wake beside an edge's own thaw is sent once the thaw is answered, or after this
 # long: on a small host the two at once share its cores with the agent at the moment the
@@ -74,7 +86,7 @@ class ColdPath:
         self.shed: Counter[tuple[str, str]] = Counter()  # (app, reason) -> requests shed
         self._timers: dict[str, asyncio.TimerHandle] = {}
         # thaws suspended machines through their agents beside a wake (None: only wakes)
-        self.thaw: AgentThaw | None = None
+        self.thaw: Thawer | None = None
         # apps with a thaw of the edge's own under way: set when it ends
         self._thawing: dict[str, asyncio.Event] = {}
 
@@ -239,6 +251,9 @@ class ColdPath:
         try:
             view = await self.thaw.thaw(call.app, record,
                                         max(0.05, min(call.deadline_ms / 1000, THAW_WAIT_S)))
+        except Exception:  # a bug must not leave the app's thaw under way for ever
+            log.exception("app %s: thaw of machine %s failed", call.app, record.id)
+            view = None
         finally:
             self._thawing.pop(call.app).set()
         entry = self.view.apps.get(call.app)
@@ -282,6 +297,10 @@ class ColdPath:
             event(wake_log, "wake", logging.WARNING, app=name, count=call.count,
                   result=exc.code, wake_ms=round(took * 1000, 1), held=self.wakes.held(name),
                   message=exc.message)
+            thawing = self._thawing.get(name)
+            if thawing is not None:  # the thaw may yet bring the machine: its answer first
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(thawing.wait(), THAW_WAIT_S + 1)
             entry = self.view.apps.get(name)
             if entry is None:
                 self.run(self.wakes.app_deleted(name, self.loop.time()))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from edge.core import thawpick
 from edge.core.stats import AppStats
 from ground.appconfig import AppConfig
 from ground.registry import MachineRecord
@@ -28,8 +29,6 @@ from ground.registry.types import boot_span_ms
 log = logging.getLogger("thaw.edge.view")
 
 STARTED = "started"
-SUSPENDED = "suspended"
-RESTING = frozenset({SUSPENDED, "starting"})  # records kept for the edge's own thaw
 LOST = "lost"  # its worker is failed (placement says so): no answer will come from it
 MAX_TOMBSTONES = 10_000  # machines the edge remembers having seen die
 
@@ -86,6 +85,8 @@ class AppEntry:
         self.h2c = config.protocol == "h2c"  # its machines are spoken to in HTTP/2
 
     def configure(self, config: AppConfig) -> None:
+        if config.uid != self.config.uid:
+            self.resting.clear()  # another incarnation's machines are never this one's
         self.config = config
         self.h2c = config.protocol == "h2c"
 
@@ -93,22 +94,11 @@ class AppEntry:
         self.routable = [m for m in self.machines.values() if m.routable]
 
     def to_thaw(self, region: str) -> MachineRecord | None:
-        """The suspended machine a wake of this app in `region` ("": its primary) would
-        resume first — placement's choice (placement/core/wake.py: a starting machine
-        before a suspended one, then the lowest id, of the app's release, in the region)
-        — when the app has no machine up here and none is starting; else None. The edge
-        thaws it through its agent beside the wake, which then finds it starting."""
+        """The suspended machine a wake of this app in `region` would resume first
+        (edge/core/thawpick.py), when the app has no machine up here; else None."""
         if self.machines or not self.resting:
             return None
-        region = region or self.config.regions[0]
-        chosen: MachineRecord | None = None
-        for record in self.resting.values():
-            if record.state != SUSPENDED:
-                return None  # one is starting: the wake waits for it, so does the edge
-            if (record.release == self.config.release and record.region == region
-                    and (chosen is None or record.id < chosen.id)):
-                chosen = record
-        return chosen
+        return thawpick.to_thaw(self.resting.values(), self.config, region)
 
 
 class View:
@@ -257,7 +247,7 @@ class View:
             # never this app's, whatever its state
             self._drop(entry, machine_id, "foreign")
             return
-        if record is not None and record.state in RESTING:
+        if record is not None and record.state in thawpick.RESTING:
             entry.resting[machine_id] = msgspec.structs.replace(record, events=[])
         if record is None or record.state != STARTED or not record.address:
             if slot is not None and record is None and not slot.seen:
@@ -309,6 +299,9 @@ class View:
     def worker_failed(self, worker: str) -> int:
         """Placement counts `worker` failed: none of its machines is routed to (until the
         registry says otherwise with newer news). How many were dropped."""
+        for entry in self.apps.values():  # not thawed by the edge either
+            for machine_id in [m for m, r in entry.resting.items() if r.worker == worker]:
+                del entry.resting[machine_id]
         lost = [slot for entry in self.apps.values() for slot in entry.machines.values()
                 if slot.worker == worker]
         for slot in lost:

@@ -168,9 +168,10 @@ class AgentRoutes:
         Every answer comes once the start is on disk — without `wait_s` at once, with it
         once `started` is (a later record: one fsync covers both), or, when the wait
         fails, before its error — except a resume's `started` (`thawed`): nothing new
-        runs, and recovery takes a thawed process as started whatever the log kept, so it
-        is answered as soon as the machine runs again and its records reach the disk
-        behind the answer (an fsync here is longer than the thaw itself)."""
+        runs, its records are in the log's file already (an agent killed finds them; a
+        host that loses them loses the process too), so it is answered as soon as the
+        machine runs again and they reach the disk behind the answer (an fsync here is
+        longer than the thaw itself)."""
         mid = self._machine_fenced(request)
         wait_s = wait_timeout(request, "wait_s", default="0")
         current = self.agent.machine(mid)

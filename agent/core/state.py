@@ -205,8 +205,8 @@ RESUMED = "resumed"  # the reason of a `ready` that thawed a frozen process (no 
 def thawed(machine: Machine) -> bool:
     """Whether the machine is started by thawing the process a suspend froze (its last
     event a `ready` of a resume): nothing new runs, so its start need not be on disk
-    before it is answered — recovery takes a process found running as started whatever
-    the log kept (agent/supervisor.py)."""
+    before it is answered — its records are written to the log's file before the answer
+    (an agent killed -9 finds them), and a host that loses them loses the process too."""
     events = machine.events
     return bool(events) and events[-1].event == "ready" and events[-1].reason == RESUMED
 

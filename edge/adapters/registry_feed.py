@@ -150,7 +150,7 @@ class RegistryFeed:
         if entry is None:
             return
         found = {r.id: r for r in records}
-        ids = set(entry.machines) | set(found) if prune else set(found)
+        ids = set(entry.machines) | set(entry.resting) | set(found) if prune else set(found)
         for machine_id in ids:
             if not self._was_refreshed("machine", f"{app}/{machine_id}"):
                 self.view.apply_record(app, machine_id, found.get(machine_id))

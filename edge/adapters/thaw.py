@@ -16,7 +16,9 @@ Trust: the edge routes by the agent's answer only when it names the machine aske
 for, on the worker its (sealed) record named, started, and carries a route seal that
 verifies (`admit`: edge/routeguard.py) — what the same worker's registry record
 would need. The agent's URL is that worker's heartbeat in the registry (read once,
-kept; dropped when a call to it fails).
+kept; dropped after any call that did not thaw), taken only as `http(s)://host:port`;
+redirects are not followed, and an answer is read only with a Content-Length within
+`MAX_ANSWER_BYTES`.
 """
 
 from __future__ import annotations
@@ -41,12 +43,23 @@ MAX_ANSWER_BYTES = 1 << 20  # a machine's view is a few KB
 MAX_WORKERS_KEPT = 10_000  # agent URLs remembered (cleared when full: re-read on use)
 CONNECT_TIMEOUT_S = 1.0  # an agent that does not accept in this long: leave it to the wake
 
-# results, counted (edge_direct_thaws_total{result})
+# results, counted (thaw_edge_direct_thaws_total{result})
 THAWED = "thawed"  # answered started and sealed: its held requests released
 NO_WORKER = "no_worker"  # the worker has no live heartbeat (or the registry is away)
 UNREACHABLE = "unreachable"  # no answer in time
 REFUSED = "refused"  # answered, but not started (4xx/5xx, or another state)
 UNSEALED = "unsealed"  # an answer the edge may not route by (seal, id, worker)
+
+
+def plain_base(url: str) -> bool:
+    """`url` is `http(s)://host[:port]` and nothing more (no user, path, query)."""
+    try:
+        parsed = yarl.URL(url)
+    except ValueError:
+        return False
+    return (parsed.scheme in ("http", "https") and bool(parsed.host) and not parsed.user
+            and not parsed.password and parsed.path in ("", "/") and not parsed.query_string
+            and not parsed.fragment)
 
 
 class AgentThaw:
@@ -59,15 +72,19 @@ class AgentThaw:
         self.admit = admit
         self.urls: dict[str, str] = {}  # worker id -> its agent's URL
         self.results: Counter[str] = Counter()
+        self.closed = False
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
+        if self.closed:
+            raise RuntimeError("closed")  # a thaw after close() opens no new session
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, force_close=False))
         return self._session
 
     async def close(self) -> None:
+        self.closed = True
         if self._session is not None:
             await self._session.close()
 
@@ -80,31 +97,36 @@ class AgentThaw:
         except Exception as exc:  # the registry away: the wake goes on without this
             log.debug("worker %s not read: %r", worker, exc)
             return ""
-        if status is None or not status.url.startswith(("http://", "https://")):
+        url = status.url.rstrip("/") if status is not None else ""
+        if not plain_base(url):
             return ""
         if len(self.urls) >= MAX_WORKERS_KEPT:
             self.urls.clear()
-        self.urls[worker] = status.url.rstrip("/")
-        return self.urls[worker]
+        self.urls[worker] = url
+        return url
 
     async def thaw(self, app: str, record: MachineRecord, wait_s: float) -> MachineView | None:
         """Start `record`'s machine through its agent and wait up to `wait_s` for it: its
         view once started (one the edge may route by), else None (counted by why)."""
         view = await self._start(record, wait_s)
-        if view is None:
+        result = self._judge(app, record, view) if view is not None else ""
+        if result:
+            self.results[result] += 1
+        if result != THAWED:
+            self.urls.pop(record.worker, None)  # read its heartbeat again next time
             return None
+        return view
+
+    def _judge(self, app: str, record: MachineRecord, view: MachineView) -> str:
+        """What an answer is: THAWED (the edge may route by it), UNSEALED or REFUSED."""
         if not (view.id == record.id and view.worker == record.worker
                 and view.app_uid == record.app_uid):
-            self.results[UNSEALED] += 1
-            return None
+            return UNSEALED
         if view.state != "started" or not view.address:
-            self.results[REFUSED] += 1  # (not started in time: the wake goes on)
-            return None
+            return REFUSED  # (not started in time: the wake goes on)
         if not self.admit(app, MachineRecord(**facts_of(view), seal=view.seal)):
-            self.results[UNSEALED] += 1
-            return None
-        self.results[THAWED] += 1
-        return view
+            return UNSEALED
+        return THAWED
 
     async def _start(self, record: MachineRecord, wait_s: float) -> MachineView | None:
         base = await self._url(record.worker)
@@ -116,16 +138,16 @@ class AgentThaw:
         url, headers = self.signer.signed("POST", target, b"")
         timeout = aiohttp.ClientTimeout(total=wait_s + 1.0, sock_connect=CONNECT_TIMEOUT_S)
         try:
-            async with self._client().post(url, headers=headers, timeout=timeout) as response:
-                raw = await response.content.read(MAX_ANSWER_BYTES + 1)
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self.urls.pop(record.worker, None)  # read its heartbeat again next time
+            async with self._client().post(url, headers=headers, timeout=timeout,
+                                           allow_redirects=False) as response:
+                size = response.content_length
+                if response.status != 200 or size is None or size > MAX_ANSWER_BYTES:
+                    self.results[REFUSED] += 1
+                    return None
+                raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, RuntimeError) as exc:
             self.results[UNREACHABLE] += 1
             log.debug("thaw of %s at %s: %r", record.id, base, exc)
-            return None
-        if status != 200 or len(raw) > MAX_ANSWER_BYTES:
-            self.results[REFUSED] += 1
             return None
         try:
             return msgspec.json.decode(raw, type=MachineView)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from ground.appconfig import AppConfig
+from ground.appconfig import AppConfig, release_of
 from ground.registry.types import MachineFacts
 
 ACTIVE = frozenset({"starting", "started"})
@@ -203,8 +203,5 @@ def states_of(machines: Sequence[Machine], config: AppConfig) -> list[MachineSta
 
 
 def machine_release(machine: Machine, config: AppConfig) -> int:
-    """The release a machine was made for. One made before releases existed counts as
-    the app's current release while it runs its image."""
-    if machine.release == 0 and machine.image_digest in ("", config.image_digest):
-        return config.release
-    return machine.release
+    """The release a machine was made for (`ground.appconfig.release_of`)."""
+    return release_of(machine.release, machine.image_digest, config)

@@ -6,6 +6,8 @@ import asyncio
 import time
 from collections.abc import Iterable
 
+import msgspec
+
 from edge.adapters import registry_feed
 from edge.adapters.registry_feed import REBUILD_BOUND_S, RegistryFeed
 from edge.view import View
@@ -182,3 +184,19 @@ async def test_a_resync_with_nothing_written_since_the_feeds_last_change_loads_n
         assert registry.loads >= 2
     finally:
         await feed.stop()
+
+
+async def test_a_resync_drops_a_resting_record_the_registry_no_longer_has() -> None:
+    """A suspended (or starting) machine whose deletion the feed missed is not thawed, nor
+    does a ghost `starting` keep the edge from thawing, after the next full load."""
+    registry = Registry()
+    await registry.put_app(config("nap"))
+    for mid, state in (("m1", "suspended"), ("m2", "starting")):
+        await registry.put_machine(msgspec.structs.replace(started("nap", mid), state=state,
+                                                           address=""))
+    view, feed = await loaded(registry)
+    assert set(view.apps["nap"].resting) == {"m1", "m2"}
+    await registry.delete_machine("nap", "m1")  # not followed: the feed is not running
+    await registry.delete_machine("nap", "m2")
+    await feed.load()
+    assert view.apps["nap"].resting == {}

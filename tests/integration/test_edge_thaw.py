@@ -6,6 +6,7 @@ route keys, sealed); whatever else happens, the wake is the fallback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class FakeAgent:
     address: str
     mode: str = "ok"
     seal_with: tickets.RouteKeys | None = None
+    delay_s: float = 0.0  # before answering
+    split: bool = False  # the answer's body in two writes, a moment apart
     starts: list[tuple[str, str]] = field(default_factory=list)  # (machine id, wait_s)
     unsigned: int = 0
     url: str = ""
@@ -69,6 +72,7 @@ class FakeAgent:
             return web.Response(status=401)
         mid = request.match_info["id"]
         self.starts.append((mid, request.query.get("wait_s", "")))
+        await asyncio.sleep(self.delay_s)
         if self.mode == "error":
             return web.json_response({"error": "internal"}, status=500)
         now = time.time()
@@ -84,7 +88,17 @@ class FakeAgent:
             ticket = tickets.ticket(self.seal_with, "", view.id, WORKER)
             view = msgspec.structs.replace(
                 view, seal=tickets.seal(ticket, view.state, view.address, view.updated_at))
-        return web.Response(body=msgspec.json.encode(view), content_type="application/json")
+        body = msgspec.json.encode(view)
+        if not self.split:
+            return web.Response(body=body, content_type="application/json")
+        answer = web.StreamResponse(headers={"Content-Type": "application/json"})
+        answer.content_length = len(body)
+        await answer.prepare(request)
+        await answer.write(body[:100])
+        await asyncio.sleep(0.05)  # as a network may deliver it: the edge reads it all
+        await answer.write(body[100:])
+        await answer.write_eof()
+        return answer
 
 
 @pytest.fixture
@@ -127,6 +141,21 @@ async def napping_edge(agent_url: str, state: str = "suspended", wake_delay_s: f
     return edge
 
 
+@contextlib.asynccontextmanager
+async def edge_beside(agent: FakeAgent | str, **options: Any) -> AsyncIterator[EdgeHarness]:
+    """`napping_edge` with `agent` (started here and stopped after, or a URL as is)."""
+    url = agent if isinstance(agent, str) else await agent.start()
+    try:
+        edge = await napping_edge(url, **options)
+        try:
+            yield edge
+        finally:
+            await edge.close()
+    finally:
+        if not isinstance(agent, str):
+            await agent.close()
+
+
 async def get(session: aiohttp.ClientSession, edge: EdgeHarness) -> tuple[int, str]:
     async with session.get(f"http://127.0.0.1:{edge.port}/",
                            headers={"Host": "nap.localhost"}) as response:
@@ -150,8 +179,7 @@ async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_the_
     session: aiohttp.ClientSession, frozen_backend: str,
 ) -> None:
     agent = FakeAgent(frozen_backend)
-    edge = await napping_edge(await agent.start())
-    try:
+    async with edge_beside(agent) as edge:
         status, body = await get(session, edge)
         assert (status, body) == (200, f"hello from {MACHINE}")  # not the wake's machine
         assert agent.starts == [(MACHINE, "10.000")] and agent.unsigned == 0
@@ -159,9 +187,25 @@ async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_the_
         await wakes_sent(edge, 1)  # sizing and claims are still placement's
         async with session.get(f"http://127.0.0.1:{edge.admin_port}/metrics") as response:
             assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in await response.text()
-    finally:
-        await edge.close()
-        await agent.close()
+
+
+async def test_an_answer_that_comes_in_pieces_is_read_whole(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    async with edge_beside(FakeAgent(frozen_backend, split=True)) as edge:
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")
+        assert results(edge) == {"thawed": 1}
+
+
+async def test_a_wake_that_fails_while_the_thaw_is_under_way_leaves_the_request_to_the_thaw(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    """Placement refuses at once (after the thaw's head start) while the agent is still
+    thawing: the held request is not failed with the wake's code, the thaw serves it."""
+    async with edge_beside(FakeAgent(frozen_backend, delay_s=0.5), wake_delay_s=0.0) as edge:
+        edge.placement.wake_error = (503, "no_capacity")
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")
+        assert results(edge) == {"thawed": 1} and edge.placement.wakes == [1]
 
 
 @pytest.mark.parametrize(("mode", "result"), [("error", "refused"), ("starting", "refused"),
@@ -170,67 +214,44 @@ async def test_an_agent_answer_the_edge_may_not_route_by_leaves_the_request_to_t
     session: aiohttp.ClientSession, frozen_backend: str, mode: str, result: str,
 ) -> None:
     agent = FakeAgent(frozen_backend, mode=mode)
-    edge = await napping_edge(await agent.start(), wake_delay_s=0.2)
-    try:
-        status, body = await get(session, edge)
-        assert (status, body) == (200, "hello from nap-m1")  # the wake's machine
+    async with edge_beside(agent, wake_delay_s=0.2) as edge:
+        assert await get(session, edge) == (200, "hello from nap-m1")  # the wake's machine
         assert len(agent.starts) == 1 and results(edge) == {result: 1}
         assert MACHINE not in edge.shell.view.apps["nap"].machines
-    finally:
-        await edge.close()
-        await agent.close()
+        assert WORKER not in edge.shell.cold.thaw.urls  # type: ignore[union-attr]
 
 
 async def test_an_agent_that_does_not_answer_leaves_the_request_to_the_wake(
     session: aiohttp.ClientSession,
 ) -> None:
-    edge = await napping_edge(f"http://127.0.0.1:{free_port()}", wake_delay_s=0.2)
-    try:
+    async with edge_beside(f"http://127.0.0.1:{free_port()}", wake_delay_s=0.2) as edge:
         assert await get(session, edge) == (200, "hello from nap-m1")
         assert results(edge) == {"unreachable": 1}
         assert WORKER not in edge.shell.cold.thaw.urls  # type: ignore[union-attr]
-    finally:
-        await edge.close()
 
 
+@pytest.mark.parametrize(("agent_seals", "served_by", "result"), [
+    ({"mode": "unsealed", "seal_with": ROUTE_KEYS}, "nap-m1", "unsealed"),
+    # sealed, but not with a ticket placement gave that worker
+    ({"seal_with": tickets.RouteKeys.parse("k" * 40)}, "nap-m1", "unsealed"),
+    ({"seal_with": ROUTE_KEYS}, MACHINE, "thawed"),
+])
 async def test_with_route_keys_only_a_sealed_answer_is_routed_by(
-    session: aiohttp.ClientSession, frozen_backend: str,
+    session: aiohttp.ClientSession, frozen_backend: str, agent_seals: dict[str, Any],
+    served_by: str, result: str,
 ) -> None:
-    unsealed = FakeAgent(frozen_backend, mode="unsealed", seal_with=ROUTE_KEYS)
-    edge = await napping_edge(await unsealed.start(), wake_delay_s=0.2, route_keys=ROUTE_KEYS)
-    try:
-        assert await get(session, edge) == (200, "hello from nap-m1")
-        assert results(edge) == {"unsealed": 1}
-    finally:
-        await edge.close()
-        await unsealed.close()
-    sealed = FakeAgent(frozen_backend, seal_with=ROUTE_KEYS)
-    edge = await napping_edge(await sealed.start(), route_keys=ROUTE_KEYS)
-    try:
-        assert await get(session, edge) == (200, f"hello from {MACHINE}")
-        assert results(edge) == {"thawed": 1}
-    finally:
-        await edge.close()
-        await sealed.close()
+    agent = FakeAgent(frozen_backend, **agent_seals)
+    async with edge_beside(agent, wake_delay_s=0.2, route_keys=ROUTE_KEYS) as edge:
+        assert await get(session, edge) == (200, f"hello from {served_by}")
+        assert results(edge) == {result: 1}
 
 
+@pytest.mark.parametrize("options", [{"state": "starting"}, {"direct_thaw": False}])
 async def test_no_thaw_of_its_own_while_a_machine_of_the_app_is_starting_or_when_off(
-    session: aiohttp.ClientSession, frozen_backend: str,
+    session: aiohttp.ClientSession, frozen_backend: str, options: dict[str, Any],
 ) -> None:
+    """A starting machine is the wake's to wait for, as placement would."""
     agent = FakeAgent(frozen_backend)
-    url = await agent.start()
-    try:
-        edge = await napping_edge(url, state="starting", wake_delay_s=0.2)
-        try:  # a starting machine is the wake's to wait for, as placement would
-            assert await get(session, edge) == (200, "hello from nap-m1")
-            assert agent.starts == [] and results(edge) == {}
-        finally:
-            await edge.close()
-        edge = await napping_edge(url, wake_delay_s=0.2, direct_thaw=False)
-        try:
-            assert await get(session, edge) == (200, "hello from nap-m1")
-            assert agent.starts == [] and edge.shell.cold.thaw is None
-        finally:
-            await edge.close()
-    finally:
-        await agent.close()
+    async with edge_beside(agent, wake_delay_s=0.2, **options) as edge:
+        assert await get(session, edge) == (200, "hello from nap-m1")
+        assert agent.starts == [] and not (edge.shell.cold.thaw and results(edge))

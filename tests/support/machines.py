@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from pathlib import Path
 
 from agent import drivers
@@ -43,20 +42,6 @@ def frozen(pid: int) -> bool:
         return True
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
-def thaw(pid: int) -> None:
-    """Thaw the suspended machine process `pid` behind its agent's back (as a resume whose
-    records its log did not keep did): its freezer cgroup THAWED, or SIGCONT to its
-    process group (the process drivers)."""
-    from agent.oci.cgroups import controller_dir
-
-    freezer = controller_dir(pid, "freezer")
-    state = freezer / "freezer.state" if freezer is not None else None
-    if state is not None and state.exists() and state.read_text().strip() == "FROZEN":
-        state.write_text("THAWED")
-        return
-    os.killpg(os.getpgid(pid), signal.SIGCONT)
 
 
 def app_rootfs(work: Path, name: str, files: dict[str, str], base: str = "builtin:python3",

@@ -241,7 +241,21 @@ def test_no_machine_to_thaw_while_one_is_up_or_starting_and_records_leave_as_the
 
 def test_a_resting_machine_of_another_incarnation_is_never_thawed() -> None:
     view = View("localhost", clock=Clock(), wall=Clock())
-    view.set_app("hello", msgspec.structs.replace(parse({"name": "hello", "image": "img"}),
-                                                  uid="0123456789abcdef"))
+    first = msgspec.structs.replace(parse({"name": "hello", "image": "img"}),
+                                    uid="0123456789abcdef")
+    view.set_app("hello", first)
     view.apply_record("hello", "m1", resting("m1", app_uid="fedcba9876543210"))
     assert view.apps["hello"].resting == {} and view.apps["hello"].to_thaw("") is None
+    view.apply_record("hello", "m2", resting("m2", app_uid=first.uid))
+    assert set(view.apps["hello"].resting) == {"m2"}
+    view.set_app("hello", msgspec.structs.replace(first, uid="fedcba9876543210"))  # made anew
+    assert view.apps["hello"].resting == {} and view.apps["hello"].to_thaw("") is None
+
+
+def test_a_failed_workers_resting_machines_are_not_thawed() -> None:
+    view = View("localhost", clock=Clock(), wall=Clock())
+    view.set_app("hello", parse({"name": "hello", "image": "img"}))
+    view.apply_record("hello", "m1", resting("m1", worker="w1"))
+    view.apply_record("hello", "m2", resting("m2", worker="w2"))
+    view.worker_failed("w1")
+    assert set(view.apps["hello"].resting) == {"m2"}
