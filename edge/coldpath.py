@@ -42,6 +42,8 @@ Forward = Callable[[Exchange, AppEntry, MachineSlot], None]
 PickTunnel = Callable[[AppEntry], MachineSlot | None]
 FailWith = Callable[[Exchange, str, str], None]
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+
 class Thawer(Protocol):
     """Thaws a suspended machine through its agent (edge/adapters/thaw.py `AgentThaw`)."""
 

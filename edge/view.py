@@ -233,6 +233,13 @@ class View:
         entry = self.apps.get(app)
         if entry is None or (record is not None and not self.admit(app, record)):
             return
+        # A resting record (a thaw candidate) is never routed by, so neither what the edge
+        # learnt of the machine since nor a tombstone holds it back: an auto-stop this
+        # edge asked for marks the machine after its `suspended` was written.
+        entry.resting.pop(machine_id, None)
+        if (record is not None and record.state in thawpick.RESTING
+                and record.app_uid == entry.config.uid):
+            entry.resting[machine_id] = msgspec.structs.replace(record, events=[])
         slot = entry.machines.get(machine_id)
         if slot is not None and record is not None and record.updated_at < slot.known_wall:
             return
@@ -241,14 +248,11 @@ class View:
             if record is not None and record.updated_at < died:
                 return
             del self.tombstones[(app, machine_id)]  # a newer word from its worker
-        entry.resting.pop(machine_id, None)
         if record is not None and record.app_uid != entry.config.uid:
             # a machine of another incarnation of this name (an earlier app's leftover):
             # never this app's, whatever its state
             self._drop(entry, machine_id, "foreign")
             return
-        if record is not None and record.state in thawpick.RESTING:
-            entry.resting[machine_id] = msgspec.structs.replace(record, events=[])
         if record is None or record.state != STARTED or not record.address:
             if slot is not None and record is None and not slot.seen:
                 return  # woken machines may reach the registry after the wake answer

@@ -136,7 +136,6 @@ class AppConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     release: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
 
 
-# What a machine is made from: a change of any of these is a new release.
 def release_of(release: int, image_digest: str, config: AppConfig) -> int:
     """The release a machine (made for `release`, running `image_digest`) counts as: one
     made before releases existed (0) counts as the app's current release while it runs
@@ -146,6 +145,7 @@ def release_of(release: int, image_digest: str, config: AppConfig) -> int:
     return release
 
 
+# What a machine is made from: a change of any of these is a new release.
 MACHINE_FIELDS = ("image", "image_digest", "env", "secrets", "guest", "port", "entrypoint",
                   "cmd", "health", "kill_signal", "kill_timeout_s")
 # What a rollback (or a failed release) takes from an earlier release: secrets are not

@@ -75,6 +75,8 @@ def state_of(edge: Edge) -> dict[str, Any]:
                  "elsewhere": m.elsewhere, "draining": m.draining}
                 for m in entry.machines.values()
             ],
+            # suspended and starting machines in the registry: what the edge may thaw
+            "resting": {mid: record.state for mid, record in sorted(entry.resting.items())},
         }
     on, why = native_state()
     client = edge.placement

@@ -17,8 +17,8 @@ for, on the worker its (sealed) record named, started, and carries a route seal 
 verifies (`admit`: edge/routeguard.py) — what the same worker's registry record
 would need. The agent's URL is that worker's heartbeat in the registry (read once,
 kept; dropped after any call that did not thaw), taken only as `http(s)://host:port`;
-redirects are not followed, and an answer is read only with a Content-Length within
-`MAX_ANSWER_BYTES`.
+redirects are not followed, and an answer is read only uncompressed and with a
+Content-Length within `MAX_ANSWER_BYTES`.
 """
 
 from __future__ import annotations
@@ -79,8 +79,9 @@ class AgentThaw:
         if self.closed:
             raise RuntimeError("closed")  # a thaw after close() opens no new session
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, force_close=False))
+            self._session = aiohttp.ClientSession(  # compressed: not read (Content-Length)
+                connector=aiohttp.TCPConnector(limit=256, force_close=False),
+                auto_decompress=False)
         return self._session
 
     async def close(self) -> None:
@@ -141,7 +142,8 @@ class AgentThaw:
             async with self._client().post(url, headers=headers, timeout=timeout,
                                            allow_redirects=False) as response:
                 size = response.content_length
-                if response.status != 200 or size is None or size > MAX_ANSWER_BYTES:
+                if (response.status != 200 or size is None or size > MAX_ANSWER_BYTES
+                        or response.headers.get("Content-Encoding", "identity") != "identity"):
                     self.results[REFUSED] += 1
                     return None
                 raw = await response.read()

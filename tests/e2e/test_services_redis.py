@@ -163,18 +163,24 @@ def test_with_a_user_and_an_acl_per_role_the_services_wake_an_app_and_no_agent_c
 
 
 def resumed_by_the_edge(services: Services, app: str, machine_id: str) -> None:
-    """Suspend `app`'s machine, then one request resumes it — the edge's own thaw, not a
-    second machine."""
-    base = f"{services.api}/v1/apps/{app}/machines/{machine_id}"
-    assert call("POST", f"{base}/suspend", token=ADMIN_TOKEN)[0] == 200
+    """`app` set to suspend when idle: the edge auto-stops its machine (a suspend), then
+    one request resumes it — the edge's own thaw, not a second machine."""
+    status, body = call("PATCH", f"{services.api}/v1/apps/{app}", token=ADMIN_TOKEN,
+                        body={"auto_stop": "suspend", "idle_timeout_s": 1})
+    assert status == 200, body
     admin = f"http://127.0.0.1:{services.admin_ports[0]}"
-    wait_until(lambda: not call("GET", f"{admin}/v1/state")[1]["apps"][app]["machines"], 10)
+
+    def auto_suspended() -> bool:  # as the edge sees it: a machine it may thaw
+        seen = call("GET", f"{admin}/v1/state")[1]["apps"][app]
+        return not seen["machines"] and seen["resting"] == {machine_id: "suspended"}
+
+    wait_until(auto_suspended, 30)
     status, body, headers = edge_get(services, f"{app}.localhost")
     assert status == 200 and body.split()[-1] == machine_id, body
     assert "hold;dur=" in headers.get("Server-Timing", "")
     metrics = urllib.request.urlopen(f"{admin}/metrics", timeout=10).read().decode()
     assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in metrics
-    wait_until(lambda: [m["state"] for m in app_machines(services, app)] == ["started"], 10)
+    assert [m["id"] for m in app_machines(services, app)] == [machine_id]
 
 
 def shaped(machines: list[dict[str, Any]], avoid: str = "") -> bool:

@@ -259,3 +259,17 @@ def test_a_failed_workers_resting_machines_are_not_thawed() -> None:
     view.apply_record("hello", "m2", resting("m2", worker="w2"))
     view.worker_failed("w1")
     assert set(view.apps["hello"].resting) == {"m2"}
+
+
+def test_a_machine_this_edge_auto_stopped_is_still_thawed_by_it() -> None:
+    """Placement answers an auto-stop after the agent wrote `suspended`; the edge then
+    marks the machine (a tombstone newer than that record): the record is still kept as
+    the machine to thaw, though never routed by."""
+    wall = Clock()
+    view = view_with_machine(wall)
+    [slot] = view.apps["hello"].routable
+    wall.now = 200.0
+    view.mark(slot, "stopped")  # the auto-stop's answer
+    view.apply_record("hello", "m1", resting("m1", updated_at=150.0))  # written before it
+    thaw = view.apps["hello"].to_thaw("")
+    assert thaw is not None and thaw.id == "m1" and view.apps["hello"].routable == []
