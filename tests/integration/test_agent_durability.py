@@ -288,21 +288,26 @@ def test_a_damaged_log_stops_the_agent_and_repair_keeps_the_prefix_and_kills_the
             kill_group(pid)
 
 
+def suspended_hello(agent: AgentProcess, hello: str) -> tuple[dict[str, Any], str]:
+    """A machine of `hello` started, then suspended (frozen): its view and its URL."""
+    status, made = offer(agent, "k", hello, start=True)
+    assert status == 201, made
+    machine = agent.wait_state(made["id"], "started")
+    url = f"{agent.url}/v1/machines/{machine['id']}"
+    assert call("POST", f"{url}/suspend")[0] == 200 and frozen(machine["pid"])
+    return machine, url
+
+
 def test_an_agent_killed_as_it_resumes_a_machine_recovers_it_as_its_log_says(
     tmp_path: Path, hello: str
 ) -> None:
     """A resume does not wait for the op log's fsync before it thaws the machine (nothing
-    new runs; its answer still waits for Started on disk). Killed -9 just after the start
-    was taken (answered: its record on disk), before or after the thaw and the Started
-    record, the agent finds the same process at recovery and finishes the start:
-    started, thawed, answering."""
+    new runs). Killed -9 just after the start was taken (answered: its record on disk),
+    before or after the thaw and the Started record, the agent finds the same process at
+    recovery and finishes the start: started, thawed, answering."""
     agent = AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024).start()
     try:
-        status, made = offer(agent, "k", hello, start=True)
-        assert status == 201, made
-        machine = agent.wait_state(made["id"], "started")
-        url = f"{agent.url}/v1/machines/{machine['id']}"
-        assert call("POST", f"{url}/suspend")[0] == 200 and frozen(machine["pid"])
+        machine, url = suspended_hello(agent, hello)
         assert call("POST", f"{url}/start")[0] == 200  # taken (written, not yet on disk)
         agent.kill9()
         agent.start()
@@ -324,11 +329,7 @@ def test_an_agent_killed_as_soon_as_it_answered_a_resume_started_recovers_it_sta
     recovery — the machine started, the same process, thawed, answering."""
     agent = AgentProcess(tmp_path / "agent", cpus=2, memory_mb=1024).start()
     try:
-        status, made = offer(agent, "k", hello, start=True)
-        assert status == 201, made
-        machine = agent.wait_state(made["id"], "started")
-        url = f"{agent.url}/v1/machines/{machine['id']}"
-        assert call("POST", f"{url}/suspend")[0] == 200 and frozen(machine["pid"])
+        machine, url = suspended_hello(agent, hello)
         status, answered = call("POST", f"{url}/start?wait_s=10")
         assert status == 200 and answered["state"] == "started", answered
         assert answered["events"][-1]["reason"] == "resumed"
