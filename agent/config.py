@@ -28,6 +28,9 @@ class AgentConfig:
     machine_host: str = "127.0.0.1"  # where machines listen and are reached
     cache_budget_bytes: int = 2 << 30
     heartbeat_interval_s: float = 1.0
+    # a change to a passing state (starting, stopping, ...) waits this long for the next
+    # one before it is published, so that a resume is one registry write (agent.publisher)
+    publish_coalesce_s: float = 0.005
     supervise_interval_s: float = 0.1
     # auto: the OCI driver as root with the runtime installed, else bubblewrap when it
     # works, else a plain process; oci | bubblewrap | process: that one or refuse to start
@@ -59,6 +62,8 @@ class AgentConfig:
             raise ValueError("region must not be empty")
         if self.heartbeat_interval_s <= 0:
             raise ValueError("heartbeat_interval_s must be > 0")
+        if not 0 <= self.publish_coalesce_s <= 1:
+            raise ValueError("publish_coalesce_s must be in [0, 1]")
         if self.driver not in DRIVERS:
             raise ValueError(f"driver must be one of {', '.join(DRIVERS)}")
         if not 16 <= self.machine_pids_max <= 4_194_304:

@@ -37,6 +37,12 @@ log = logging.getLogger("thaw.agent")
 
 HEARTBEATS_PER_TTL = 3
 RESYNC_EVERY_BEATS = 10
+# States a machine passes through on its way to another: a change to one is held up to
+# `publish_coalesce_s` for the state it is heading to, so that a resume's `starting` and
+# `started` (a thaw takes well under a millisecond) are one registry write, not two, and
+# every reader (placement's reconciler, each edge's feed) reads once.
+PASSING = frozenset({MachineState.STARTING, MachineState.STOPPING, MachineState.SUSPENDING,
+                     MachineState.DESTROYING})
 
 
 class Publisher:
@@ -122,12 +128,27 @@ class Publisher:
                 await self._guarded(self._heartbeat(interval))
                 beats += 1
                 next_beat = loop.time() + interval
+            await self._settle(min(next_beat, loop.time() + self.agent.config.publish_coalesce_s))
             await self._guarded(self._flush())
             self._kick.clear()
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
             # that races with the event, and stop() would then wait forever.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, next_beat - loop.time())):
+                    await self._kick.wait()
+
+    def _passing(self) -> bool:
+        machines = self.agent.state.machines
+        return any(mid in machines and machines[mid].state in PASSING for mid in self._dirty)
+
+    async def _settle(self, until: float) -> None:
+        """Wait (until `until`, loop time) while a changed machine is in a passing state:
+        its next change, usually a moment later, goes out in the same flush."""
+        loop = asyncio.get_running_loop()
+        while self._passing() and loop.time() < until:
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(until - loop.time()):
                     await self._kick.wait()
 
     async def _heartbeat(self, interval: float) -> None:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.config import AgentConfig
 from agent.core.machine import MachineState
 from agent.core.records import Guest, MachineSpec
+from agent.core.state import Machine
 from agent.runner import AgentRuntime
+from agent.service import Agent
+from ground.registry import MachineRecord
 from ground.registry.memory import MemoryRegistry
 from imagecache.core.egress import EgressPolicy
 from tests.support.credentials import RING
@@ -29,15 +34,16 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
         await asyncio.sleep(0.02)
 
 
-async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
-    tmp_path: Path,
-) -> None:
+@contextlib.asynccontextmanager
+async def hello_started(tmp_path: Path, registry: MemoryRegistry,
+                        **config: Any) -> AsyncIterator[tuple[Agent, Machine]]:
+    """An agent in this process on `registry` with one machine of the hello image started
+    (`config`: AgentConfig's fields beyond the test's own)."""
     build_image(HELLO, "hello:v1", layout=tmp_path / "layout")
-    registry = MemoryRegistry()
-    config = AgentConfig(state_dir=tmp_path / "agent", cluster_keys=RING,
-                         egress=EgressPolicy.build(layout_dirs=[str(tmp_path)]), cpus=2,
-                         memory_mb=1024, heartbeat_interval_s=0.2, stop_machines_on_exit=True)
-    runtime = AgentRuntime(config, registry)
+    runtime = AgentRuntime(AgentConfig(
+        state_dir=tmp_path / "agent", cluster_keys=RING,
+        egress=EgressPolicy.build(layout_dirs=[str(tmp_path)]), cpus=2, memory_mb=1024,
+        stop_machines_on_exit=True, **config), registry)
     await runtime.start()
     agent = runtime.agent
     assert agent is not None
@@ -46,6 +52,16 @@ async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
                            guest=Guest(cpus=0.5, memory_mb=128))
         machine = agent.offer("k1", spec, start=True)
         await agent.wait(machine.id, MachineState.STARTED, 20)
+        yield agent, machine
+    finally:
+        await runtime.stop()
+
+
+async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
+    tmp_path: Path,
+) -> None:
+    registry = MemoryRegistry()
+    async with hello_started(tmp_path, registry, heartbeat_interval_s=0.2) as (agent, machine):
 
         async def published() -> bool:
             records = await registry.machines("hello")
@@ -75,5 +91,45 @@ async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
             return await registry.machines("hello") == []
 
         await eventually(record_deleted)
-    finally:
-        await runtime.stop()
+
+
+class Recording(MemoryRegistry):
+    """A registry that remembers the state of every machine record written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states: list[str] = []
+
+    async def put_machine(self, record: MachineRecord) -> None:
+        self.states.append(record.state)
+        await super().put_machine(record)
+
+
+@pytest.mark.parametrize("coalesce_s", [1.0, 0.0])
+async def test_a_resume_is_one_registry_write_when_passing_states_are_held(
+    tmp_path: Path, coalesce_s: float
+) -> None:
+    """A change to a passing state (here `starting`) waits `publish_coalesce_s` for the
+    next: a resume's starting and started go out as one write (started); with no window
+    each goes out on its own."""
+    registry = Recording()
+    async with hello_started(tmp_path, registry, heartbeat_interval_s=60,
+                             publish_coalesce_s=coalesce_s) as (agent, machine):
+        await agent.suspend(machine.id)
+
+        async def last_is(state: str) -> bool:
+            return bool(registry.states) and registry.states[-1] == state
+
+        await eventually(lambda: last_is("suspended"))
+        before = len(registry.states)
+        agent.start(machine.id)
+        await agent.wait(machine.id, MachineState.STARTED, 20)
+        await eventually(lambda: last_is("started"))
+        resumed = registry.states[before:]
+        assert resumed == (["started"] if coalesce_s else ["starting", "started"])
+
+
+def test_the_coalescing_window_is_bounded(tmp_path: Path) -> None:
+    for wrong in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="publish_coalesce_s"):
+            AgentConfig(state_dir=tmp_path, cluster_keys=RING, publish_coalesce_s=wrong)
