@@ -58,7 +58,9 @@ class Agent(MachineTasks):
         return Capacity(self.config.cpus, self.config.memory_mb)
 
     def address(self, machine: Machine) -> str:
-        if machine.state is S.STARTED and machine.process is not None:
+        """Where the edge dials the machine: said while it runs, and while it is suspended
+        (its frozen app's socket still listens: an edge thawing it connects meanwhile)."""
+        if machine.state in (S.STARTED, S.SUSPENDED) and machine.process is not None:
             return f"{machine.process.host or self.config.machine_host}:{machine.process.port}"
         return ""
 

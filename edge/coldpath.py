@@ -244,6 +244,10 @@ class ColdPath:
         if record is not None:
             self._thawing[call.app] = asyncio.Event()
             self.spawn(self._thaw(call, record))
+            slot = MachineSlot(call.app, record.id, record.address, record.state,
+                               self.loop.time(), record.worker)
+            if not entry.h2c and slot.port > 0:  # its first request's connection, opened
+                self.spawn(self.pool.preconnect(slot))  # while it thaws
 
     async def _thaw(self, call: CallPlacement, record: MachineRecord) -> None:
         """Its machine, once its agent answers started, taken as any machine that appears:

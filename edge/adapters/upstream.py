@@ -326,6 +326,17 @@ class UpstreamPool:
             opened.add(conn)
         return conn
 
+    async def preconnect(self, slot: MachineSlot) -> None:
+        """One connection to `slot` made ahead of its first request and kept idle for it:
+        a suspended machine's, while its agent thaws it (the kernel completes the handshake
+        of a frozen app's listening socket; the request is sent once it runs). Unused, it
+        is closed as any idle one (`close_stale`)."""
+        try:
+            conn = await self.connect(slot)
+        except (OSError, TimeoutError):
+            return  # the request's own connect will say what is wrong
+        self.release(conn, True)
+
     def release(self, conn: UpstreamConnection, reusable: bool) -> None:
         if reusable and not conn.closed:
             conns = self.idle.get(conn.address)

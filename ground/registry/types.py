@@ -103,7 +103,7 @@ class MachineFacts(msgspec.Struct, frozen=True):
     image_digest: str
     created_at: float
     updated_at: float
-    address: str = ""
+    address: str = ""  # host:port, while started or suspended (routed to only started)
     app_uid: str = ""  # the incarnation of the app (AppConfig.uid) the machine belongs to
     release: int = 0  # the app's release the machine was made for
 

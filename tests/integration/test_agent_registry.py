@@ -94,13 +94,15 @@ async def test_the_agent_publishes_its_heartbeat_layers_and_machine_records(
 
 
 class Recording(MemoryRegistry):
-    """A registry that remembers the state of every machine record written to it."""
+    """A registry that remembers every machine record written to it."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.records: list[MachineRecord] = []
         self.states: list[str] = []
 
     async def put_machine(self, record: MachineRecord) -> None:
+        self.records.append(record)
         self.states.append(record.state)
         await super().put_machine(record)
 
@@ -111,7 +113,8 @@ async def test_a_resume_is_one_registry_write_when_passing_states_are_held(
 ) -> None:
     """A change to a passing state (here `starting`) waits `publish_coalesce_s` for the
     next: a resume's starting and started go out as one write (started); with no window
-    each goes out on its own."""
+    each goes out on its own. A suspended machine's record keeps its address (its frozen
+    app's socket listens: an edge that thaws it connects meanwhile)."""
     registry = Recording()
     async with hello_started(tmp_path, registry, heartbeat_interval_s=60,
                              publish_coalesce_s=coalesce_s) as (agent, machine):
@@ -121,6 +124,8 @@ async def test_a_resume_is_one_registry_write_when_passing_states_are_held(
             return bool(registry.states) and registry.states[-1] == state
 
         await eventually(lambda: last_is("suspended"))
+        started = next(r for r in reversed(registry.records) if r.state == "started")
+        assert registry.records[-1].address == started.address != ""
         before = len(registry.states)
         agent.start(machine.id)
         await agent.wait(machine.id, MachineState.STARTED, 20)

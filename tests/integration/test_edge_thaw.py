@@ -52,6 +52,7 @@ class FakeAgent:
     delay_s: float = 0.0  # before answering
     split: bool = False  # the answer's body in two writes, a moment apart
     starts: list[tuple[str, str]] = field(default_factory=list)  # (machine id, wait_s)
+    journal: list[str] = field(default_factory=list)  # "answered", once per answer
     unsigned: int = 0
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -89,6 +90,7 @@ class FakeAgent:
             view = msgspec.structs.replace(
                 view, seal=tickets.seal(ticket, view.state, view.address, view.updated_at))
         body = msgspec.json.encode(view)
+        self.journal.append("answered")
         if not self.split:
             return web.Response(body=body, content_type="application/json")
         answer = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -119,14 +121,15 @@ async def frozen_backend() -> AsyncIterator[str]:
 
 
 async def napping_edge(agent_url: str, state: str = "suspended", wake_delay_s: float = 3.0,
-                       **config: Any) -> EdgeHarness:
-    """An edge whose registry holds app `nap`'s one machine, `state`, on a worker whose
-    agent is at `agent_url`; placement's wakes answer after `wake_delay_s`."""
+                       address: str = "", **config: Any) -> EdgeHarness:
+    """An edge whose registry holds app `nap`'s one machine, `state` (at `address`), on a
+    worker whose agent is at `agent_url`; placement's wakes answer after `wake_delay_s`."""
     edge = await start_edge([{"name": "nap"}], FakePlacement(wake_delay_s=wake_delay_s),
                             **config)
     now = time.time()
     record = MachineRecord(id=MACHINE, app="nap", worker=WORKER, region="local", state=state,
-                           image_digest="", created_at=now - 60, updated_at=now)
+                           image_digest="", created_at=now - 60, updated_at=now,
+                           address=address)
     if config.get("route_keys") is not None:
         ticket = tickets.ticket(ROUTE_KEYS, "", MACHINE, WORKER)
         record = msgspec.structs.replace(record, seal=tickets.seal_record(ticket, record))
@@ -187,6 +190,33 @@ async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_the_
         await wakes_sent(edge, 1)  # sizing and claims are still placement's
         async with session.get(f"http://127.0.0.1:{edge.admin_port}/metrics") as response:
             assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in await response.text()
+
+
+async def test_the_machines_connection_is_opened_while_its_agent_thaws_it() -> None:
+    """A suspended machine's record says where it listens (its frozen app's socket: the
+    kernel accepts), so the edge connects beside the thaw, and the released request goes
+    on that connection: no connect waits for the agent's answer."""
+    journal: list[str] = []
+
+    async def machine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        journal.append("connected")
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                journal.append("request")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nthawed")
+        writer.close()
+
+    server = await asyncio.start_server(machine, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    agent = FakeAgent(address, delay_s=0.5, journal=journal)
+    try:
+        async with edge_beside(agent, address=address) as edge, aiohttp.ClientSession() as s:
+            assert await get(s, edge) == (200, "thawed")
+            assert journal == ["connected", "answered", "request"]
+            assert results(edge) == {"thawed": 1}
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_an_answer_that_comes_in_pieces_is_read_whole(
