@@ -13,7 +13,7 @@ import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from agent.api import MachineView
@@ -21,7 +21,7 @@ from edge.adapters.placement import PlacementClient
 from edge.adapters.upstream import UpstreamPool
 from edge.config import EdgeConfig
 from edge.core import balance
-from edge.core.appwake import AppWakes, Shape
+from edge.core.appwake import AppWakes, Shape, machines_to_start
 from edge.core.exchange import Event
 from edge.core.forwarding import TrustedProxies
 from edge.core.holdqueue import grpc_timeout_s, request_timeout_s
@@ -57,10 +57,13 @@ class Thawer(Protocol):
 
 
 THAW_WAIT_S = 10.0  # the longest the edge's own thaw waits for its machine (the wake goes on)
-# The wake beside an edge's own thaw is sent once the thaw is answered, or after this
-# long: on a small host the two at once share its cores with the agent at the moment the
-# thaw needs them, and a wake sent after the machine is up finds it so and starts no other.
+# The wake beside an edge's own thaw waits for the thaw's answer this long at most: on a
+# small host the two at once share its cores with the agent at the moment the thaw needs
+# them; a thaw that brought what the wake asks for answers it (`_thawed_enough`), and a
+# wake sent after the machine is up finds it so and starts no other.
 THAW_HEAD_START_S = 0.05
+DEMAND_READ_S = 0.25  # the longest the thaw's answer to a wake waits for the load board
+THAWED = "thawed"  # a wake answered by the edge's own thaw (placement not called)
 
 
 class ColdPath:
@@ -91,6 +94,10 @@ class ColdPath:
         self.thaw: Thawer | None = None
         # apps with a thaw of the edge's own under way: set when it ends
         self._thawing: dict[str, asyncio.Event] = {}
+        # with other edges: report this edge's demand of an app and read every edge's
+        # (the load board's `report`); None: this edge alone
+        self.demand_report: Callable[[str, int], Awaitable[int]] | None = None
+        self.thaw_head_start_s = THAW_HEAD_START_S  # (tests on a loaded host: longer)
 
     def shape(self, app: AppEntry) -> Shape:
         config = app.config
@@ -251,8 +258,8 @@ class ColdPath:
 
     async def _thaw(self, call: CallPlacement, record: MachineRecord) -> None:
         """Its machine, once its agent answers started, taken as any machine that appears:
-        what it can take of the held requests is released (the wake's answer, later, finds
-        it there)."""
+        what it can take of the held requests is released (the wake waiting for this then
+        is answered by it, or asks placement for more)."""
         assert self.thaw is not None
         try:
             view = await self.thaw.thaw(call.app, record,
@@ -272,6 +279,45 @@ class ColdPath:
         if slot is not None and slot.routable:
             self.machine_added(slot, boot_span_ms((e.state, e.at) for e in view.events))
 
+    async def _thawed_enough(self, call: CallPlacement, entry: AppEntry,
+                             before: set[str]) -> bool:
+        """Whether the edge's own thaw brought what the wake asks for — its machines (one:
+        a wake beside a thaw asks for one when the requests held here fit on one), and
+        room for every edge's demand of the app (with other edges: this one's reported on
+        the load board and the sum read in one step, as a wake's sizing reads it; another
+        edge resuming the same app meanwhile then sees both). Then the wake is answered
+        by it and placement is not called; otherwise it goes to placement, which sizes it
+        from every edge's demand. The board away: placement decides."""
+        if len({slot.id for slot in entry.routable} - before) < call.count:
+            return False
+        # what the load share's rounds report: held and in flight here now (requests that
+        # came during the thaw included), not only those the wake was sized from
+        demand = max(call.demand, entry.in_flight + self.wakes.held(call.app))
+        if self.demand_report is not None:
+            try:
+                async with asyncio.timeout(DEMAND_READ_S):
+                    demand = await self.demand_report(call.app, demand)
+            except Exception as exc:  # (Redis away or slow): placement sizes it, as before
+                log.debug("app %s: demand not read for the thaw's answer: %r", call.app, exc)
+                return False
+            current = self.view.apps.get(call.app)
+            if current is not entry:
+                return False
+        concurrency = entry.config.concurrency
+        if machines_to_start(demand, len(entry.routable), concurrency.soft_limit,
+                             entry.config.max_machines) > 0:
+            return False
+        added = len({slot.id for slot in entry.routable} - before)
+        wake = call.wake
+        took = self.loop.time() - wake.sent_at
+        entry.stats.woke(THAWED, took, None)  # (the phases are placement's timings)
+        event(wake_log, "wake", app=call.app, count=call.count, result=THAWED,
+              machines=added, demand=demand, wake_ms=round(took * 1000, 1),
+              boot_ms=round(wake.boot_ms, 1), held=self.wakes.held(call.app))
+        self.run(self.wakes.on_wake_answer(wake, self.loop.time(), self.shape(entry), added,
+                                           wake.place_ms, wake.pull_ms, wake.boot_ms))
+        return True
+
     async def _wake(self, call: CallPlacement) -> None:
         """Placement's answer to one wake, fed back to AppWakes."""
         name = call.app
@@ -285,9 +331,12 @@ class ColdPath:
         if thawing is not None:  # the edge's own thaw first (THAW_HEAD_START_S)
             began = self.loop.time()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(thawing.wait(), THAW_HEAD_START_S)
-            deadline_ms = max(1, deadline_ms - int((self.loop.time() - began) * 1000))
+                await asyncio.wait_for(thawing.wait(), self.thaw_head_start_s)
             entry = self.view.apps.get(name)
+            if entry is not None and await self._thawed_enough(call, entry, before):
+                return
+            entry = self.view.apps.get(name)
+            deadline_ms = max(1, deadline_ms - int((self.loop.time() - began) * 1000))
         region = self.region_of(entry)
         request = WakeRequest(count=call.count, deadline_ms=deadline_ms, region=region,
                               demand=min(call.demand, MAX_DEMAND), edge=self.instance_id)

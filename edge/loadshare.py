@@ -89,6 +89,12 @@ class LoadBoard(Protocol):
         once. Positions only grow."""
         ...
 
+    async def report(self, edge: str, app: str, demand: int, ttl_s: float) -> int:
+        """Write `edge`'s demand of `app` for `ttl_s` (0 withdraws it), then read every
+        edge's unexpired demand of it, this one's included, in one step (what a wake's
+        sizing reads)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -130,6 +136,14 @@ class MemoryLoadBoard:
                 async with asyncio.timeout(block_s):
                     await self._news.wait()
         return str(self.newest)
+
+    async def report(self, edge: str, app: str, demand: int, ttl_s: float) -> int:
+        now = self.clock()
+        if demand > 0:
+            self.demands.setdefault(app, {})[edge] = (now + ttl_s, demand)
+        else:
+            self.demands.get(app, {}).pop(edge, None)
+        return self.demand(app)
 
     async def close(self) -> None:
         """Nothing is held open."""

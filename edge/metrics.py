@@ -122,12 +122,14 @@ def app_families(apps: Iterable[tuple[str, AppEntry]], unrouted: AppStats,
         "thaw_edge_hold_seconds", "Time a request was held (released, or 504 hold_timeout)",
         labels=["app"])
     wake = HistogramMetricFamily(
-        "thaw_edge_wake_seconds", "Wake calls to placement, any result", labels=["app"])
+        "thaw_edge_wake_seconds",
+        "Wakes: calls to placement (any result), or answered by the edge's own thaw",
+        labels=["app"])
     phases = HistogramMetricFamily(
         "thaw_edge_wake_phase_seconds",
         "Placement's timings of answered wakes (place|pull|boot)", labels=["app", "phase"])
     wakes = CounterMetricFamily(
-        "thaw_edge_wakes", "Wakes by result (ok|no_capacity|start_failed|deadline|…)",
+        "thaw_edge_wakes", "Wakes by result (ok|thawed|no_capacity|start_failed|deadline|…)",
         labels=["app", "result"])
     connect_errors = CounterMetricFamily(
         "thaw_edge_upstream_connect_errors", "Failed connects to the app's machines",

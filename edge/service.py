@@ -45,7 +45,7 @@ from edge.core.tunnels import ClientTunnels
 from edge.errors import status_of
 from edge.exchange import ClientSide, Exchange, Shell
 from edge.housekeeping import Autostop, Suspects
-from edge.loadshare import LoadBoard, LoadShare
+from edge.loadshare import TTL_INTERVALS, LoadBoard, LoadShare
 from edge.metrics import EdgeMetrics
 from edge.routeguard import RouteGuard
 from edge.view import AppEntry, MachineSlot, View
@@ -116,6 +116,9 @@ class Edge(Shell):
         self.load_share = LoadShare(self.view, board, self.instance_id, self.wakes.held,
                                     self.wakes.holds.apps, self.cold.room,
                                     self.config.load_share_interval_s, self._unused)
+        ttl_s = self.config.load_share_interval_s * TTL_INTERVALS  # as the rounds' demand
+        self.cold.demand_report = lambda app, demand: board.report(
+            self.instance_id, app, demand, ttl_s)
         return self.load_share
 
     def _view_changed(self) -> None:

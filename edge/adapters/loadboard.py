@@ -8,7 +8,9 @@ An edge that begins to load a machine it did not load in its last share adds an 
 to `thaw:machine-load-news` in the same script (a stream of at most ~`NEWS_KEPT`
 entries); a resting edge waits on it with one blocked `XREAD` (`news`) on a connection
 of its own. Stream ids carry Redis's clock, so one added after a restart of Redis is
-still newer than the last an edge saw before it.
+still newer than the last an edge saw before it. `report` (the edge's own thaw, before
+it answers a wake: docs/edge.md) writes one app's demand and reads every edge's, with
+placement's script for the same.
 Redis errors are raised as they come: the caller counts its own load meanwhile.
 """
 
@@ -20,7 +22,7 @@ import msgspec
 
 from edge.loadshare import NEWS_BLOCK_S, Loads, summed
 from ground.registry import keys
-from ground.registry.lua import UNEXPIRED
+from ground.registry.lua import REPORT_DEMAND, UNEXPIRED
 from ground.registry.redis import connect
 
 log = logging.getLogger("thaw.edge")
@@ -84,6 +86,7 @@ class RedisLoadBoard:
                              socket_timeout_s=NEWS_BLOCK_S + timeout_s)
         self._share = self._r.register_script(_SHARE)
         self._demand = self._r.register_script(_DEMAND)
+        self._report = self._r.register_script(REPORT_DEMAND)
 
     async def share(self, edge: str, loads: Loads, demand: dict[str, int],
                     ttl_s: float, news: bool = False) -> Loads:
@@ -104,6 +107,10 @@ class RedisLoadBoard:
             except msgspec.DecodeError as exc:  # (another version's entry): not counted
                 log.debug("an edge's load entry not understood: %s", exc)
         return summed(others)
+
+    async def report(self, edge: str, app: str, demand: int, ttl_s: float) -> int:
+        return int(await self._report(keys=[keys.wake_demand(app)],
+                                      args=[edge, max(0, demand), max(1, int(ttl_s * 1000))]))
 
     async def news(self, after: str, block_s: float) -> str:
         """The newest news's position once there is any after `after` (within `block_s`;

@@ -6,11 +6,12 @@ for a machine that exists, is sized and is reserved on its worker already. So wh
 held request's wake would resume a suspended machine (`AppEntry.to_thaw`: the one
 placement would choose), the edge also asks that machine's agent itself —
 `POST /v1/machines/{id}/start?wait_s=`, signed with the cluster key as placement's
-calls are — and releases what it holds on the agent's answer. Placement's wake runs
-beside it as always (sizing, claims, every other machine): it finds the machine
-starting or started and waits for it rather than starting another (the agent's start
-with `wait_s` is idempotent). Anything that goes wrong here changes nothing: the wake
-is the fallback, and its answer releases the requests.
+calls are — and releases what it holds on the agent's answer. The wake waits for that
+answer (edge/coldpath.py): when the thaw brought the one machine it asks for, it is
+answered by it and placement is not called; otherwise it goes to placement, which finds
+the machine starting or started and waits for it rather than starting another (the
+agent's start with `wait_s` is idempotent). Anything that goes wrong here changes
+nothing: the wake is the fallback, and its answer releases the requests.
 
 Trust: the edge routes by the agent's answer only when it names the machine asked
 for, on the worker its (sealed) record named, started, and carries a route seal that

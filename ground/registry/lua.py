@@ -25,3 +25,21 @@ local function unexpired(key)
   return found
 end
 """
+
+# KEYS: an app's demand (`keys.wake_demand`). ARGV: edge id, demand (0: withdraw), ttl ms.
+# -> the sum of every edge's unexpired demand, this one's included: a wake's report
+# (placement), and an edge's own thaw asking whether the machine it thawed is enough
+# (edge/coldpath.py)
+REPORT_DEMAND = UNEXPIRED + """
+if tonumber(ARGV[2]) > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+local total = 0
+for _, entry in ipairs(unexpired(KEYS[1])) do total = total + (tonumber(entry[2]) or 0) end
+return total
+"""

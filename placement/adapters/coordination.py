@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from ground.registry import keys
-from ground.registry.lua import UNEXPIRED
+from ground.registry.lua import REPORT_DEMAND, UNEXPIRED
 from ground.registry.redis import connect
 from ground.tasks import cancel_and_wait
 from placement.core.claims import Claims
@@ -83,22 +83,6 @@ for _, entry in ipairs(unexpired(KEYS[1])) do
   if entry[1] ~= ARGV[1] then table.insert(found, entry[2]) end
 end
 return found
-"""
-
-# KEYS: the app's demand. ARGV: edge id, demand (0: withdraw), ttl ms.
-# -> the sum of every edge's unexpired demand
-_REPORT = UNEXPIRED + """
-if tonumber(ARGV[2]) > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d ', now_ms + tonumber(ARGV[3])) .. ARGV[2])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
-else
-  redis.call('HDEL', KEYS[1], ARGV[1])
-end
-local total = 0
-for _, entry in ipairs(unexpired(KEYS[1])) do total = total + (tonumber(entry[2]) or 0) end
-return total
 """
 
 # KEYS: the app's demand. ARGV: edge id, demand, ttl ms. The edge's entry lapses in ttl
@@ -178,7 +162,7 @@ class RedisCoordination:
         self._release = self._r.register_script(_RELEASE)
         self._publish = self._r.register_script(_PUBLISH)
         self._others = self._r.register_script(_OTHERS)
-        self._report = self._r.register_script(_REPORT)
+        self._report = self._r.register_script(REPORT_DEMAND)
         self._lapse = self._r.register_script(_LAPSE)
         self._suspect = self._r.register_script(_SUSPECT)
         self._mark = self._r.register_script(_MARK)

@@ -79,6 +79,23 @@ async def test_demand_is_per_edge_summed_withdrawn_at_zero_and_expires(
     assert await backend.demand("web") == 0 and await backend.demand("api") == 0
 
 
+async def test_a_report_writes_the_edges_demand_and_reads_every_edges_in_one_step(
+    backend: Backend,
+) -> None:
+    """What an edge's own thaw asks before it answers a wake: its demand written, the sum
+    read back (its own counted once, the others' as shared or reported, expired ones not),
+    the same figure placement's sizing reads."""
+    board = backend.board
+    assert await board.report("e1", "web", 4, 5.0) == 4
+    assert await board.report("e1", "web", 6, 5.0) == 6  # replaced, not added
+    await board.share("e2", {}, {"web": 3}, 0.3)
+    assert await board.report("e3", "web", 2, 5.0) == 11
+    assert await backend.demand("web") == 11
+    await asyncio.sleep(0.4)  # e2 stopped sharing
+    assert await board.report("e3", "web", 0, 5.0) == 6  # withdrawn at 0
+    assert await board.report("e1", "api", 1, 5.0) == 1  # per app
+
+
 async def test_the_demand_of_more_apps_than_one_batch_all_lands(backend: Backend) -> None:
     apps = {f"app{i:03d}": i + 1 for i in range(DEMAND_BATCH + 44)}
     await backend.board.share("e1", {}, apps, 5.0)

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from agent.api import EventView, Guest, MachineView
+from edge.loadshare import MemoryLoadBoard
 from ground.auth import tickets
 from ground.auth.aiohttp_glue import refusal
 from ground.auth.signing import Verifier
@@ -171,25 +172,54 @@ def results(edge: EdgeHarness) -> dict[str, int]:
     return dict(thaw.results)
 
 
-async def wakes_sent(edge: EdgeHarness, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while len(edge.placement.wakes) < count:
-        assert time.monotonic() < deadline, "placement's wake never came"
-        await asyncio.sleep(0.02)
-
-
-async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_the_wake_follows(
+async def test_a_held_request_is_served_by_the_machine_its_agent_thawed_and_placement_rests(
     session: aiohttp.ClientSession, frozen_backend: str,
 ) -> None:
+    """The wake beside the thaw asks for one machine, and the thaw brought it: the wake
+    is answered by it (result `thawed`) and placement is never called."""
     agent = FakeAgent(frozen_backend)
     async with edge_beside(agent) as edge:
+        edge.shell.cold.thaw_head_start_s = 10.0  # (a loaded host's thaw may take 50 ms)
         status, body = await get(session, edge)
         assert (status, body) == (200, f"hello from {MACHINE}")  # not the wake's machine
         assert agent.starts == [(MACHINE, "10.000")] and agent.unsigned == 0
         assert results(edge) == {"thawed": 1}
-        await wakes_sent(edge, 1)  # sizing and claims are still placement's
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")  # warm now
         async with session.get(f"http://127.0.0.1:{edge.admin_port}/metrics") as response:
-            assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in await response.text()
+            metrics = await response.text()
+        assert 'thaw_edge_direct_thaws_total{result="thawed"} 1.0' in metrics
+        assert 'thaw_edge_wakes_total{app="nap",result="thawed"} 1.0' in metrics
+        assert edge.placement.wakes == [] and len(agent.starts) == 1
+
+
+async def wake_results(edge: EdgeHarness, results: dict[str, int]) -> None:
+    """Wait until the app's wakes ended with `results` (placement's or the thaw's)."""
+    deadline = time.monotonic() + 10
+    while edge.shell.view.apps["nap"].stats.wakes != results:
+        assert time.monotonic() < deadline, edge.shell.view.apps["nap"].stats.wakes
+        await asyncio.sleep(0.02)
+
+
+async def test_with_other_edges_the_thaw_answers_the_wake_only_if_every_edges_demand_fits(
+    session: aiohttp.ClientSession, frozen_backend: str,
+) -> None:
+    """With other edges (a load board), the edge reports its demand and reads every
+    edge's as it would answer the wake: alone on the app, the thawed machine is enough;
+    with another edge's 100 requests of it (soft limit 20), the wake goes to placement,
+    which sizes it from every edge's demand, and the held request is still the thaw's."""
+    board = MemoryLoadBoard()
+    async with edge_beside(FakeAgent(frozen_backend), board=board) as edge:
+        edge.shell.cold.thaw_head_start_s = 10.0
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")
+        await wake_results(edge, {"thawed": 1})
+        assert edge.placement.wakes == [] and board.demand("nap") >= 1
+    board = MemoryLoadBoard()
+    await board.share("another-edge", {}, {"nap": 100}, 60.0)
+    async with edge_beside(FakeAgent(frozen_backend), board=board, wake_delay_s=0.2) as edge:
+        edge.shell.cold.thaw_head_start_s = 10.0
+        assert await get(session, edge) == (200, f"hello from {MACHINE}")
+        await wake_results(edge, {"ok": 1})
+        assert edge.placement.wakes == [1] and results(edge) == {"thawed": 1}
 
 
 async def test_the_machines_connection_is_opened_while_its_agent_thaws_it() -> None:

@@ -114,6 +114,7 @@ async def edge_works(url: str) -> None:
         assert (await anext(changes)).seq <= position
         await changes.aclose()  # type: ignore[attr-defined]
         await board.share("e1", {}, {"web": 1}, ttl_s=5)
+        assert await board.report("e1", "web", 2, 5.0) == 2  # its own thaw's demand check
     finally:
         await registry.close()
         await board.close()
