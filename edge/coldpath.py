@@ -300,8 +300,7 @@ class ColdPath:
             except Exception as exc:  # (Redis away or slow): placement sizes it, as before
                 log.debug("app %s: demand not read for the thaw's answer: %r", call.app, exc)
                 return False
-            current = self.view.apps.get(call.app)
-            if current is not entry:
+            if self.view.apps.get(call.app) is not entry:  # (deleted or made anew)
                 return False
         concurrency = entry.config.concurrency
         if machines_to_start(demand, len(entry.routable), concurrency.soft_limit,

@@ -120,10 +120,7 @@ class MemoryLoadBoard:
                 self._news = None
         self.loads[edge] = (now + ttl_s, loads)
         for app, requests in demand.items():
-            if requests > 0:
-                self.demands.setdefault(app, {})[edge] = (now + ttl_s, requests)
-            else:
-                self.demands.get(app, {}).pop(edge, None)
+            self._put_demand(edge, app, requests, now + ttl_s)
         others = [entry for other, (until, entry) in self.loads.items()
                   if other != edge and until > now]
         return summed(others)
@@ -138,12 +135,14 @@ class MemoryLoadBoard:
         return str(self.newest)
 
     async def report(self, edge: str, app: str, demand: int, ttl_s: float) -> int:
-        now = self.clock()
-        if demand > 0:
-            self.demands.setdefault(app, {})[edge] = (now + ttl_s, demand)
+        self._put_demand(edge, app, demand, self.clock() + ttl_s)
+        return self.demand(app)
+
+    def _put_demand(self, edge: str, app: str, requests: int, until: float) -> None:
+        if requests > 0:
+            self.demands.setdefault(app, {})[edge] = (until, requests)
         else:
             self.demands.get(app, {}).pop(edge, None)
-        return self.demand(app)
 
     async def close(self) -> None:
         """Nothing is held open."""
